@@ -1,0 +1,81 @@
+//! The whole engine call (bytes in, response bytes out) next to a bare simd-json parse of the same bytes, for
+//! ~2 KB, ~8 KB and ~60 KB Pod reviews. Both include the copy of the request into a mutable buffer, which
+//! simd-json needs because it parses in place.
+//!
+//! Run: `cargo bench --bench engine`. Compare ratios within one run: the machine is shared.
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use serde_json::{Value, json};
+use sidecar_injector::{Engine, Settings, Template, Verdict};
+use std::hint::black_box;
+
+/// The real API server request, grown with env vars and annotations to about `target` bytes.
+fn review_of_size(target: usize) -> Vec<u8> {
+    let base = std::fs::read("../shared/corpus/reviews/apiserver-1.20-pod-create.json")
+        .expect("the corpus sits beside the repository, in shared/");
+    let mut review: Value = serde_json::from_slice(&base).unwrap();
+    let mut i = 0;
+    while serde_json::to_vec(&review).unwrap().len() < target {
+        let object = &mut review["request"]["object"];
+        if i % 4 == 0 {
+            object["metadata"]["annotations"][format!("example.com/note-{i}")] =
+                json!(format!("a \"quoted\" note number {i}"));
+        } else {
+            let env = object["spec"]["containers"][0]["env"].as_array_mut().map(std::mem::take).unwrap_or_default();
+            let mut env = env;
+            env.push(json!({"name": format!("SETTING_{i}"), "value": format!("value-{i}-{}", "x".repeat(24))}));
+            object["spec"]["containers"][0]["env"] = Value::Array(env);
+        }
+        i += 1;
+    }
+    serde_json::to_vec(&review).unwrap()
+}
+
+fn engine() -> Engine {
+    let settings = Settings::default();
+    Engine::new(Template::builtin(&settings.annotation_prefix).unwrap(), &settings)
+}
+
+fn bench(c: &mut Criterion) {
+    let engine = engine();
+    let mut group = c.benchmark_group("review");
+    for (label, target) in [("2KB", 2_000), ("8KB", 8_000), ("60KB", 60_000)] {
+        let body = review_of_size(target);
+        let mut buf = body.clone();
+        let mut out = Vec::with_capacity(16 * 1024);
+        let outcome = engine.review(&mut buf, &mut out).unwrap();
+        assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "the benchmark must measure an injection");
+        group.throughput(Throughput::Bytes(body.len() as u64));
+
+        group.bench_with_input(BenchmarkId::new("engine", label), &body, |b, body| {
+            let mut buf = Vec::with_capacity(body.len());
+            b.iter(|| {
+                buf.clear();
+                buf.extend_from_slice(body);
+                black_box(engine.review(&mut buf, &mut out).unwrap());
+            })
+        });
+
+        group.bench_with_input(BenchmarkId::new("simd-json-parse", label), &body, |b, body| {
+            let mut buf = Vec::with_capacity(body.len());
+            let mut buffers = simd_json::Buffers::new(body.len());
+            let mut tape = Some(simd_json::Tape::null());
+            b.iter(|| {
+                buf.clear();
+                buf.extend_from_slice(body);
+                let mut t = tape.take().unwrap().reset();
+                simd_json::fill_tape(&mut buf, &mut buffers, &mut t).unwrap();
+                black_box(t.0.len());
+                tape = Some(t.reset());
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(3));
+    targets = bench
+}
+criterion_main!(benches);

@@ -1,0 +1,86 @@
+//! `sidecar-injector review`: what the webhook would answer to one AdmissionReview.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use base64::Engine as _;
+use clap::Args;
+use sidecar_injector::Verdict;
+
+use super::TemplateArgs;
+
+/// Arguments of `review`.
+#[derive(Debug, Args)]
+pub struct ReviewArgs {
+    /// The AdmissionReview to answer (JSON); `-` or nothing reads stdin.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+
+    /// Also print, on stderr, the decision, its reason and the decoded patch.
+    #[arg(long)]
+    pub explain: bool,
+
+    #[command(flatten)]
+    pub template: TemplateArgs,
+}
+
+/// Runs `review`. The response goes to stdout; errors come back as a one-line message.
+pub fn run(args: &ReviewArgs) -> Result<(), String> {
+    let engine = args.template.engine().map_err(|e| e.to_string())?;
+    let (label, mut body) = match args.file.as_deref() {
+        None => ("stdin".to_owned(), read_stdin()?),
+        Some(p) if p.as_os_str() == "-" => ("stdin".to_owned(), read_stdin()?),
+        Some(p) => (p.display().to_string(), std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?),
+    };
+    let original = args.explain.then(|| body.clone());
+    let mut response = Vec::new();
+    let outcome = engine.review(&mut body, &mut response).map_err(|e| format!("{label}: {e}"))?;
+    response.push(b'\n');
+    std::io::stdout().write_all(&response).map_err(|e| format!("writing the response: {e}"))?;
+    if let Some(original) = original {
+        eprint!("{}", explain(&engine, &original, &outcome, &response));
+    }
+    Ok(())
+}
+
+fn read_stdin() -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    std::io::stdin().read_to_end(&mut body).map_err(|e| format!("reading stdin: {e}"))?;
+    Ok(body)
+}
+
+/// The human-readable account of a decision.
+fn explain(
+    engine: &sidecar_injector::Engine,
+    request: &[u8],
+    outcome: &sidecar_injector::Outcome,
+    response: &[u8],
+) -> String {
+    let request: serde_json::Value = serde_json::from_slice(request).unwrap_or_default();
+    let object = &request["request"]["object"];
+    let namespace = object["metadata"]["namespace"].as_str().or(request["request"]["namespace"].as_str()).unwrap_or("");
+    let name = object["metadata"]["name"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("{}*", object["metadata"]["generateName"].as_str().unwrap_or("<unnamed>")));
+    let template = engine.template();
+    let mut text = format!("pod: {namespace}/{name}\ntemplate: {} (version {})\n", template.name(), template.hash());
+    match outcome.verdict {
+        Verdict::Injected { ops } => {
+            text.push_str(&format!("decision: injected, {ops} add operation(s)\npatch:\n"));
+            let response: serde_json::Value = serde_json::from_slice(response).unwrap_or_default();
+            let patch = response["response"]["patch"].as_str().unwrap_or("");
+            let decoded = base64::engine::general_purpose::STANDARD.decode(patch).unwrap_or_default();
+            let patch: serde_json::Value = serde_json::from_slice(&decoded).unwrap_or_default();
+            text.push_str(&serde_json::to_string_pretty(&patch).unwrap_or_default());
+            text.push('\n');
+        }
+        Verdict::Skipped(reason) => {
+            text.push_str(&format!("decision: not injected ({}): {}\n", reason.as_str(), reason.explain()));
+        }
+    }
+    for warning in &outcome.warnings {
+        text.push_str(&format!("warning: {warning}\n"));
+    }
+    text
+}

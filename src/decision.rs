@@ -1,0 +1,129 @@
+//! Review to decision: whether this request is one we inject into, and if not, why not.
+//!
+//! The rules, in order: only a `Pod` (core group, v1) on `CREATE`, without a subresource, with an object; not a
+//! mirror pod (the kubelet owns those); not a pod that opted out by annotation or label; not a `hostNetwork`
+//! pod unless the template allows it; not a pod that carries another template version's sidecar. `dryRun`
+//! changes nothing: injection has no side effects.
+
+use crate::pod::PodView;
+use crate::review::Review;
+use crate::template::Template;
+
+/// Why a request was admitted without a patch. The set is closed so that it can label a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SkipReason {
+    /// The object is not a core/v1 Pod.
+    NotAPod,
+    /// The operation is not CREATE.
+    NotCreate,
+    /// The request is for a subresource (status, ephemeralcontainers, binding...).
+    Subresource,
+    /// The request carries no object.
+    NoObject,
+    /// A static pod mirrored by the kubelet.
+    MirrorPod,
+    /// The pod opted out with `<prefix>inject: "false"`.
+    OptedOut,
+    /// The pod uses the host network and the template does not inject those.
+    HostNetwork,
+    /// The pod carries the status annotation of another template or version.
+    InjectedByOtherVersion,
+    /// The pod already has everything the template adds.
+    AlreadyInjected,
+    /// A template expression failed to render for this pod.
+    RenderFailed,
+}
+
+impl SkipReason {
+    /// A short, stable name for metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::NotAPod => "not-a-pod",
+            SkipReason::NotCreate => "not-create",
+            SkipReason::Subresource => "subresource",
+            SkipReason::NoObject => "no-object",
+            SkipReason::MirrorPod => "mirror-pod",
+            SkipReason::OptedOut => "opted-out",
+            SkipReason::HostNetwork => "host-network",
+            SkipReason::InjectedByOtherVersion => "injected-by-other-version",
+            SkipReason::AlreadyInjected => "already-injected",
+            SkipReason::RenderFailed => "render-failed",
+        }
+    }
+
+    /// A sentence for `review --explain`.
+    pub fn explain(self) -> &'static str {
+        match self {
+            SkipReason::NotAPod => "the object is not a core/v1 Pod",
+            SkipReason::NotCreate => "the operation is not CREATE (only new pods are injected)",
+            SkipReason::Subresource => "the request is for a subresource, not the pod itself",
+            SkipReason::NoObject => "the request carries no object",
+            SkipReason::MirrorPod => "the pod is a mirror of a static pod (annotation kubernetes.io/config.mirror)",
+            SkipReason::OptedOut => "the pod opted out with the inject annotation or label set to false",
+            SkipReason::HostNetwork => "the pod uses the host network and the template has injectHostNetwork: false",
+            SkipReason::InjectedByOtherVersion => "the pod carries the status annotation of another template version",
+            SkipReason::AlreadyInjected => "the pod already has everything the template adds",
+            SkipReason::RenderFailed => "a template expression failed to render for this pod",
+        }
+    }
+}
+
+/// The annotation keys the engine reads and writes, built once from the prefix.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    /// `<prefix>inject`: `"false"` opts a pod out (annotation or label).
+    pub inject: String,
+    /// `<prefix>status`: written on injected pods.
+    pub status: String,
+}
+
+impl Keys {
+    /// Keys under `prefix` (e.g. `sidecar-injector.io/`).
+    pub fn new(prefix: &str) -> Self {
+        Keys { inject: format!("{prefix}inject"), status: format!("{prefix}status") }
+    }
+}
+
+/// The annotation the kubelet sets on mirror pods.
+const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// Decides whether to inject. `Ok` carries the pod to inject into.
+pub(crate) fn decide<'t, 'i>(
+    review: &Review<'t, 'i>,
+    keys: &Keys,
+    template: &Template,
+) -> Result<PodView<'t, 'i>, SkipReason> {
+    let kind = review.kind;
+    if !(kind.group.is_empty() && kind.version == "v1" && kind.kind == "Pod") {
+        return Err(SkipReason::NotAPod);
+    }
+    if !review.sub_resource.is_empty() {
+        return Err(SkipReason::Subresource);
+    }
+    if review.operation != "CREATE" {
+        return Err(SkipReason::NotCreate);
+    }
+    let Some(object) = review.object.filter(|o| o.as_object().is_some()) else {
+        return Err(SkipReason::NoObject);
+    };
+    let pod = PodView::new(object, review.namespace);
+    if pod.annotation(MIRROR_ANNOTATION).is_some() {
+        return Err(SkipReason::MirrorPod);
+    }
+    if [pod.annotation(&keys.inject), pod.label(&keys.inject)].into_iter().flatten().any(is_false) {
+        return Err(SkipReason::OptedOut);
+    }
+    if pod.host_network() && !template.inject_host_network {
+        return Err(SkipReason::HostNetwork);
+    }
+    if pod.annotation(&keys.status).is_some_and(|status| status != template.status()) {
+        return Err(SkipReason::InjectedByOtherVersion);
+    }
+    Ok(pod)
+}
+
+/// The values that opt a pod out, compared without regard to case.
+fn is_false(value: &str) -> bool {
+    ["false", "no", "off", "0", "disabled"].iter().any(|f| value.trim().eq_ignore_ascii_case(f))
+}

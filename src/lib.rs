@@ -1,0 +1,41 @@
+//! sidecar-injector: a Kubernetes mutating admission webhook that injects a templated sidecar into Pods.
+//!
+//! A request flows through these stages, one module each:
+//!
+//! 1. [`review`]: bytes to review, a zero-copy view of the `AdmissionReview` over a simd-json tape;
+//! 2. [`decision`]: inject or skip, with a bounded reason;
+//! 3. `merge` (with [`template`]): the add-only merge of the compiled template into the pod, written by
+//!    `patch` as a minimal JSON Patch of `add` operations;
+//! 4. `response`: the `AdmissionReview` response bytes, the patch in base64.
+//!
+//! [`Engine`] runs them for one request, bytes in, bytes out:
+//!
+//! ```
+//! use sidecar_injector::{Engine, Settings, Template, Verdict};
+//!
+//! let settings = Settings::default();
+//! let engine = Engine::new(Template::builtin(&settings.annotation_prefix).unwrap(), &settings);
+//! let mut body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+//!     "uid":"42","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","namespace":"shop",
+//!     "object":{"metadata":{"name":"web"},"spec":{"containers":[{"name":"web","image":"nginx"}]}}}}"#.to_vec();
+//! let mut response = Vec::new();
+//! let outcome = engine.review(&mut body, &mut response).unwrap();
+//! assert!(matches!(outcome.verdict, Verdict::Injected { .. }));
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod decision;
+mod engine;
+mod json;
+mod merge;
+mod patch;
+mod pod;
+mod response;
+pub mod review;
+pub mod template;
+
+pub use decision::SkipReason;
+pub use engine::{Engine, Outcome, Settings, Verdict};
+pub use review::{ApiVersion, ReviewError};
+pub use template::{Template, TemplateError};

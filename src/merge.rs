@@ -1,0 +1,154 @@
+//! Decision to patch: the add-only merge of a compiled template into the pod.
+//!
+//! The template is a partial pod. Walking it beside the real pod, every template node falls in one of three cases:
+//!
+//! - the pod lacks it (absent, null, or an empty map or list): one `add` of the whole template value there;
+//! - both are maps: recurse member by member;
+//! - both are keyed lists (containers by `name`, volumeMounts by `mountPath`, ...): recurse into the items the
+//!   pod already has, then add the missing ones (appended, or inserted at the front for init containers);
+//! - anything else is present in the pod and belongs to the user: left alone, whatever the template says.
+//!
+//! So nothing present is ever replaced, a second run adds nothing (idempotence), and a sidecar the user declared
+//! is completed without overriding what they set. Operations apply in order, so within a list the recursions
+//! (which use the pod's original indices) are written before the insertions (which shift them).
+
+use simd_json::prelude::*;
+use simd_json::tape::{Array, Value};
+
+use crate::patch::{PatchWriter, Pointer};
+use crate::pod::PodView;
+use crate::template::tree::{KeyValue, List, Object, Rendered, TNode};
+use crate::template::{InitPosition, Template};
+
+/// The field whose missing items may be inserted at the front rather than appended.
+const INIT_CONTAINERS: &str = "initContainers";
+
+struct Merge<'p, 'b> {
+    patch: PatchWriter<'b>,
+    path: &'p mut Pointer,
+    rendered: Rendered<'p>,
+    init_position: InitPosition,
+}
+
+/// Writes the add-only patch that merges `template` into `pod`, returning the number of operations.
+pub(crate) fn merge(
+    template: &Template,
+    pod: &PodView<'_, '_>,
+    rendered: Rendered<'_>,
+    path: &mut Pointer,
+    out: &mut Vec<u8>,
+) -> usize {
+    path.clear();
+    let mut cx = Merge { patch: PatchWriter::new(out), path, rendered, init_position: template.init_position };
+    // Container defaults first: they address the pod's own containers by their original index, which the
+    // appended sidecars below do not shift.
+    if let (Some(defaults), Some(containers)) =
+        (template.container_defaults.as_ref(), pod.spec().and_then(|s| s.get("containers")).and_then(|c| c.as_array()))
+    {
+        let spec_mark = cx.path.push_token("spec");
+        cx.path.push_token("containers");
+        for (index, container) in containers.iter().enumerate() {
+            let name = container.get("name").and_then(|n| n.into_string()).unwrap_or("");
+            if template.injected_containers.iter().any(|c| c == name) {
+                continue; // the template's own container is completed from the template, not from defaults
+            }
+            let mark = cx.path.push_index(index);
+            cx.present(defaults, container, "");
+            cx.path.truncate(mark);
+        }
+        cx.path.truncate(spec_mark);
+    }
+    cx.present(&template.pod, pod.object, "");
+    cx.patch.finish()
+}
+
+impl Merge<'_, '_> {
+    /// Merges `t` into a value the pod has at the current path; `field` is the key it sits under.
+    fn present(&mut self, t: &TNode, value: Value<'_, '_>, field: &str) {
+        if value.is_null() {
+            return self.add_here(t);
+        }
+        match t {
+            TNode::Object(object) => match value.as_object() {
+                // An empty map in the pod takes the template's whole value, unless that is empty too (`{}`
+                // already satisfies `emptyDir: {}`: re-adding it would never converge).
+                Some(o) if o.is_empty() && !object.members.is_empty() => self.add_here(t),
+                Some(_) => self.object(object, value),
+                None => {} // the user's value has another type: theirs wins
+            },
+            TNode::List(list) => match value.as_array() {
+                // Likewise an empty list takes the template's whole list, unless that is empty too.
+                Some(a) if a.is_empty() && !list.items.is_empty() => self.add_here(t),
+                Some(a) if list.merge_key.is_some() => self.keyed_list(list, a, field),
+                _ => {} // an atomic list, or another type: the user's value wins
+            },
+            TNode::Scalar(_) | TNode::Dynamic(_) => {} // present: the user's value wins
+        }
+    }
+
+    fn object(&mut self, t: &Object, value: Value<'_, '_>) {
+        for member in &t.members {
+            let mark = self.path.push_token(&member.token);
+            match value.get(&*member.key) {
+                Some(v) => self.present(&member.node, v, &member.key),
+                None => self.add_here(&member.node),
+            }
+            self.path.truncate(mark);
+        }
+    }
+
+    fn keyed_list(&mut self, t: &List, items: Array<'_, '_>, field: &str) {
+        let merge_key = t.merge_key.unwrap_or_default();
+        let mut missing = 0;
+        for item in &t.items {
+            let found = item.key.as_ref().and_then(|key| {
+                items.iter().enumerate().find(|(_, v)| v.get(merge_key).is_some_and(|k| key_matches(key, k)))
+            });
+            match found {
+                Some((index, existing)) => {
+                    let mark = self.path.push_index(index);
+                    self.present(&item.node, existing, "");
+                    self.path.truncate(mark);
+                }
+                None => missing += 1,
+            }
+        }
+        if missing == 0 {
+            return;
+        }
+        let insert_front = field == INIT_CONTAINERS && self.init_position == InitPosition::First;
+        let mut inserted = 0;
+        for item in &t.items {
+            let present = item
+                .key
+                .as_ref()
+                .is_some_and(|key| items.iter().any(|v| v.get(merge_key).is_some_and(|k| key_matches(key, k))));
+            if present {
+                continue;
+            }
+            let rendered = self.rendered;
+            if insert_front {
+                // Inserting at 0, 1, 2... keeps the template's order in front of the pod's own items.
+                let mark = self.path.push_index(inserted);
+                self.patch.add(self.path, false, |out| item.node.write(out, rendered));
+                self.path.truncate(mark);
+            } else {
+                self.patch.add(self.path, true, |out| item.node.write(out, rendered));
+            }
+            inserted += 1;
+        }
+    }
+
+    /// One `add` of the whole template node at the current path.
+    fn add_here(&mut self, t: &TNode) {
+        let rendered = self.rendered;
+        self.patch.add(self.path, false, |out| t.write(out, rendered));
+    }
+}
+
+fn key_matches(key: &KeyValue, value: Value<'_, '_>) -> bool {
+    match key {
+        KeyValue::Str(s) => value.as_str() == Some(&**s),
+        KeyValue::Int(i) => value.as_i64() == Some(*i),
+    }
+}

@@ -1,0 +1,176 @@
+//! Bytes to review: a borrowed, zero-copy view of an `AdmissionReview` over a simd-json tape.
+//!
+//! simd-json parses the request body in place (strings are unescaped inside the buffer) into a tape that the
+//! caller reuses across requests. Nothing here copies a string: every `&str` points into the request buffer.
+//! Only the envelope fields the decision needs are read; the rest of the document (`managedFields`, `status`,
+//! `userInfo`, unknown fields) is stepped over by the tape's subtree counts without being looked at.
+
+use simd_json::prelude::*;
+use simd_json::tape::Value;
+
+/// The maximum nesting depth accepted in a request body. A Pod is about 10 levels deep and its `managedFields`
+/// add a few more; anything near this limit is not a Pod the API server sent.
+pub const MAX_DEPTH: usize = 256;
+
+/// Why a request body could not be read as an `AdmissionReview`. Each message names what is wrong in one line,
+/// fit to be sent back to the caller as a 400 reason.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReviewError {
+    /// The body is empty.
+    #[error("request body is empty")]
+    Empty,
+    /// The body is not one well-formed JSON document (includes invalid UTF-8, truncation, trailing data and
+    /// nesting deeper than [`MAX_DEPTH`]).
+    #[error("request body is not valid JSON: {detail}")]
+    Json {
+        /// simd-json's description, with the byte offset.
+        detail: String,
+    },
+    /// The document is JSON but not an `AdmissionReview` object.
+    #[error("request body is not an AdmissionReview: {0}")]
+    NotAdmissionReview(&'static str),
+    /// `apiVersion` names a version of the admission API we do not speak.
+    #[error("unsupported AdmissionReview apiVersion {0:?} (expected admission.k8s.io/v1 or admission.k8s.io/v1beta1)")]
+    UnsupportedVersion(String),
+    /// A field the protocol requires is missing or has the wrong type.
+    #[error("AdmissionReview field {field} is {problem}")]
+    BadField {
+        /// The JSON path of the field, e.g. `request.uid`.
+        field: &'static str,
+        /// "missing", "not a string", ...
+        problem: &'static str,
+    },
+}
+
+impl ReviewError {
+    pub(crate) fn json(err: &simd_json::Error) -> Self {
+        let detail = match err.error() {
+            simd_json::ErrorType::InvalidUtf8 => format!("invalid UTF-8 near byte {}", err.index()),
+            simd_json::ErrorType::Eof => "unexpected end of input (truncated body?)".to_owned(),
+            simd_json::ErrorType::TrailingData => format!("trailing data after the document at byte {}", err.index()),
+            simd_json::ErrorType::DepthLimitExceeded => format!("nesting deeper than {MAX_DEPTH} levels"),
+            _ => err.to_string(),
+        };
+        ReviewError::Json { detail }
+    }
+}
+
+/// The admission API version of a review; the response is written in the same version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiVersion {
+    /// `admission.k8s.io/v1`
+    V1,
+    /// `admission.k8s.io/v1beta1`
+    V1Beta1,
+}
+
+impl ApiVersion {
+    /// The `apiVersion` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiVersion::V1 => "admission.k8s.io/v1",
+            ApiVersion::V1Beta1 => "admission.k8s.io/v1beta1",
+        }
+    }
+}
+
+/// The group/version/kind of the object under review (`request.kind`).
+#[derive(Debug, Clone, Copy)]
+pub struct GroupVersionKind<'i> {
+    /// API group; empty for the core group.
+    pub group: &'i str,
+    /// API version, e.g. `v1`.
+    pub version: &'i str,
+    /// Kind, e.g. `Pod`.
+    pub kind: &'i str,
+}
+
+/// The parts of `request` the engine reads. Borrowed from the tape (`'t`) and the request buffer (`'i`).
+#[derive(Debug, Clone, Copy)]
+pub struct Review<'t, 'i> {
+    /// The version the review arrived in.
+    pub version: ApiVersion,
+    /// `request.uid`, echoed in the response.
+    pub uid: &'i str,
+    /// `request.kind`.
+    pub kind: GroupVersionKind<'i>,
+    /// `request.operation`: CREATE, UPDATE, DELETE or CONNECT.
+    pub operation: &'i str,
+    /// `request.subResource`, empty when absent.
+    pub sub_resource: &'i str,
+    /// `request.namespace`, empty when absent.
+    pub namespace: &'i str,
+    /// `request.object`, `None` when absent or null.
+    pub object: Option<Value<'t, 'i>>,
+    /// `request.dryRun`.
+    pub dry_run: bool,
+}
+
+/// Reads the review envelope from a parsed document.
+pub(crate) fn read<'t, 'i>(root: Value<'t, 'i>) -> Result<Review<'t, 'i>, ReviewError> {
+    if root.as_object().is_none() {
+        return Err(ReviewError::NotAdmissionReview("the document is not a JSON object"));
+    }
+    match root.get("kind").and_then(|k| k.into_string()) {
+        Some("AdmissionReview") => {}
+        Some(_) => return Err(ReviewError::NotAdmissionReview("kind is not AdmissionReview")),
+        None => return Err(ReviewError::NotAdmissionReview("kind is missing")),
+    }
+    let version = match root.get("apiVersion").map(|v| v.into_string()) {
+        Some(Some("admission.k8s.io/v1")) => ApiVersion::V1,
+        Some(Some("admission.k8s.io/v1beta1")) => ApiVersion::V1Beta1,
+        Some(Some(other)) => return Err(ReviewError::UnsupportedVersion(other.to_owned())),
+        Some(None) => return Err(bad("apiVersion", "not a string")),
+        None => return Err(bad("apiVersion", "missing")),
+    };
+    let request = match root.get("request") {
+        Some(r) if r.as_object().is_some() => r,
+        Some(r) if r.is_null() => return Err(bad("request", "null")),
+        Some(_) => return Err(bad("request", "not an object")),
+        None => return Err(bad("request", "missing")),
+    };
+    let uid = required_str(request, "uid", "request.uid")?;
+    if uid.is_empty() {
+        return Err(bad("request.uid", "empty"));
+    }
+    let kind = match request.get("kind") {
+        Some(k) if k.as_object().is_some() => GroupVersionKind {
+            group: optional_str(k, "group", "request.kind.group")?,
+            version: required_str(k, "version", "request.kind.version")?,
+            kind: required_str(k, "kind", "request.kind.kind")?,
+        },
+        Some(_) => return Err(bad("request.kind", "not an object")),
+        None => return Err(bad("request.kind", "missing")),
+    };
+    let operation = required_str(request, "operation", "request.operation")?;
+    let sub_resource = optional_str(request, "subResource", "request.subResource")?;
+    let namespace = optional_str(request, "namespace", "request.namespace")?;
+    let object = request.get("object").filter(|o| !o.is_null());
+    let dry_run = match request.get("dryRun") {
+        None => false,
+        Some(v) if v.is_null() => false,
+        Some(v) => v.as_bool().ok_or_else(|| bad("request.dryRun", "not a boolean"))?,
+    };
+    Ok(Review { version, uid, kind, operation, sub_resource, namespace, object, dry_run })
+}
+
+fn bad(field: &'static str, problem: &'static str) -> ReviewError {
+    ReviewError::BadField { field, problem }
+}
+
+fn required_str<'i>(obj: Value<'_, 'i>, key: &str, field: &'static str) -> Result<&'i str, ReviewError> {
+    match obj.get(key) {
+        Some(v) => v.into_string().ok_or_else(|| bad(field, "not a string")),
+        None => Err(bad(field, "missing")),
+    }
+}
+
+/// An optional string field: absent and null both read as "".
+fn optional_str<'i>(obj: Value<'_, 'i>, key: &str, field: &'static str) -> Result<&'i str, ReviewError> {
+    match obj.get(key) {
+        None => Ok(""),
+        Some(v) if v.is_null() => Ok(""),
+        Some(v) => v.into_string().ok_or_else(|| bad(field, "not a string")),
+    }
+}

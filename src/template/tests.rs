@@ -1,0 +1,112 @@
+//! Template loading: every refusal names the file, the line and the reason.
+
+use super::*;
+
+fn refuse(source: &str) -> (usize, String) {
+    match Template::compile("t", "t.yaml", source, DEFAULT_PREFIX).unwrap_err() {
+        TemplateError::Invalid { file, line, reason } => {
+            assert_eq!(file, "t.yaml");
+            (line, reason)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+const CONTAINER: &str = "pod:\n  spec:\n    containers:\n      - name: p\n        image: x\n";
+
+#[test]
+fn the_shipped_templates_compile() {
+    let builtin = Template::builtin(DEFAULT_PREFIX).unwrap();
+    assert_eq!(builtin.name(), "default");
+    assert_eq!(builtin.hash().len(), 16);
+    assert_eq!(builtin.injected_containers, ["proxy"]);
+    assert!(!builtin.renderer.is_empty(), "the default template has a per-pod leaf");
+    let native = Template::from_file(Path::new("templates/native-sidecar.yaml"), DEFAULT_PREFIX).unwrap();
+    assert_eq!(native.name(), "native-sidecar");
+}
+
+#[test]
+fn the_status_annotation_names_template_version_and_parts() {
+    let t = Template::compile("mesh", "t.yaml", CONTAINER, "example.com/").unwrap();
+    let status: serde_json::Value = serde_json::from_str(t.status()).unwrap();
+    assert_eq!(status["template"], "mesh");
+    assert_eq!(status["version"], t.hash());
+    assert_eq!(status["containers"], serde_json::json!(["p"]));
+    let edited =
+        Template::compile("mesh", "t.yaml", &CONTAINER.replace("image: x", "image: y"), "example.com/").unwrap();
+    assert_ne!(edited.hash(), t.hash(), "any edit changes the version");
+}
+
+#[test]
+fn malformed_yaml_is_refused_at_its_line() {
+    let (line, _) = refuse("pod:\n  spec:\n    containers: [\n");
+    assert!(line >= 3);
+}
+
+#[test]
+fn unknown_keys_and_bad_options_are_refused_at_their_line() {
+    assert_eq!(refuse("values: {}\npods: {}\n"), (2, "unknown top-level key `pods` (expected one of values, pod, containerDefaults, initContainerPosition, injectHostNetwork)".into()));
+    assert_eq!(refuse("initContainerPosition: middle\n").0, 1);
+    assert_eq!(refuse("values: [1]\n").1, "`values` must be a mapping");
+    assert_eq!(refuse("injectHostNetwork: maybe\n").1, "`injectHostNetwork` must be true or false");
+}
+
+#[test]
+fn invalid_containers_are_refused_at_the_offending_line() {
+    let (line, reason) = refuse(&CONTAINER.replace("image: x", "image: x\n        imagePullPolcy: Always"));
+    assert_eq!((line, reason.as_str()), (4, "pod.spec.containers[0]: unknown field `imagePullPolcy`"));
+    let (line, reason) = refuse("pod:\n  spec:\n    containers:\n      - name: p\n");
+    assert_eq!((line, reason.as_str()), (4, "pod.spec.containers[0]: a container needs an `image`"));
+    let (line, reason) =
+        refuse(&CONTAINER.replace("image: x", "image: x\n        ports:\n          - containerPort: http"));
+    assert_eq!(line, 7);
+    assert!(reason.starts_with("pod.spec.containers[0].ports[0].containerPort: invalid type"), "{reason}");
+}
+
+#[test]
+fn merge_keys_must_be_present_unique_and_static() {
+    let (line, reason) = refuse("pod:\n  spec:\n    imagePullSecrets:\n      - {}\n");
+    assert_eq!(line, 4);
+    assert!(reason.contains("needs a `name`"), "{reason}");
+    let (line, reason) = refuse(&format!("{CONTAINER}      - name: p\n        image: y\n"));
+    assert_eq!(line, 6);
+    assert!(reason.contains("two items share the name \"p\""), "{reason}");
+    let (_, reason) = refuse(&CONTAINER.replace("name: p", "name: \"{{ pod.name }}\""));
+    assert!(reason.contains("cannot depend on the pod"), "{reason}");
+}
+
+#[test]
+fn expression_errors_are_refused_at_their_line() {
+    let (line, reason) = refuse(&CONTAINER.replace("image: x", "image: \"{{ values.image }}\""));
+    assert_eq!(line, 5);
+    assert!(reason.contains("pod.spec.containers[0].image") && reason.contains("undefined"), "{reason}");
+    let (line, reason) = refuse(&CONTAINER.replace("image: x", "image: \"{{ pod.nam | upper }}\""));
+    assert_eq!(line, 5);
+    assert!(reason.contains("cannot render on a sample pod"), "{reason}");
+    let (_, reason) = refuse(&CONTAINER.replace("image: x", "image: \"{{ image }}\""));
+    assert!(reason.contains("unknown variable `image`"), "{reason}");
+    let (line, _) = refuse(&CONTAINER.replace("image: x", "image: \"{{ values.x \""));
+    assert_eq!(line, 5);
+}
+
+#[test]
+fn values_expressions_may_produce_whole_structures() {
+    let source = "values:\n  res: { requests: { cpu: 10m } }\n  port: 9000\npod:\n  spec:\n    containers:\n      - name: p\n        image: x\n        resources: \"{{ values.res }}\"\n        ports: [{ containerPort: \"{{ values.port }}\" }]\n";
+    let t = Template::compile("t", "t.yaml", source, DEFAULT_PREFIX).unwrap();
+    assert!(t.renderer.is_empty(), "values-only expressions render at load time");
+    // A values expression of the wrong type is caught by validation.
+    let (_, reason) = refuse(&source.replace("port: 9000", "port: http"));
+    assert!(reason.contains("containerPort"), "{reason}");
+}
+
+#[test]
+fn the_status_annotation_is_reserved() {
+    let (_, reason) = refuse("pod:\n  metadata:\n    annotations:\n      sidecar-injector.io/status: x\n");
+    assert!(reason.contains("written by the injector"), "{reason}");
+}
+
+#[test]
+fn a_missing_file_is_a_read_error_naming_it() {
+    let err = Template::from_file(Path::new("/nonexistent/t.yaml"), DEFAULT_PREFIX).unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/t.yaml"));
+}

@@ -1,0 +1,113 @@
+//! `sidecar-injector review`, run as a person would run it.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+const REVIEW: &str = "../shared/corpus/reviews/apiserver-1.20-pod-create.json";
+
+fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or_default()).unwrap();
+    drop(input);
+    let output = child.wait_with_output().unwrap();
+    eprintln!(
+        "$ sidecar-injector {}\nstatus: {}\nstdout: {}\nstderr: {}",
+        args.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn response(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout).expect("stdout is the response AdmissionReview")
+}
+
+#[test]
+fn review_answers_a_file_and_stdin_identically() {
+    let from_file = run(&["review", "-f", REVIEW], None);
+    assert!(from_file.status.success());
+    let from_stdin = run(&["review"], Some(&std::fs::read(REVIEW).unwrap()));
+    assert!(from_stdin.status.success());
+    assert_eq!(from_file.stdout, from_stdin.stdout);
+    let answer = response(&from_file);
+    assert_eq!(answer["response"]["uid"], "b955855f-ac5d-4b46-aec2-7ccac9863c11");
+    assert_eq!(answer["response"]["patchType"], "JSONPatch");
+    assert!(from_file.stderr.is_empty(), "nothing on stderr without --explain");
+}
+
+#[test]
+fn explain_prints_the_decision_and_the_decoded_patch_on_stderr() {
+    let output = run(&["review", "-f", REVIEW, "--explain"], None);
+    assert!(output.status.success());
+    let stderr = String::from_utf8(output.stderr.clone()).unwrap();
+    assert!(stderr.contains("pod: webhook-test/demo"), "{stderr}");
+    assert!(stderr.contains("decision: injected, 5 add operation(s)"), "{stderr}");
+    assert!(stderr.contains("\"path\": \"/spec/containers/-\""), "{stderr}");
+    response(&output);
+
+    let mut opted_out: serde_json::Value = serde_json::from_slice(&std::fs::read(REVIEW).unwrap()).unwrap();
+    opted_out["request"]["object"]["metadata"]["annotations"] =
+        serde_json::json!({"sidecar-injector.io/inject": "false"});
+    let output = run(&["review", "--explain"], Some(&serde_json::to_vec(&opted_out).unwrap()));
+    assert!(output.status.success());
+    let stderr = String::from_utf8(output.stderr.clone()).unwrap();
+    assert!(stderr.contains("decision: not injected (opted-out)"), "{stderr}");
+    assert!(response(&output)["response"].get("patch").is_none());
+}
+
+#[test]
+fn a_malformed_request_fails_with_a_one_line_reason() {
+    let output = run(&["review"], Some(b"{\"kind\":\"AdmissionReview\""));
+    assert_eq!(output.status.code(), Some(1));
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("sidecar-injector: stdin: request body is not valid JSON"), "{stderr}");
+}
+
+#[test]
+fn a_bad_template_fails_with_file_line_and_reason() {
+    let dir = std::env::temp_dir().join(format!("si-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("broken.yaml");
+    std::fs::write(&file, "pod:\n  spec:\n    containers:\n      - name: p\n").unwrap();
+    let output = run(&["review", "-f", REVIEW, "--template", file.to_str().unwrap()], None);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!("{}:4: pod.spec.containers[0]: a container needs an `image`", file.display())),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn another_template_and_prefix_can_be_chosen() {
+    let output = run(
+        &[
+            "review",
+            "-f",
+            REVIEW,
+            "--template",
+            "templates/native-sidecar.yaml",
+            "--annotation-prefix",
+            "mesh.example.com/",
+            "--explain",
+        ],
+        None,
+    );
+    assert!(output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("template: native-sidecar"), "{stderr}");
+    assert!(stderr.contains("\"mesh.example.com/status\""), "{stderr}");
+    assert!(stderr.contains("\"restartPolicy\": \"Always\""), "{stderr}");
+}

@@ -1,0 +1,132 @@
+//! Helpers shared by the integration tests: build reviews, run the engine, decode and apply patches.
+#![allow(dead_code)]
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+use sidecar_injector::{Engine, Outcome, Settings, Template};
+
+pub fn engine_from(source: &str) -> Engine {
+    let settings = Settings::default();
+    Engine::new(Template::compile("test", "test.yaml", source, &settings.annotation_prefix).unwrap(), &settings)
+}
+
+pub fn builtin() -> Engine {
+    let settings = Settings::default();
+    Engine::new(Template::builtin(&settings.annotation_prefix).unwrap(), &settings)
+}
+
+/// A v1 Pod CREATE review around `pod`.
+pub fn review(pod: &Value) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0f7c1e9a-uid",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "shop",
+            "operation": "CREATE",
+            "object": pod,
+            "oldObject": null,
+            "dryRun": false
+        }
+    })
+}
+
+/// The engine's answer to a review: the outcome, the response JSON and the decoded patch (None when absent).
+pub fn answer(engine: &Engine, review: &Value) -> (Outcome, Value, Option<Value>) {
+    let mut body = serde_json::to_vec(review).unwrap();
+    let mut out = Vec::new();
+    let outcome = engine.review(&mut body, &mut out).unwrap();
+    let response: Value = serde_json::from_slice(&out).expect("the response is JSON");
+    let patch = response["response"].get("patch").map(|p| {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(p.as_str().unwrap()).unwrap();
+        serde_json::from_slice(&bytes).expect("the patch is JSON")
+    });
+    (outcome, response, patch)
+}
+
+/// The patch for `pod` (as a Pod CREATE review), or None.
+pub fn patch_for(engine: &Engine, pod: &Value) -> Option<Value> {
+    answer(engine, &review(pod)).2
+}
+
+/// Applies a patch with an independent RFC 6902 implementation.
+pub fn apply(pod: &Value, patch: &Value) -> Value {
+    let ops: json_patch::Patch = serde_json::from_value(patch.clone()).unwrap();
+    let mut doc = pod.clone();
+    json_patch::patch(&mut doc, &ops)
+        .unwrap_or_else(|e| panic!("patch does not apply: {e}\npatch: {patch}\npod: {pod}"));
+    doc
+}
+
+/// Every property the engine promises for one pod: the patch applies, is add-only, overwrites nothing present
+/// (an empty map or list may be filled), keeps every original value, keeps names unique, and a second run on
+/// the result gives no patch.
+pub fn check_properties(engine: &Engine, pod: &Value) {
+    let Some(patch) = patch_for(engine, pod) else { return };
+    let ops = patch.as_array().expect("a patch is an array");
+    assert!(!ops.is_empty(), "a patch is never empty: {patch}");
+    let mut seen = std::collections::HashSet::new();
+    for op in ops {
+        assert_eq!(op["op"], "add", "only add operations: {op}");
+        let path = op["path"].as_str().unwrap();
+        assert!(seen.insert(path.to_owned()) || path.ends_with("/-"), "two adds at {path}: {patch}");
+        if !path.ends_with("/-") && !path.rsplit('/').next().unwrap().chars().all(|c| c.is_ascii_digit()) {
+            match pointer(pod, path) {
+                None | Some(Value::Null) => {}
+                Some(Value::Object(o)) if o.is_empty() => {}
+                Some(Value::Array(a)) if a.is_empty() => {}
+                Some(existing) => panic!("add at {path} overwrites {existing}"),
+            }
+        }
+    }
+    let patched = apply(pod, &patch);
+    assert_contains(&patched, pod, "");
+    for list in ["containers", "initContainers", "volumes"] {
+        let names: Vec<&str> =
+            patched["spec"][list].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str()).collect();
+        let unique: std::collections::HashSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "duplicate names in spec.{list}: {names:?}");
+    }
+    assert_eq!(patch_for(engine, &patched), None, "second run on the patched pod must give no patch");
+}
+
+/// A pointer lookup (RFC 6901) on a serde_json value.
+fn pointer<'a>(doc: &'a Value, path: &str) -> Option<&'a Value> {
+    doc.pointer(path)
+}
+
+/// Every value in `original` is still in `patched` (lists: every original item, in order, at its index or
+/// shifted by insertions before it).
+pub fn assert_contains(patched: &Value, original: &Value, at: &str) {
+    match (patched, original) {
+        // null is "absent" to the API server: filling it loses nothing.
+        (_, Value::Null) => {}
+        (Value::Object(p), Value::Object(o)) => {
+            for (k, v) in o {
+                let child = p.get(k).unwrap_or_else(|| panic!("{at}/{k} was lost"));
+                assert_contains(child, v, &format!("{at}/{k}"));
+            }
+        }
+        (Value::Array(p), Value::Array(o)) => {
+            // Original items keep their relative order; inserted items may sit between them.
+            let mut next = 0;
+            for (i, item) in o.iter().enumerate() {
+                let found = p[next..].iter().position(|c| contains(c, item));
+                let offset = found.unwrap_or_else(|| panic!("{at}/{i} was lost or changed: {item}"));
+                next += offset + 1;
+            }
+        }
+        (p, o) => assert_eq!(p, o, "{at} was changed"),
+    }
+}
+
+fn contains(patched: &Value, original: &Value) -> bool {
+    match (patched, original) {
+        (_, Value::Null) => true,
+        (Value::Object(p), Value::Object(o)) => o.iter().all(|(k, v)| p.get(k).is_some_and(|c| contains(c, v))),
+        (Value::Array(p), Value::Array(o)) => o.len() <= p.len() && o.iter().all(|i| p.iter().any(|c| contains(c, i))),
+        (p, o) => p == o,
+    }
+}

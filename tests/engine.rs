@@ -1,0 +1,439 @@
+//! The engine's rules, one test each, with the exact patch where the exact patch is the point.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use sidecar_injector::{ApiVersion, ReviewError, SkipReason, Verdict};
+
+const SMALL: &str = r#"
+pod:
+  metadata:
+    labels: { injected: "yes" }
+    annotations: { "example.com/a~b": v }
+  spec:
+    initContainers:
+      - { name: init, image: "init:1" }
+    containers:
+      - name: side
+        image: "side:1"
+        env: [{ name: A, value: "1" }]
+    volumes:
+      - { name: data, emptyDir: {} }
+    securityContext:
+      runAsNonRoot: true
+      seccompProfile: { type: RuntimeDefault }
+"#;
+
+fn small() -> sidecar_injector::Engine {
+    engine_from(SMALL)
+}
+
+fn full_pod() -> Value {
+    json!({
+        "metadata": {"name": "web", "labels": {"app": "web"}, "annotations": {"keep": "me"}},
+        "spec": {
+            "initContainers": [{"name": "migrate", "image": "m:1"}],
+            "containers": [{"name": "web", "image": "nginx"}],
+            "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}],
+            "securityContext": {"runAsUser": 1000}
+        }
+    })
+}
+
+fn status(engine: &sidecar_injector::Engine) -> String {
+    engine.template().status().to_owned()
+}
+
+#[test]
+fn present_maps_and_lists_get_one_add_per_new_member_with_escaped_keys() {
+    let engine = small();
+    let patch = patch_for(&engine, &full_pod()).unwrap();
+    assert_eq!(
+        patch,
+        json!([
+            {"op": "add", "path": "/metadata/labels/injected", "value": "yes"},
+            {"op": "add", "path": "/metadata/annotations/example.com~1a~0b", "value": "v"},
+            {"op": "add", "path": "/metadata/annotations/sidecar-injector.io~1status", "value": status(&engine)},
+            {"op": "add", "path": "/spec/initContainers/0", "value": {"name": "init", "image": "init:1"}},
+            {"op": "add", "path": "/spec/containers/-", "value": {"name": "side", "image": "side:1", "env": [{"name": "A", "value": "1"}]}},
+            {"op": "add", "path": "/spec/volumes/-", "value": {"name": "data", "emptyDir": {}}},
+            {"op": "add", "path": "/spec/securityContext/runAsNonRoot", "value": true},
+            {"op": "add", "path": "/spec/securityContext/seccompProfile", "value": {"type": "RuntimeDefault"}}
+        ])
+    );
+}
+
+#[test]
+fn absent_null_and_empty_maps_and_lists_get_one_add_of_the_whole_value() {
+    let engine = small();
+    for empty in [Value::Null, json!({}), json!("absent")] {
+        let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app", "image": "a"}]}});
+        for (section, key) in [("metadata", "labels"), ("metadata", "annotations"), ("spec", "securityContext")] {
+            if empty != json!("absent") {
+                pod[section][key] = empty.clone();
+            }
+        }
+        for list in ["initContainers", "volumes"] {
+            match &empty {
+                Value::Null => pod["spec"][list] = Value::Null,
+                Value::Object(_) => pod["spec"][list] = json!([]),
+                _ => {}
+            }
+        }
+        let patch = patch_for(&engine, &pod).unwrap();
+        let paths: Vec<&str> = patch.as_array().unwrap().iter().map(|op| op["path"].as_str().unwrap()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/metadata/labels",
+                "/metadata/annotations",
+                "/spec/initContainers",
+                "/spec/containers/-",
+                "/spec/volumes",
+                "/spec/securityContext"
+            ],
+            "for {empty}"
+        );
+        assert_eq!(patch[1]["value"], json!({"example.com/a~b": "v", "sidecar-injector.io/status": status(&engine)}));
+        assert_eq!(patch[2]["value"], json!([{"name": "init", "image": "init:1"}]));
+        assert_eq!(patch[5]["value"], json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}}));
+    }
+}
+
+#[test]
+fn defaults_are_added_leaf_by_leaf_and_never_overwrite() {
+    let engine = small();
+    let mut pod = full_pod();
+    pod["spec"]["securityContext"] =
+        json!({"runAsNonRoot": false, "seccompProfile": {"type": "Localhost", "localhostProfile": "x.json"}});
+    let patch = patch_for(&engine, &pod).unwrap();
+    assert!(
+        !patch.as_array().unwrap().iter().any(|op| op["path"].as_str().unwrap().starts_with("/spec/securityContext")),
+        "the user's securityContext is complete and must not be touched: {patch}"
+    );
+    pod["spec"]["securityContext"] = json!({"seccompProfile": {"localhostProfile": "x.json"}});
+    let patch = patch_for(&engine, &pod).unwrap();
+    let ops: Vec<&Value> = patch
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|op| op["path"].as_str().unwrap().starts_with("/spec/securityContext"))
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            &json!({"op": "add", "path": "/spec/securityContext/runAsNonRoot", "value": true}),
+            &json!({"op": "add", "path": "/spec/securityContext/seccompProfile/type", "value": "RuntimeDefault"})
+        ]
+    );
+}
+
+#[test]
+fn a_user_declared_sidecar_keeps_every_field_the_user_set() {
+    let engine = small();
+    let mut pod = full_pod();
+    pod["spec"]["containers"] = json!([
+        {"name": "web", "image": "nginx"},
+        {"name": "side", "image": "mine:2", "env": [{"name": "A", "value": "mine"}, {"name": "B", "value": "b"}]}
+    ]);
+    let patch = patch_for(&engine, &pod).unwrap();
+    assert!(!patch.to_string().contains("/spec/containers"), "nothing to add to the user's sidecar: {patch}");
+
+    pod["spec"]["containers"][1] = json!({"name": "side", "image": "mine:2", "env": [{"name": "B", "value": "b"}]});
+    let patch = patch_for(&engine, &pod).unwrap();
+    let container_ops: Vec<&Value> = patch
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|op| op["path"].as_str().unwrap().starts_with("/spec/containers"))
+        .collect();
+    assert_eq!(
+        container_ops,
+        [&json!({"op": "add", "path": "/spec/containers/1/env/-", "value": {"name": "A", "value": "1"}})]
+    );
+    let patched = apply(&pod, &patch);
+    assert_eq!(patched["spec"]["containers"][1]["image"], "mine:2");
+    assert_eq!(patched["spec"]["containers"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn init_containers_go_first_in_template_order_or_last_when_configured() {
+    let two = SMALL.replace(
+        "      - { name: init, image: \"init:1\" }",
+        "      - { name: init, image: \"init:1\" }\n      - { name: native, image: \"n:1\", restartPolicy: Always }",
+    );
+    let patch = patch_for(&engine_from(&two), &full_pod()).unwrap();
+    let inits: Vec<(&str, &str)> = patch
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|op| op["path"].as_str().unwrap().starts_with("/spec/initContainers"))
+        .map(|op| (op["path"].as_str().unwrap(), op["value"]["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(inits, [("/spec/initContainers/0", "init"), ("/spec/initContainers/1", "native")]);
+    let patched = apply(&full_pod(), &patch);
+    let names: Vec<&str> =
+        patched["spec"]["initContainers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["init", "native", "migrate"]);
+    assert_eq!(patched["spec"]["initContainers"][1]["restartPolicy"], "Always");
+
+    let last = format!("initContainerPosition: last\n{two}");
+    let patched = apply(&full_pod(), &patch_for(&engine_from(&last), &full_pod()).unwrap());
+    let names: Vec<&str> =
+        patched["spec"]["initContainers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["migrate", "init", "native"]);
+}
+
+#[test]
+fn a_partly_present_init_list_completes_matches_before_inserting() {
+    let two = SMALL.replace(
+        "      - { name: init, image: \"init:1\" }",
+        "      - { name: init, image: \"init:1\", args: [x] }\n      - { name: native, image: \"n:1\" }",
+    );
+    let mut pod = full_pod();
+    pod["spec"]["initContainers"] = json!([{"name": "migrate", "image": "m"}, {"name": "init", "image": "mine"}]);
+    let patch = patch_for(&engine_from(&two), &pod).unwrap();
+    let patched = apply(&pod, &patch);
+    assert_eq!(
+        patched["spec"]["initContainers"],
+        json!([
+            {"name": "native", "image": "n:1"},
+            {"name": "migrate", "image": "m"},
+            {"name": "init", "image": "mine", "args": ["x"]}
+        ])
+    );
+}
+
+#[test]
+fn container_defaults_reach_every_app_container_but_not_the_template_sidecar() {
+    let template = format!("{SMALL}\ncontainerDefaults:\n  resources:\n    requests: {{ cpu: 10m }}\n");
+    let engine = engine_from(&template);
+    let mut pod = full_pod();
+    pod["spec"]["containers"] = json!([
+        {"name": "a", "image": "a", "resources": {}},
+        {"name": "b", "image": "b", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+        {"name": "side", "image": "mine"},
+        {"name": "c", "image": "c", "resources": {"limits": {"cpu": "2"}}}
+    ]);
+    let patch = patch_for(&engine, &pod).unwrap();
+    let ops: Vec<&Value> = patch
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|op| op["path"].as_str().unwrap().starts_with("/spec/containers"))
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            &json!({"op": "add", "path": "/spec/containers/0/resources", "value": {"requests": {"cpu": "10m"}}}),
+            &json!({"op": "add", "path": "/spec/containers/3/resources/requests", "value": {"cpu": "10m"}}),
+            &json!({"op": "add", "path": "/spec/containers/2/env", "value": [{"name": "A", "value": "1"}]})
+        ]
+    );
+    check_properties(&engine, &pod);
+}
+
+#[test]
+fn pod_values_are_rendered_and_escaped_whatever_bytes_the_pod_carries() {
+    let template = r#"
+pod:
+  spec:
+    containers:
+      - name: side
+        image: "side:1"
+        env:
+          - { name: APP, value: "{{ pod.labels.app }}" }
+          - { name: WHO, value: "{{ pod.name or pod.generateName }}.{{ pod.namespace }}@{{ pod.serviceAccountName }}" }
+          - { name: NOTE, value: "{{ pod.annotations.note | default('none') }}" }
+"#;
+    let engine = engine_from(template);
+    let hostile = "q\" b\\ \n\t\u{1} é 日本 \u{2028}\u{2029} </script> {{ x }}";
+    let pod = json!({
+        "metadata": {"generateName": "web-", "labels": {"app": hostile}, "annotations": {"note": hostile}},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}], "serviceAccountName": "robot"}
+    });
+    let patched = apply(&pod, &patch_for(&engine, &pod).unwrap());
+    let env = &patched["spec"]["containers"][1]["env"];
+    assert_eq!(env[0]["value"], hostile);
+    assert_eq!(env[1]["value"], "web-.shop@robot", "namespace comes from the request when the pod has none");
+    assert_eq!(env[2]["value"], hostile);
+}
+
+#[test]
+fn a_template_that_fails_to_render_for_a_pod_admits_it_uninjected_with_a_warning() {
+    let engine = engine_from("pod:\n  metadata:\n    labels:\n      v: \"{{ pod.labels.version }}\"\n");
+    let (outcome, response, patch) = answer(&engine, &review(&full_pod()));
+    assert_eq!(outcome.verdict, Verdict::Skipped(SkipReason::RenderFailed));
+    assert_eq!(patch, None);
+    assert_eq!(response["response"]["allowed"], true);
+    let warning = response["response"]["warnings"][0].as_str().unwrap();
+    assert!(warning.contains("shop/web") && warning.contains("pod.metadata.labels.v"), "{warning}");
+}
+
+#[test]
+fn only_pod_creates_without_subresource_are_injected() {
+    let engine = small();
+    type Mutation = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Mutation, SkipReason)> = vec![
+        (
+            "deployment",
+            Box::new(|r| r["request"]["kind"] = json!({"group": "apps", "version": "v1", "kind": "Deployment"})),
+            SkipReason::NotAPod,
+        ),
+        ("update", Box::new(|r| r["request"]["operation"] = json!("UPDATE")), SkipReason::NotCreate),
+        ("delete", Box::new(|r| r["request"]["operation"] = json!("DELETE")), SkipReason::NotCreate),
+        ("connect", Box::new(|r| r["request"]["operation"] = json!("CONNECT")), SkipReason::NotCreate),
+        ("status", Box::new(|r| r["request"]["subResource"] = json!("status")), SkipReason::Subresource),
+        (
+            "ephemeral",
+            Box::new(|r| r["request"]["subResource"] = json!("ephemeralcontainers")),
+            SkipReason::Subresource,
+        ),
+        ("no object", Box::new(|r| r["request"]["object"] = Value::Null), SkipReason::NoObject),
+        (
+            "mirror",
+            Box::new(|r| {
+                r["request"]["object"]["metadata"]["annotations"]["kubernetes.io/config.mirror"] = json!("abc")
+            }),
+            SkipReason::MirrorPod,
+        ),
+        (
+            "opt-out annotation",
+            Box::new(|r| {
+                r["request"]["object"]["metadata"]["annotations"]["sidecar-injector.io/inject"] = json!("false")
+            }),
+            SkipReason::OptedOut,
+        ),
+        (
+            "opt-out label",
+            Box::new(|r| r["request"]["object"]["metadata"]["labels"]["sidecar-injector.io/inject"] = json!("False")),
+            SkipReason::OptedOut,
+        ),
+        (
+            "host network",
+            Box::new(|r| r["request"]["object"]["spec"]["hostNetwork"] = json!(true)),
+            SkipReason::HostNetwork,
+        ),
+    ];
+    for (name, mutate, reason) in cases {
+        let mut r = review(&full_pod());
+        mutate(&mut r);
+        let (outcome, response, patch) = answer(&engine, &r);
+        assert_eq!(outcome.verdict, Verdict::Skipped(reason), "{name}");
+        assert_eq!(patch, None, "{name}");
+        assert_eq!(
+            response["response"],
+            json!({"uid": "0f7c1e9a-uid", "allowed": true}),
+            "{name}: no patchType without patch"
+        );
+    }
+    // Opting in explicitly, and dry runs, inject as usual.
+    let mut r = review(&full_pod());
+    r["request"]["object"]["metadata"]["annotations"]["sidecar-injector.io/inject"] = json!("true");
+    r["request"]["dryRun"] = json!(true);
+    assert!(matches!(answer(&engine, &r).0.verdict, Verdict::Injected { .. }));
+}
+
+#[test]
+fn v1beta1_is_answered_in_v1beta1_with_the_uid_copied() {
+    let mut r = review(&full_pod());
+    r["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    r["request"]["uid"] = json!("weird \"uid\" \\ é");
+    let (outcome, response, patch) = answer(&small(), &r);
+    assert_eq!(outcome.version, ApiVersion::V1Beta1);
+    assert_eq!(response["apiVersion"], "admission.k8s.io/v1beta1");
+    assert_eq!(response["kind"], "AdmissionReview");
+    assert_eq!(response["response"]["uid"], "weird \"uid\" \\ é");
+    assert_eq!(response["response"]["patchType"], "JSONPatch");
+    assert!(patch.is_some());
+}
+
+#[test]
+fn a_pod_injected_by_another_template_version_is_left_alone_with_a_warning() {
+    let mut pod = full_pod();
+    pod["metadata"]["annotations"]["sidecar-injector.io/status"] =
+        json!("{\"template\":\"default\",\"version\":\"0000\"}");
+    let (outcome, response, patch) = answer(&small(), &review(&pod));
+    assert_eq!(outcome.verdict, Verdict::Skipped(SkipReason::InjectedByOtherVersion));
+    assert_eq!(patch, None);
+    assert!(response["response"]["warnings"][0].as_str().unwrap().contains("another template version"));
+}
+
+#[test]
+fn a_pod_with_our_status_but_a_missing_part_gets_only_that_part_back() {
+    let engine = small();
+    let injected = apply(&full_pod(), &patch_for(&engine, &full_pod()).unwrap());
+    assert_eq!(patch_for(&engine, &injected), None, "idempotent");
+    let mut stripped = injected.clone();
+    stripped["spec"]["volumes"].as_array_mut().unwrap().retain(|v| v["name"] != "data");
+    assert_eq!(
+        patch_for(&engine, &stripped).unwrap(),
+        json!([{"op": "add", "path": "/spec/volumes/-", "value": {"name": "data", "emptyDir": {}}}])
+    );
+}
+
+#[test]
+fn the_builtin_template_injects_the_real_apiserver_request_once() {
+    let body = std::fs::read("../shared/corpus/reviews/apiserver-1.20-pod-create.json").unwrap();
+    let request: Value = serde_json::from_slice(&body).unwrap();
+    let engine = builtin();
+    let (outcome, response, patch) = answer(&engine, &request);
+    assert_eq!(outcome.verdict, Verdict::Injected { ops: 5 });
+    assert_eq!(response["response"]["uid"], "b955855f-ac5d-4b46-aec2-7ccac9863c11");
+    let pod = &request["request"]["object"];
+    let patched = apply(pod, &patch.unwrap());
+    let names: Vec<&str> =
+        patched["spec"]["containers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["c", "proxy"]);
+    assert_eq!(patched["spec"]["containers"][1]["env"][3], json!({"name": "PROXY_SERVICE_NAME", "value": "demo"}));
+    assert_eq!(patched["metadata"]["managedFields"], pod["metadata"]["managedFields"]);
+    check_properties(&engine, pod);
+}
+
+fn error_for(body: &[u8]) -> String {
+    let mut body = body.to_vec();
+    let err: ReviewError = builtin().review(&mut body, &mut Vec::new()).unwrap_err();
+    err.to_string()
+}
+
+#[test]
+fn malformed_requests_get_a_one_line_reason_naming_what_is_wrong() {
+    let valid = serde_json::to_string(&review(&full_pod())).unwrap();
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"".to_vec(), "empty"),
+        (b"  \n".to_vec(), "empty"),
+        (b"hello".to_vec(), "not valid JSON"),
+        (valid.as_bytes()[..valid.len() / 2].to_vec(), "not valid JSON"),
+        (format!("{valid} trailing").into_bytes(), "not valid JSON"),
+        ([&valid.as_bytes()[..40], b"\xff\xfe", &valid.as_bytes()[40..]].concat(), "not valid JSON"),
+        (b"[1,2]".to_vec(), "not an AdmissionReview"),
+        (br#"{"kind":"Pod","apiVersion":"v1"}"#.to_vec(), "kind is not AdmissionReview"),
+        (br#"{"apiVersion":"admission.k8s.io/v1"}"#.to_vec(), "kind is missing"),
+        (br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v2"}"#.to_vec(), "unsupported AdmissionReview apiVersion \"admission.k8s.io/v2\""),
+        (br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}"#.to_vec(), "request is missing"),
+        (br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":null}"#.to_vec(), "request is null"),
+        (br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{}}"#.to_vec(), "request.uid is missing"),
+        (br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":7}}"#.to_vec(), "request.uid is not a string"),
+        (br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":""}}"#.to_vec(), "request.uid is empty"),
+        (br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","operation":"CREATE"}}"#.to_vec(), "request.kind is missing"),
+        ((0..100_000).map(|_| b'[').collect(), "nesting deeper than 256"),
+    ];
+    for (body, expected) in cases {
+        let message = error_for(&body);
+        assert!(message.contains(expected), "{message:?} should mention {expected:?}");
+        assert!(!message.contains('\n'), "one line: {message:?}");
+    }
+}
+
+#[test]
+fn reasonable_nesting_is_accepted() {
+    let mut pod = full_pod();
+    let mut deep = json!("leaf");
+    for _ in 0..100 {
+        deep = json!({"d": deep});
+    }
+    pod["metadata"]["annotations"]["deep"] = json!(deep.to_string());
+    pod["spec"]["x-deep"] = deep;
+    assert!(patch_for(&small(), &pod).is_some());
+}

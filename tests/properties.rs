@@ -1,0 +1,240 @@
+//! Properties of every patch, over generated pods and over the real pods in `../shared/corpus`: the patch applies
+//! (checked with the independent `json-patch` crate), has only `add`s, overwrites nothing present, keeps every
+//! original value, keeps container/init container/volume names unique, and a second run gives no patch.
+
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use serde_json::{Map, Value, json};
+use sidecar_injector::Engine;
+
+/// Templates the properties are checked against: the shipped ones and one heavy on defaults.
+fn engines() -> Vec<(&'static str, Engine)> {
+    let native = std::fs::read_to_string("templates/native-sidecar.yaml").unwrap();
+    let defaults = r#"
+pod:
+  metadata: { labels: { "team.example.com/mesh": "on" }, annotations: { "a/b~c": "x" } }
+  spec:
+    containers:
+      - name: proxy
+        image: proxy:1
+        env: [{ name: POD, value: "{{ pod.name or pod.generateName }}" }]
+        volumeMounts: [{ name: shared, mountPath: /shared }]
+        ports: [{ containerPort: 15000 }]
+    volumes: [{ name: shared, emptyDir: {} }]
+    imagePullSecrets: [{ name: registry }]
+    securityContext: { runAsNonRoot: true, fsGroup: 1337, seccompProfile: { type: RuntimeDefault } }
+    tolerations: [{ key: mesh, operator: Exists }]
+containerDefaults:
+  resources: { requests: { cpu: 10m, memory: 16Mi }, limits: { memory: 1Gi } }
+  env: [{ name: MESH, value: "on" }]
+  securityContext: { allowPrivilegeEscalation: false }
+"#;
+    vec![("builtin", builtin()), ("native-sidecar", engine_from(&native)), ("defaults", engine_from(defaults))]
+}
+
+fn name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("app".to_owned()),
+        Just("proxy".to_owned()),
+        Just("proxy-init".to_owned()),
+        Just("agent".to_owned()),
+        Just("sidecar-injector-proxy".to_owned()),
+        Just("shared".to_owned()),
+        "[a-z]{1,8}",
+    ]
+}
+
+/// Strings with the bytes that break naive injectors: quotes, backslashes, control characters, slashes and
+/// tildes (JSON Pointer), non-ASCII and U+2028.
+fn awkward() -> impl Strategy<Value = String> {
+    prop_oneof!["[a-z0-9./~-]{0,12}", "\\PC{0,12}", Just("q\"b\\s/t~0~1\n\u{2028}é".to_owned())]
+}
+
+/// An optional map or list in one of the shapes that matter: absent, null, empty, or with content.
+fn shape(content: BoxedStrategy<Value>) -> impl Strategy<Value = Option<Value>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(Value::Null)),
+        Just(Some(json!({}))),
+        Just(Some(json!([]))),
+        content.prop_map(Some)
+    ]
+}
+
+fn string_map() -> BoxedStrategy<Value> {
+    prop::collection::btree_map(
+        prop_oneof![awkward(), Just("app".to_owned()), Just("sidecar-injector.io/inject".to_owned())],
+        awkward(),
+        0..4,
+    )
+    .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k, Value::String(v))).collect()))
+    .boxed()
+}
+
+fn container() -> impl Strategy<Value = Value> {
+    (
+        name(),
+        shape(
+            prop::collection::vec((name(), awkward()), 0..3)
+                .prop_map(|e| json!(e.into_iter().map(|(n, v)| json!({"name": n, "value": v})).collect::<Vec<_>>()))
+                .boxed(),
+        ),
+        shape(
+            prop::collection::vec(
+                prop_oneof![Just("/shared".to_owned()), Just("/var/run/proxy".to_owned()), "/[a-z]{1,5}"],
+                0..3,
+            )
+            .prop_map(|m| json!(m.into_iter().map(|p| json!({"name": "vol", "mountPath": p})).collect::<Vec<_>>()))
+            .boxed(),
+        ),
+        shape(
+            prop_oneof![
+                Just(json!({"requests": {"cpu": "1"}})),
+                Just(json!({"limits": {"memory": "1Gi"}})),
+                Just(json!({"requests": {}}))
+            ]
+            .boxed(),
+        ),
+        prop::option::of(Just(json!([{"containerPort": 15000, "name": "taken"}]))),
+    )
+        .prop_map(|(name, env, mounts, resources, ports)| {
+            let mut c = Map::new();
+            c.insert("name".into(), json!(name));
+            c.insert("image".into(), json!("img:1"));
+            for (key, value) in [("env", env), ("volumeMounts", mounts), ("resources", resources), ("ports", ports)] {
+                if let Some(v) = value {
+                    c.insert(key.into(), v);
+                }
+            }
+            Value::Object(c)
+        })
+}
+
+fn unique_by_name(items: Vec<Value>) -> Value {
+    let mut seen = std::collections::HashSet::new();
+    Value::Array(items.into_iter().filter(|c| seen.insert(c["name"].as_str().unwrap_or("").to_owned())).collect())
+}
+
+prop_compose! {
+    fn pod()(
+        named in any::<bool>(),
+        pod_name in "[a-z][a-z0-9-]{0,10}",
+        labels in shape(string_map()),
+        annotations in shape(string_map()),
+        containers in prop::collection::vec(container(), 1..4),
+        init in shape(prop::collection::vec(container(), 1..3).prop_map(unique_by_name).boxed()),
+        volumes in shape(prop::collection::vec(name(), 1..3).prop_map(|v| unique_by_name(v.into_iter().map(|n| json!({"name": n, "emptyDir": {}})).collect())).boxed()),
+        security in shape(prop_oneof![Just(json!({"runAsNonRoot": false})), Just(json!({"seccompProfile": {}})), Just(json!({"fsGroup": 1}))].boxed()),
+        pull in shape(Just(json!([{"name": "registry"}])).boxed()),
+    ) -> Value {
+        let mut metadata = Map::new();
+        metadata.insert(if named { "name" } else { "generateName" }.into(), json!(pod_name));
+        if let Some(l) = labels { metadata.insert("labels".into(), l); }
+        if let Some(a) = annotations { metadata.insert("annotations".into(), a); }
+        let mut spec = Map::new();
+        spec.insert("containers".into(), unique_by_name(containers));
+        for (key, value) in [("initContainers", init), ("volumes", volumes), ("securityContext", security), ("imagePullSecrets", pull)] {
+            if let Some(v) = value { spec.insert(key.into(), v); }
+        }
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+    }
+}
+
+/// A JSON `[]` where the API expects a map (or `{}` for a list) is not a valid pod; the engine must still be
+/// safe, but the shape generator should mostly produce valid ones. Replace mismatched empties.
+fn normalise(mut pod: Value) -> Value {
+    for (section, key, want_list) in [
+        ("metadata", "labels", false),
+        ("metadata", "annotations", false),
+        ("spec", "securityContext", false),
+        ("spec", "initContainers", true),
+        ("spec", "volumes", true),
+        ("spec", "imagePullSecrets", true),
+    ] {
+        let slot = &mut pod[section][key];
+        match (slot.is_array(), slot.is_object(), want_list) {
+            (true, _, false) => *slot = json!({}),
+            (_, true, true) if slot.as_object().unwrap().is_empty() => *slot = json!([]),
+            _ => {}
+        }
+    }
+    for c in pod["spec"]["containers"].as_array_mut().unwrap() {
+        for (key, want_list) in [("env", true), ("volumeMounts", true), ("resources", false)] {
+            if let Some(slot) = c.get_mut(key) {
+                match (slot.is_array(), slot.is_object(), want_list) {
+                    (true, _, false) => *slot = json!({}),
+                    (_, true, true) => *slot = json!([]),
+                    _ => {}
+                }
+            }
+        }
+    }
+    pod
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn generated_pods_satisfy_every_property(pod in pod().prop_map(normalise)) {
+        for (_, engine) in engines() {
+            check_properties(&engine, &pod);
+        }
+    }
+
+    #[test]
+    fn mismatched_shapes_never_break_the_engine(pod in pod()) {
+        // Lists where maps belong and vice versa: the API server would reject such a pod, but our answer must
+        // still be a valid, add-only patch that applies.
+        for (_, engine) in engines() {
+            if let Some(patch) = patch_for(&engine, &pod) {
+                apply(&pod, &patch);
+                prop_assert!(patch.as_array().unwrap().iter().all(|op| op["op"] == "add"));
+            }
+        }
+    }
+}
+
+fn corpus() -> Vec<(String, Value)> {
+    let dir = "../shared/corpus/pods";
+    let mut pods: Vec<(String, Value)> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e} (the corpus sits beside the repository, in shared/)"))
+        .map(|entry| {
+            let path = entry.unwrap().path();
+            let pod = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            (path.display().to_string(), pod)
+        })
+        .collect();
+    pods.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(pods.len() > 300, "the corpus has {} pods", pods.len());
+    pods
+}
+
+#[test]
+fn every_corpus_pod_satisfies_every_property() {
+    let engines = engines();
+    let mut injected = 0;
+    for (file, pod) in corpus() {
+        for (template, engine) in &engines {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check_properties(engine, &pod)));
+            assert!(result.is_ok(), "{file} with template {template}");
+            injected += usize::from(patch_for(engine, &pod).is_some());
+        }
+    }
+    assert!(injected > 900, "most corpus pods are injected by every template ({injected})");
+}
+
+#[test]
+fn the_real_apiserver_request_satisfies_every_property() {
+    let request: Value =
+        serde_json::from_slice(&std::fs::read("../shared/corpus/reviews/apiserver-1.20-pod-create.json").unwrap())
+            .unwrap();
+    for (_, engine) in engines() {
+        let (_, _, patch) = answer(&engine, &request);
+        let pod = &request["request"]["object"];
+        assert_eq!(patch.as_ref(), patch_for(&engine, pod).as_ref());
+        check_properties(&engine, pod);
+    }
+}
