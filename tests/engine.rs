@@ -114,12 +114,7 @@ fn defaults_are_added_leaf_by_leaf_and_never_overwrite() {
     );
     pod["spec"]["securityContext"] = json!({"seccompProfile": {"localhostProfile": "x.json"}});
     let patch = patch_for(&engine, &pod).unwrap();
-    let ops: Vec<&Value> = patch
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|op| op["path"].as_str().unwrap().starts_with("/spec/securityContext"))
-        .collect();
+    let ops = ops_under(&patch, "/spec/securityContext");
     assert_eq!(
         ops,
         [
@@ -142,12 +137,7 @@ fn a_user_declared_sidecar_keeps_every_field_the_user_set() {
 
     pod["spec"]["containers"][1] = json!({"name": "side", "image": "mine:2", "env": [{"name": "B", "value": "b"}]});
     let patch = patch_for(&engine, &pod).unwrap();
-    let container_ops: Vec<&Value> = patch
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|op| op["path"].as_str().unwrap().starts_with("/spec/containers"))
-        .collect();
+    let container_ops = ops_under(&patch, "/spec/containers");
     assert_eq!(
         container_ops,
         [&json!({"op": "add", "path": "/spec/containers/1/env/-", "value": {"name": "A", "value": "1"}})]
@@ -164,25 +154,18 @@ fn init_containers_go_first_in_template_order_or_last_when_configured() {
         "      - { name: init, image: \"init:1\" }\n      - { name: native, image: \"n:1\", restartPolicy: Always }",
     );
     let patch = patch_for(&engine_from(&two), &full_pod()).unwrap();
-    let inits: Vec<(&str, &str)> = patch
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|op| op["path"].as_str().unwrap().starts_with("/spec/initContainers"))
+    let inits: Vec<(&str, &str)> = ops_under(&patch, "/spec/initContainers")
+        .into_iter()
         .map(|op| (op["path"].as_str().unwrap(), op["value"]["name"].as_str().unwrap()))
         .collect();
     assert_eq!(inits, [("/spec/initContainers/0", "init"), ("/spec/initContainers/1", "native")]);
     let patched = apply(&full_pod(), &patch);
-    let names: Vec<&str> =
-        patched["spec"]["initContainers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["init", "native", "migrate"]);
+    assert_eq!(names(&patched, "initContainers"), ["init", "native", "migrate"]);
     assert_eq!(patched["spec"]["initContainers"][1]["restartPolicy"], "Always");
 
     let last = format!("initContainerPosition: last\n{two}");
     let patched = apply(&full_pod(), &patch_for(&engine_from(&last), &full_pod()).unwrap());
-    let names: Vec<&str> =
-        patched["spec"]["initContainers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["migrate", "init", "native"]);
+    assert_eq!(names(&patched, "initContainers"), ["migrate", "init", "native"]);
 }
 
 #[test]
@@ -217,12 +200,7 @@ fn container_defaults_reach_every_app_container_but_not_the_template_sidecar() {
         {"name": "c", "image": "c", "resources": {"limits": {"cpu": "2"}}}
     ]);
     let patch = patch_for(&engine, &pod).unwrap();
-    let ops: Vec<&Value> = patch
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|op| op["path"].as_str().unwrap().starts_with("/spec/containers"))
-        .collect();
+    let ops = ops_under(&patch, "/spec/containers");
     assert_eq!(
         ops,
         [
@@ -383,9 +361,7 @@ fn the_builtin_template_injects_the_real_apiserver_request_once() {
     assert_eq!(response["response"]["uid"], "b955855f-ac5d-4b46-aec2-7ccac9863c11");
     let pod = &request["request"]["object"];
     let patched = apply(pod, &patch.unwrap());
-    let names: Vec<&str> =
-        patched["spec"]["containers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["c", "proxy"]);
+    assert_eq!(names(&patched, "containers"), ["c", "proxy"]);
     assert_eq!(patched["spec"]["containers"][1]["env"][3], json!({"name": "PROXY_SERVICE_NAME", "value": "demo"}));
     assert_eq!(patched["metadata"]["managedFields"], pod["metadata"]["managedFields"]);
     check_properties(&engine, pod);

@@ -130,3 +130,13 @@ fn contains(patched: &Value, original: &Value) -> bool {
         (p, o) => p == o,
     }
 }
+
+/// The names of the items of `pod.spec.<list>`.
+pub fn names<'a>(pod: &'a Value, list: &str) -> Vec<&'a str> {
+    pod["spec"][list].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str()).collect()
+}
+
+/// The operations of `patch` whose path starts with `prefix`.
+pub fn ops_under<'a>(patch: &'a Value, prefix: &str) -> Vec<&'a Value> {
+    patch.as_array().unwrap().iter().filter(|op| op["path"].as_str().unwrap().starts_with(prefix)).collect()
+}
