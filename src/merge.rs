@@ -101,10 +101,7 @@ impl Merge<'_, '_> {
         let merge_key = t.merge_key.unwrap_or_default();
         let mut missing = 0;
         for item in &t.items {
-            let found = item.key.as_ref().and_then(|key| {
-                items.iter().enumerate().find(|(_, v)| v.get(merge_key).is_some_and(|k| key_matches(key, k)))
-            });
-            match found {
+            match find_item(item.key.as_ref(), items, merge_key) {
                 Some((index, existing)) => {
                     let mark = self.path.push_index(index);
                     self.present(&item.node, existing, "");
@@ -119,11 +116,7 @@ impl Merge<'_, '_> {
         let insert_front = field == INIT_CONTAINERS && self.init_position == InitPosition::First;
         let mut inserted = 0;
         for item in &t.items {
-            let present = item
-                .key
-                .as_ref()
-                .is_some_and(|key| items.iter().any(|v| v.get(merge_key).is_some_and(|k| key_matches(key, k))));
-            if present {
+            if find_item(item.key.as_ref(), items, merge_key).is_some() {
                 continue;
             }
             let rendered = self.rendered;
@@ -144,6 +137,12 @@ impl Merge<'_, '_> {
         let rendered = self.rendered;
         self.patch.add(self.path, false, |out| t.write(out, rendered));
     }
+}
+
+/// The pod's item whose `merge_key` equals the template item's key, with its index.
+fn find_item<'t, 'i>(key: Option<&KeyValue>, items: Array<'t, 'i>, merge_key: &str) -> Option<(usize, Value<'t, 'i>)> {
+    let key = key?;
+    items.iter().enumerate().find(|(_, v)| v.get(merge_key).is_some_and(|k| key_matches(key, k)))
 }
 
 fn key_matches(key: &KeyValue, value: Value<'_, '_>) -> bool {

@@ -162,14 +162,14 @@ impl Template {
         if let Err(e) = renderer.render(&sample_pod(), &mut buf, &mut ranges) {
             let path = &slot_paths[e.slot];
             return Err(invalid(
-                line_of(&root, path),
+                root.line_of(path),
                 format!("{}: cannot render on a sample pod: {}", display_path(path), e.reason),
             ));
         }
         let mut rendered =
             |slot: usize| serde_json::from_slice(&buf[ranges[slot].clone()]).unwrap_or(serde_json::Value::Null);
         let problem = |(path, reason): validate::Problem| {
-            invalid(line_of(&root, &path), format!("{}: {reason}", display_path(&path)))
+            invalid(root.line_of(&path), format!("{}: {reason}", display_path(&path)))
         };
         validate::pod(&yaml::to_json(&pod, &mut rendered)).map_err(problem)?;
         if let Some(defaults) = &container_defaults {
@@ -178,7 +178,7 @@ impl Template {
 
         let compile_problem = |base: &str, (path, reason): tree::CompileProblem| {
             let full = [vec![PathSeg::Key(base.to_owned())], path].concat();
-            invalid(line_of(&root, &full), format!("{}: {reason}", display_path(&full)))
+            invalid(root.line_of(&full), format!("{}: {reason}", display_path(&full)))
         };
         let pod_tree = tree::compile(&pod, None, &mut Vec::new()).map_err(|p| compile_problem("pod", p))?;
         let defaults_tree = match &container_defaults {
@@ -258,10 +258,6 @@ fn resolve(
         _ => {}
     }
     Ok(())
-}
-
-fn line_of(root: &YNode, path: &[PathSeg]) -> usize {
-    root.line_of(path)
 }
 
 fn hex_prefix(digest: &[u8]) -> String {

@@ -73,7 +73,7 @@ pub fn check_properties(engine: &Engine, pod: &Value) {
         let path = op["path"].as_str().unwrap();
         assert!(seen.insert(path.to_owned()) || path.ends_with("/-"), "two adds at {path}: {patch}");
         if !path.ends_with("/-") && !path.rsplit('/').next().unwrap().chars().all(|c| c.is_ascii_digit()) {
-            match pointer(pod, path) {
+            match pod.pointer(path) {
                 None | Some(Value::Null) => {}
                 Some(Value::Object(o)) if o.is_empty() => {}
                 Some(Value::Array(a)) if a.is_empty() => {}
@@ -90,11 +90,6 @@ pub fn check_properties(engine: &Engine, pod: &Value) {
         assert_eq!(unique.len(), names.len(), "duplicate names in spec.{list}: {names:?}");
     }
     assert_eq!(patch_for(engine, &patched), None, "second run on the patched pod must give no patch");
-}
-
-/// A pointer lookup (RFC 6901) on a serde_json value.
-fn pointer<'a>(doc: &'a Value, path: &str) -> Option<&'a Value> {
-    doc.pointer(path)
 }
 
 /// Every value in `original` is still in `patched` (lists: every original item, in order, at its index or
