@@ -9,6 +9,10 @@ use serde_json::{Value, json};
 use sidecar_injector::{Engine, Settings, Template, Verdict};
 use std::hint::black_box;
 
+// The allocator the binary uses, so the numbers are the server's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The real API server request, grown with env vars and annotations to about `target` bytes.
 fn review_of_size(target: usize) -> Vec<u8> {
     let base = std::fs::read("../shared/corpus/reviews/apiserver-1.20-pod-create.json")

@@ -7,11 +7,12 @@ use std::ops::Range;
 use simd_json::{Buffers, Tape};
 
 use crate::decision::{self, Keys, SkipReason};
-use crate::merge;
 use crate::patch::Pointer;
+use crate::pod::PodView;
 use crate::review::{self, ApiVersion, ReviewError};
 use crate::template::tree::Rendered;
 use crate::template::{PodContext, Template};
+use crate::{merge, response};
 
 /// What the engine decided for one review. The response bytes are in the caller's buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,20 +62,26 @@ struct Scratch {
     buffers: Buffers,
     /// Always empty between requests; `reset` gives it the lifetime of the next request's buffer.
     tape: Option<Tape<'static>>,
-    patch: Vec<u8>,
+    work: Work,
+}
+
+/// The scratch space of the stages after parsing.
+#[derive(Default)]
+struct Work {
+    /// Rendered pod-dependent leaves: slot `i` is `rendered[ranges[i]]`.
     rendered: Vec<u8>,
     ranges: Vec<Range<usize>>,
+    /// The JSON Pointer of the node being merged.
     path: Pointer,
+    /// Patch bytes waiting for base64 encoding.
+    staged: Vec<u8>,
 }
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch {
         buffers: Buffers::with_max_depth(16 * 1024, review::MAX_DEPTH),
         tape: Some(Tape::null()),
-        patch: Vec::with_capacity(4096),
-        rendered: Vec::new(),
-        ranges: Vec::new(),
-        path: Pointer::default(),
+        work: Work::default(),
     });
 }
 
@@ -98,10 +105,10 @@ impl Engine {
         SCRATCH.with(|scratch| {
             // Only this synchronous call borrows the thread's scratch, so the borrow cannot be held twice.
             let mut scratch = scratch.borrow_mut();
-            let Scratch { buffers, tape: tape_slot, patch, rendered, ranges, path } = &mut *scratch;
+            let Scratch { buffers, tape: tape_slot, work } = &mut *scratch;
             let mut tape = tape_slot.take().unwrap_or_else(Tape::null).reset();
             let result = match simd_json::fill_tape(body, buffers, &mut tape) {
-                Ok(()) => self.answer(tape.as_value(), patch, rendered, ranges, path, out),
+                Ok(()) => self.answer(tape.as_value(), work, out),
                 Err(e) => Err(ReviewError::json(&e)),
             };
             *tape_slot = Some(tape.reset());
@@ -112,64 +119,62 @@ impl Engine {
     fn answer(
         &self,
         root: simd_json::tape::Value<'_, '_>,
-        patch: &mut Vec<u8>,
-        rendered: &mut Vec<u8>,
-        ranges: &mut Vec<Range<usize>>,
-        path: &mut Pointer,
+        work: &mut Work,
         out: &mut Vec<u8>,
     ) -> Result<Outcome, ReviewError> {
         let review = review::read(root)?;
+        response::open(out, review.version, review.uid);
         let mut warnings = Vec::new();
-        let template = &self.template;
-        let verdict = match decision::decide(&review, &self.keys, template) {
+        let verdict = match decision::decide(&review, &self.keys, &self.template) {
+            Ok(pod) => self.inject(&pod, work, out, &mut warnings),
             Err(reason) => {
                 if reason == SkipReason::InjectedByOtherVersion {
-                    warnings.push(format!(
-                        "sidecar-injector: pod already carries a sidecar from another template version ({}); not injected again (current: template {} version {})",
-                        review.object.and_then(|o| crate::pod::PodView::new(o, "").annotation(&self.keys.status)).unwrap_or(""),
-                        template.name(),
-                        template.hash()
-                    ));
+                    warnings.push(self.other_version_warning(&review));
                 }
                 Verdict::Skipped(reason)
             }
-            Ok(pod) => {
-                let render = if template.renderer.is_empty() {
-                    Ok(())
-                } else {
-                    let context = PodContext {
-                        name: pod.name(),
-                        generate_name: pod.generate_name(),
-                        namespace: pod.namespace(),
-                        service_account_name: pod.service_account_name(),
-                        labels: pod.labels(template.renderer.needs_labels()),
-                        annotations: pod.annotations(template.renderer.needs_annotations()),
-                    };
-                    template.renderer.render(&context, rendered, ranges)
-                };
-                match render {
-                    Err(e) => {
-                        warnings.push(format!(
-                            "sidecar-injector: pod {} admitted without its sidecar: template {} field {} failed to render: {}",
-                            pod.display_name(),
-                            template.name(),
-                            template.slot_path(e.slot),
-                            e.reason
-                        ));
-                        Verdict::Skipped(SkipReason::RenderFailed)
-                    }
-                    Ok(()) => {
-                        let slots = Rendered { buf: rendered, ranges };
-                        match merge::merge(template, &pod, slots, path, patch) {
-                            0 => Verdict::Skipped(SkipReason::AlreadyInjected),
-                            ops => Verdict::Injected { ops },
-                        }
-                    }
-                }
-            }
         };
-        let patch = matches!(verdict, Verdict::Injected { .. }).then_some(patch.as_slice());
-        crate::response::write(out, review.version, review.uid, patch, &warnings);
+        response::close(out, &warnings);
         Ok(Outcome { version: review.version, verdict, warnings })
+    }
+
+    /// Renders the pod-dependent leaves and writes the patch into the response.
+    fn inject(&self, pod: &PodView<'_, '_>, work: &mut Work, out: &mut Vec<u8>, warnings: &mut Vec<String>) -> Verdict {
+        let template = &self.template;
+        let Work { rendered, ranges, path, staged } = work;
+        if !template.renderer.is_empty() {
+            let context = PodContext {
+                name: pod.name(),
+                generate_name: pod.generate_name(),
+                namespace: pod.namespace(),
+                service_account_name: pod.service_account_name(),
+                labels: pod.labels(template.renderer.needs_labels()),
+                annotations: pod.annotations(template.renderer.needs_annotations()),
+            };
+            if let Err(e) = template.renderer.render(&context, rendered, ranges) {
+                warnings.push(format!(
+                    "sidecar-injector: pod {} admitted without its sidecar: template {} field {} failed to render: {}",
+                    pod.display_name(),
+                    template.name(),
+                    template.slot_path(e.slot),
+                    e.reason
+                ));
+                return Verdict::Skipped(SkipReason::RenderFailed);
+            }
+        }
+        let slots = Rendered { buf: rendered, ranges };
+        match response::patch(out, staged, |sink| merge::merge(template, pod, slots, path, sink)) {
+            0 => Verdict::Skipped(SkipReason::AlreadyInjected),
+            ops => Verdict::Injected { ops },
+        }
+    }
+
+    fn other_version_warning(&self, review: &review::Review<'_, '_>) -> String {
+        let status = review.object.and_then(|o| PodView::new(o, "").annotation(&self.keys.status)).unwrap_or("");
+        format!(
+            "sidecar-injector: pod already carries a sidecar from another template version ({status}); not injected again (current: template {} version {})",
+            self.template.name(),
+            self.template.hash()
+        )
     }
 }

@@ -15,7 +15,7 @@
 use simd_json::prelude::*;
 use simd_json::tape::{Array, Value};
 
-use crate::patch::{PatchWriter, Pointer};
+use crate::patch::{PatchWriter, Pointer, Sink};
 use crate::pod::PodView;
 use crate::template::tree::{KeyValue, List, Object, Rendered, TNode};
 use crate::template::{InitPosition, Template};
@@ -23,8 +23,8 @@ use crate::template::{InitPosition, Template};
 /// The field whose missing items may be inserted at the front rather than appended.
 const INIT_CONTAINERS: &str = "initContainers";
 
-struct Merge<'p, 'b> {
-    patch: PatchWriter<'b>,
+struct Merge<'p, 'b, S: Sink> {
+    patch: PatchWriter<'b, S>,
     path: &'p mut Pointer,
     rendered: Rendered<'p>,
     init_position: InitPosition,
@@ -36,7 +36,7 @@ pub(crate) fn merge(
     pod: &PodView<'_, '_>,
     rendered: Rendered<'_>,
     path: &mut Pointer,
-    out: &mut Vec<u8>,
+    out: &mut impl Sink,
 ) -> usize {
     path.clear();
     let mut cx = Merge { patch: PatchWriter::new(out), path, rendered, init_position: template.init_position };
@@ -62,7 +62,7 @@ pub(crate) fn merge(
     cx.patch.finish()
 }
 
-impl Merge<'_, '_> {
+impl<S: Sink> Merge<'_, '_, S> {
     /// Merges `t` into a value the pod has at the current path; `field` is the key it sits under.
     fn present(&mut self, t: &TNode, value: Value<'_, '_>, field: &str) {
         if value.is_null() {

@@ -4,64 +4,82 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use simd_json::prelude::*;
 use simd_json::tape::{Object, Value};
 
-/// The Pod under review. Every accessor reads the tape; nothing is copied.
+/// The Pod under review. Accessors read the tape; nothing is copied. The metadata fields are located in one walk
+/// over `metadata` when the view is made, because several stages read them.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PodView<'t, 'i> {
     pub object: Value<'t, 'i>,
-    metadata: Option<Value<'t, 'i>>,
     spec: Option<Value<'t, 'i>>,
-    /// `request.namespace`, used when the object carries none (controller-created pods).
-    request_namespace: &'i str,
+    name: &'i str,
+    generate_name: &'i str,
+    /// The object's namespace, or `request.namespace` when it carries none (controller-created pods).
+    namespace: &'i str,
+    /// `metadata.labels` and `metadata.annotations`, when they are objects.
+    labels: Option<Value<'t, 'i>>,
+    annotations: Option<Value<'t, 'i>>,
 }
 
 impl<'t, 'i> PodView<'t, 'i> {
     pub(crate) fn new(object: Value<'t, 'i>, request_namespace: &'i str) -> Self {
-        PodView { object, metadata: object.get("metadata"), spec: object.get("spec"), request_namespace }
+        let mut pod =
+            PodView { object, spec: None, name: "", generate_name: "", namespace: "", labels: None, annotations: None };
+        let mut metadata = None;
+        for (key, value) in object.as_object().iter().flat_map(|o| o.iter()) {
+            match key {
+                "metadata" => metadata = value.as_object(),
+                "spec" => pod.spec = Some(value),
+                _ => {}
+            }
+        }
+        let text = |v: Value<'t, 'i>| v.into_string().unwrap_or("");
+        for (key, value) in metadata.iter().flat_map(|m| m.iter()) {
+            match key {
+                "name" => pod.name = text(value),
+                "generateName" => pod.generate_name = text(value),
+                "namespace" => pod.namespace = text(value),
+                "labels" => pod.labels = value.as_object().map(|_| value),
+                "annotations" => pod.annotations = value.as_object().map(|_| value),
+                _ => {}
+            }
+        }
+        if pod.namespace.is_empty() {
+            pod.namespace = request_namespace;
+        }
+        pod
     }
 
     pub(crate) fn spec(&self) -> Option<Value<'t, 'i>> {
         self.spec
     }
 
-    fn metadata_str(&self, key: &str) -> &'i str {
-        self.metadata.and_then(|m| m.get(key)).and_then(|v| v.into_string()).unwrap_or("")
-    }
-
-    fn map(&self, which: &str) -> Option<Object<'t, 'i>> {
-        self.metadata.and_then(|m| m.get(which)).and_then(|v| v.as_object())
-    }
-
     pub(crate) fn name(&self) -> &'i str {
-        self.metadata_str("name")
+        self.name
     }
 
     pub(crate) fn generate_name(&self) -> &'i str {
-        self.metadata_str("generateName")
+        self.generate_name
     }
 
     pub(crate) fn namespace(&self) -> &'i str {
-        match self.metadata_str("namespace") {
-            "" => self.request_namespace,
-            ns => ns,
-        }
+        self.namespace
     }
 
     pub(crate) fn annotation(&self, key: &str) -> Option<&'i str> {
-        self.map("annotations").and_then(|m| m.get(key)).and_then(|v| v.into_string())
+        self.annotations.and_then(|m| m.get(key)).and_then(|v| v.into_string())
     }
 
     pub(crate) fn label(&self, key: &str) -> Option<&'i str> {
-        self.map("labels").and_then(|m| m.get(key)).and_then(|v| v.into_string())
+        self.labels.and_then(|m| m.get(key)).and_then(|v| v.into_string())
     }
 
     /// The labels, serialisable as a map for templates (an empty map when `with` is false or there are none).
     pub(crate) fn labels(&self, with: bool) -> StrMap<'t, 'i> {
-        StrMap(self.map("labels").filter(|_| with))
+        StrMap(self.labels.filter(|_| with).and_then(|m| m.as_object()))
     }
 
     /// The annotations, serialisable as a map for templates.
     pub(crate) fn annotations(&self, with: bool) -> StrMap<'t, 'i> {
-        StrMap(self.map("annotations").filter(|_| with))
+        StrMap(self.annotations.filter(|_| with).and_then(|m| m.as_object()))
     }
 
     pub(crate) fn service_account_name(&self) -> &'i str {

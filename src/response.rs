@@ -1,31 +1,43 @@
 //! Patch to response: the `AdmissionReview` response bytes, in the version the request came in.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-
 use crate::json::write_str;
+use crate::patch::Base64Sink;
 use crate::review::ApiVersion;
 
-/// Writes `{"apiVersion":…,"kind":"AdmissionReview","response":{"uid":…,"allowed":true,…}}` into `out`
-/// (cleared first). A non-empty `patch` is sent as standard, padded base64 with `patchType: JSONPatch`; without
-/// one, neither field is present (the API server rejects a `patchType` without a `patch`).
-pub(crate) fn write(out: &mut Vec<u8>, version: ApiVersion, uid: &str, patch: Option<&[u8]>, warnings: &[String]) {
+/// Starts the response in `out` (cleared first): `{"apiVersion":…,"kind":"AdmissionReview","response":{"uid":…,
+/// "allowed":true`. Every review is allowed: the webhook mutates, it does not police.
+pub(crate) fn open(out: &mut Vec<u8>, version: ApiVersion, uid: &str) {
     out.clear();
     out.extend_from_slice(br#"{"apiVersion":""#);
     out.extend_from_slice(version.as_str().as_bytes());
     out.extend_from_slice(br#"","kind":"AdmissionReview","response":{"uid":"#);
     write_str(out, uid);
     out.extend_from_slice(br#","allowed":true"#);
-    if let Some(patch) = patch {
-        out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
-        let start = out.len();
-        // encoded_len is None only on usize overflow, impossible for a patch that fits in memory.
-        let len = base64::encoded_len(patch.len(), true).expect("base64 length of an in-memory patch fits usize");
-        out.resize(start + len, 0);
-        let written = STANDARD.encode_slice(patch, &mut out[start..]).expect("the output was sized by encoded_len");
-        debug_assert_eq!(written, len);
+}
+
+/// Appends `,"patchType":"JSONPatch","patch":"…"`, the patch that `write_patch` writes encoded as standard, padded
+/// base64 on the fly. `write_patch` returns its number of operations; with none, nothing is appended (the API
+/// server rejects a `patchType` without a `patch`). `staged` is scratch space.
+pub(crate) fn patch(
+    out: &mut Vec<u8>,
+    staged: &mut Vec<u8>,
+    write_patch: impl FnOnce(&mut Base64Sink<'_>) -> usize,
+) -> usize {
+    let mark = out.len();
+    out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
+    let mut sink = Base64Sink::new(out, staged);
+    let ops = write_patch(&mut sink);
+    sink.finish();
+    if ops == 0 {
+        out.truncate(mark);
+    } else {
         out.push(b'"');
     }
+    ops
+}
+
+/// Ends the response, with `warnings` if there are any.
+pub(crate) fn close(out: &mut Vec<u8>, warnings: &[String]) {
     if !warnings.is_empty() {
         out.extend_from_slice(br#","warnings":["#);
         for (i, warning) in warnings.iter().enumerate() {
@@ -42,11 +54,14 @@ pub(crate) fn write(out: &mut Vec<u8>, version: ApiVersion, uid: &str, patch: Op
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::patch::Sink;
 
     #[test]
     fn a_response_without_patch_has_no_patch_type() {
-        let mut out = Vec::new();
-        write(&mut out, ApiVersion::V1Beta1, "a\"b", None, &[]);
+        let mut out = b"stale".to_vec();
+        open(&mut out, ApiVersion::V1Beta1, "a\"b");
+        assert_eq!(patch(&mut out, &mut Vec::new(), |_| 0), 0);
+        close(&mut out, &[]);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","response":{"uid":"a\"b","allowed":true}}"#
@@ -56,8 +71,14 @@ mod tests {
     #[test]
     fn a_patch_is_standard_padded_base64_and_warnings_are_escaped() {
         let mut out = Vec::new();
+        open(&mut out, ApiVersion::V1, "u");
         // 0xfb 0xff encodes to "+/8=" in the standard alphabet, "-_8=" in the URL-safe one.
-        write(&mut out, ApiVersion::V1, "u", Some(&[0xfb, 0xff]), &["say \"hi\"".to_owned()]);
+        let ops = patch(&mut out, &mut Vec::new(), |sink| {
+            sink.raw(&[0xfb, 0xff]);
+            1
+        });
+        assert_eq!(ops, 1);
+        close(&mut out, &["say \"hi\"".to_owned()]);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"u","allowed":true,"patchType":"JSONPatch","patch":"+/8=","warnings":["say \"hi\""]}}"#

@@ -107,68 +107,107 @@ pub struct Review<'t, 'i> {
     pub dry_run: bool,
 }
 
-/// Reads the review envelope from a parsed document.
+/// Reads the review envelope from a parsed document. Each object is walked once, picking out the fields it needs
+/// (a `get` per field would rescan the keys each time); with a duplicated key, the last one wins, as in Go.
 pub(crate) fn read<'t, 'i>(root: Value<'t, 'i>) -> Result<Review<'t, 'i>, ReviewError> {
-    if root.as_object().is_none() {
+    let Some(top) = root.as_object() else {
         return Err(ReviewError::NotAdmissionReview("the document is not a JSON object"));
+    };
+    let (mut kind, mut api_version, mut request) = (None, None, None);
+    for (key, value) in top.iter() {
+        match key {
+            "kind" => kind = Some(value),
+            "apiVersion" => api_version = Some(value),
+            "request" => request = Some(value),
+            _ => {}
+        }
     }
-    match root.get("kind").and_then(|k| k.into_string()) {
-        Some("AdmissionReview") => {}
+    match kind.map(|k| k.into_string()) {
+        Some(Some("AdmissionReview")) => {}
         Some(_) => return Err(ReviewError::NotAdmissionReview("kind is not AdmissionReview")),
         None => return Err(ReviewError::NotAdmissionReview("kind is missing")),
     }
-    let version = match root.get("apiVersion").map(|v| v.into_string()) {
+    let version = match api_version.map(|v| v.into_string()) {
         Some(Some("admission.k8s.io/v1")) => ApiVersion::V1,
         Some(Some("admission.k8s.io/v1beta1")) => ApiVersion::V1Beta1,
         Some(Some(other)) => return Err(ReviewError::UnsupportedVersion(other.to_owned())),
         Some(None) => return Err(bad("apiVersion", "not a string")),
         None => return Err(bad("apiVersion", "missing")),
     };
-    let request = match root.get("request") {
-        Some(r) if r.as_object().is_some() => r,
+    let request = match request {
         Some(r) if r.is_null() => return Err(bad("request", "null")),
-        Some(_) => return Err(bad("request", "not an object")),
+        Some(r) => r.as_object().ok_or_else(|| bad("request", "not an object"))?,
         None => return Err(bad("request", "missing")),
     };
-    let uid = required_str(request, "uid", "request.uid")?;
+    let mut fields = RequestFields::default();
+    for (key, value) in request.iter() {
+        match key {
+            "uid" => fields.uid = Some(value),
+            "kind" => fields.kind = Some(value),
+            "operation" => fields.operation = Some(value),
+            "subResource" => fields.sub_resource = Some(value),
+            "namespace" => fields.namespace = Some(value),
+            "object" => fields.object = Some(value),
+            "dryRun" => fields.dry_run = Some(value),
+            _ => {}
+        }
+    }
+    let uid = required_str(fields.uid, "request.uid")?;
     if uid.is_empty() {
         return Err(bad("request.uid", "empty"));
     }
-    let kind = match request.get("kind") {
+    let kind = match fields.kind {
         Some(k) if k.as_object().is_some() => GroupVersionKind {
-            group: optional_str(k, "group", "request.kind.group")?,
-            version: required_str(k, "version", "request.kind.version")?,
-            kind: required_str(k, "kind", "request.kind.kind")?,
+            group: optional_str(k.get("group"), "request.kind.group")?,
+            version: required_str(k.get("version"), "request.kind.version")?,
+            kind: required_str(k.get("kind"), "request.kind.kind")?,
         },
         Some(_) => return Err(bad("request.kind", "not an object")),
         None => return Err(bad("request.kind", "missing")),
     };
-    let operation = required_str(request, "operation", "request.operation")?;
-    let sub_resource = optional_str(request, "subResource", "request.subResource")?;
-    let namespace = optional_str(request, "namespace", "request.namespace")?;
-    let object = request.get("object").filter(|o| !o.is_null());
-    let dry_run = match request.get("dryRun") {
+    let dry_run = match fields.dry_run {
         None => false,
         Some(v) if v.is_null() => false,
         Some(v) => v.as_bool().ok_or_else(|| bad("request.dryRun", "not a boolean"))?,
     };
-    Ok(Review { version, uid, kind, operation, sub_resource, namespace, object, dry_run })
+    Ok(Review {
+        version,
+        uid,
+        kind,
+        operation: required_str(fields.operation, "request.operation")?,
+        sub_resource: optional_str(fields.sub_resource, "request.subResource")?,
+        namespace: optional_str(fields.namespace, "request.namespace")?,
+        object: fields.object.filter(|o| !o.is_null()),
+        dry_run,
+    })
+}
+
+/// The members of `request` the engine reads, as found in one walk over it.
+#[derive(Default)]
+struct RequestFields<'t, 'i> {
+    uid: Option<Value<'t, 'i>>,
+    kind: Option<Value<'t, 'i>>,
+    operation: Option<Value<'t, 'i>>,
+    sub_resource: Option<Value<'t, 'i>>,
+    namespace: Option<Value<'t, 'i>>,
+    object: Option<Value<'t, 'i>>,
+    dry_run: Option<Value<'t, 'i>>,
 }
 
 fn bad(field: &'static str, problem: &'static str) -> ReviewError {
     ReviewError::BadField { field, problem }
 }
 
-fn required_str<'i>(obj: Value<'_, 'i>, key: &str, field: &'static str) -> Result<&'i str, ReviewError> {
-    match obj.get(key) {
+fn required_str<'i>(value: Option<Value<'_, 'i>>, field: &'static str) -> Result<&'i str, ReviewError> {
+    match value {
         Some(v) => v.into_string().ok_or_else(|| bad(field, "not a string")),
         None => Err(bad(field, "missing")),
     }
 }
 
 /// An optional string field: absent and null both read as "".
-fn optional_str<'i>(obj: Value<'_, 'i>, key: &str, field: &'static str) -> Result<&'i str, ReviewError> {
-    match obj.get(key) {
+fn optional_str<'i>(value: Option<Value<'_, 'i>>, field: &'static str) -> Result<&'i str, ReviewError> {
+    match value {
         None => Ok(""),
         Some(v) if v.is_null() => Ok(""),
         Some(v) => v.into_string().ok_or_else(|| bad(field, "not a string")),

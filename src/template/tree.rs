@@ -1,10 +1,12 @@
-//! The compiled form of a template: a tree whose static subtrees are already JSON bytes, whose lists know their
-//! Kubernetes merge key, and whose pod-dependent leaves are numbered slots rendered per request.
+//! The compiled form of a template: a tree whose lists know their Kubernetes merge key, whose pod-dependent
+//! leaves are numbered slots rendered per request, and whose every map and list is also kept as its whole JSON:
+//! static fragments (pre-encoded in base64) between those slots.
 
 use std::ops::Range;
 
 use super::yaml::{PathSeg, YNode, YValue};
 use crate::json::{path_token, write_str};
+use crate::patch::{Fragment, Sink};
 
 /// A compiled template node.
 #[derive(Debug)]
@@ -20,8 +22,8 @@ pub(crate) enum TNode {
 #[derive(Debug)]
 pub(crate) struct Object {
     pub members: Vec<Member>,
-    /// The whole object as JSON, when no leaf below it is dynamic.
-    json: Option<Box<[u8]>>,
+    /// The whole object as JSON.
+    whole: Pieces,
 }
 
 #[derive(Debug)]
@@ -29,8 +31,6 @@ pub(crate) struct Member {
     pub key: Box<str>,
     /// The key as a JSON Pointer token, pointer- and JSON-escaped.
     pub token: Box<str>,
-    /// `"key":` as JSON text.
-    json_key: Box<[u8]>,
     pub node: TNode,
 }
 
@@ -39,7 +39,8 @@ pub(crate) struct List {
     /// The field items are matched by (`name`, `mountPath`, ...), or `None` for an atomic list.
     pub merge_key: Option<&'static str>,
     pub items: Vec<Item>,
-    json: Option<Box<[u8]>>,
+    /// The whole list as JSON.
+    whole: Pieces,
 }
 
 #[derive(Debug)]
@@ -84,46 +85,95 @@ pub(crate) struct Rendered<'a> {
     pub ranges: &'a [Range<usize>],
 }
 
-impl TNode {
-    /// Writes the node as JSON.
-    pub(crate) fn write(&self, out: &mut Vec<u8>, rendered: Rendered<'_>) {
-        match self {
-            TNode::Scalar(json) => out.extend_from_slice(json),
-            TNode::Dynamic(slot) => out.extend_from_slice(&rendered.buf[rendered.ranges[*slot].clone()]),
-            TNode::Object(Object { json: Some(json), .. }) | TNode::List(List { json: Some(json), .. }) => {
-                out.extend_from_slice(json)
-            }
-            TNode::Object(Object { members, json: None }) => {
-                out.push(b'{');
-                for (i, m) in members.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    out.extend_from_slice(&m.json_key);
-                    m.node.write(out, rendered);
-                }
-                out.push(b'}');
-            }
-            TNode::List(List { items, json: None, .. }) => {
-                out.push(b'[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    item.node.write(out, rendered);
-                }
-                out.push(b']');
-            }
+/// A node's JSON text: static fragments with the rendered slots between them.
+#[derive(Debug)]
+struct Pieces(Box<[Piece]>);
+
+#[derive(Debug)]
+enum Piece {
+    Static(Fragment),
+    Slot(usize),
+}
+
+impl Pieces {
+    /// The JSON that `build` writes, its static runs merged into as few fragments as its slots allow.
+    fn build(build: impl FnOnce(&mut PiecesBuilder)) -> Self {
+        let mut builder = PiecesBuilder { text: Vec::new(), pieces: Vec::new() };
+        build(&mut builder);
+        builder.flush();
+        Pieces(builder.pieces.into_boxed_slice())
+    }
+}
+
+struct PiecesBuilder {
+    text: Vec<u8>,
+    pieces: Vec<Piece>,
+}
+
+impl PiecesBuilder {
+    fn flush(&mut self) {
+        if !self.text.is_empty() {
+            self.pieces.push(Piece::Static(Fragment::new(std::mem::take(&mut self.text))));
         }
     }
 
-    fn static_json(&self) -> Option<&[u8]> {
-        match self {
-            TNode::Scalar(json) => Some(json),
-            TNode::Object(o) => o.json.as_deref(),
-            TNode::List(l) => l.json.as_deref(),
-            TNode::Dynamic(_) => None,
+    fn node(&mut self, node: &TNode) {
+        match node {
+            TNode::Scalar(json) => self.text.extend_from_slice(json),
+            TNode::Dynamic(slot) => {
+                self.flush();
+                self.pieces.push(Piece::Slot(*slot));
+            }
+            TNode::Object(object) => self.object(&object.members),
+            TNode::List(list) => self.list(&list.items),
         }
+    }
+
+    fn object(&mut self, members: &[Member]) {
+        self.text.push(b'{');
+        for (i, member) in members.iter().enumerate() {
+            if i > 0 {
+                self.text.push(b',');
+            }
+            write_str(&mut self.text, &member.key);
+            self.text.push(b':');
+            self.node(&member.node);
+        }
+        self.text.push(b'}');
+    }
+
+    fn list(&mut self, items: &[Item]) {
+        self.text.push(b'[');
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                self.text.push(b',');
+            }
+            self.node(&item.node);
+        }
+        self.text.push(b']');
+    }
+}
+
+impl TNode {
+    /// Writes the node as JSON.
+    pub(crate) fn write(&self, out: &mut impl Sink, rendered: Rendered<'_>) {
+        let pieces = match self {
+            TNode::Scalar(json) => return out.raw(json),
+            TNode::Dynamic(slot) => return out.raw(rendered.slot(*slot)),
+            TNode::Object(Object { whole, .. }) | TNode::List(List { whole, .. }) => whole,
+        };
+        for piece in &pieces.0 {
+            match piece {
+                Piece::Static(fragment) => out.fragment(fragment),
+                Piece::Slot(slot) => out.raw(rendered.slot(*slot)),
+            }
+        }
+    }
+}
+
+impl Rendered<'_> {
+    fn slot(&self, slot: usize) -> &[u8] {
+        &self.buf[self.ranges[slot].clone()]
     }
 }
 
@@ -141,29 +191,10 @@ pub(crate) fn compile(node: &YNode, field: Option<&str>, path: &mut Vec<PathSeg>
                 path.push(PathSeg::Key(key.clone()));
                 let child = compile(value, Some(key), path)?;
                 path.pop();
-                let mut json_key = Vec::with_capacity(key.len() + 3);
-                write_str(&mut json_key, key);
-                json_key.push(b':');
-                out.push(Member {
-                    key: key.as_str().into(),
-                    token: path_token(key),
-                    json_key: json_key.into(),
-                    node: child,
-                });
+                out.push(Member { key: key.as_str().into(), token: path_token(key), node: child });
             }
-            let json = all_static(out.iter().map(|m| &m.node)).then(|| {
-                let mut buf = vec![b'{'];
-                for (i, m) in out.iter().enumerate() {
-                    if i > 0 {
-                        buf.push(b',');
-                    }
-                    buf.extend_from_slice(&m.json_key);
-                    buf.extend_from_slice(m.node.static_json().unwrap_or_default());
-                }
-                buf.push(b'}');
-                buf.into_boxed_slice()
-            });
-            TNode::Object(Object { members: out, json })
+            let whole = Pieces::build(|b| b.object(&out));
+            TNode::Object(Object { members: out, whole })
         }
         YValue::Seq(items) => {
             let merge_key = field.and_then(merge_key_for);
@@ -184,18 +215,8 @@ pub(crate) fn compile(node: &YNode, field: Option<&str>, path: &mut Vec<PathSeg>
                 path.pop();
                 out.push(Item { key, node });
             }
-            let json = all_static(out.iter().map(|i| &i.node)).then(|| {
-                let mut buf = vec![b'['];
-                for (i, item) in out.iter().enumerate() {
-                    if i > 0 {
-                        buf.push(b',');
-                    }
-                    buf.extend_from_slice(item.node.static_json().unwrap_or_default());
-                }
-                buf.push(b']');
-                buf.into_boxed_slice()
-            });
-            TNode::List(List { merge_key, items: out, json })
+            let whole = Pieces::build(|b| b.list(&out));
+            TNode::List(List { merge_key, items: out, whole })
         }
         scalar => {
             let json = super::yaml::to_json(&YNode { line: node.line, value: scalar.clone() }, &mut |_| {
@@ -204,10 +225,6 @@ pub(crate) fn compile(node: &YNode, field: Option<&str>, path: &mut Vec<PathSeg>
             TNode::Scalar(serde_json::to_vec(&json).expect("a JSON value always serialises").into())
         }
     })
-}
-
-fn all_static<'a>(mut nodes: impl Iterator<Item = &'a TNode>) -> bool {
-    nodes.all(|n| n.static_json().is_some())
 }
 
 fn item_key(item: &YNode, merge_key: &str) -> Result<KeyValue, String> {

@@ -1,8 +1,13 @@
-//! The add-only JSON Patch writer (RFC 6902), writing straight into a byte buffer.
+//! The add-only JSON Patch writer (RFC 6902), writing into a [`Sink`]: on the request path, straight into the
+//! response as base64.
 //!
 //! Only `add` exists here: the writer has no way to express `replace` or `remove`. Paths are kept as JSON Pointer
 //! text that is already JSON-escaped, so appending a precomputed token (see [`crate::json::path_token`]) is a plain
 //! byte copy and the path can be written into the patch without escaping it again.
+
+mod sink;
+
+pub(crate) use sink::{Base64Sink, Fragment, Sink};
 
 /// A JSON Pointer under construction, as JSON-escaped text. `push_*` returns the previous length so the caller
 /// can `truncate` back after visiting a child.
@@ -41,41 +46,35 @@ impl Pointer {
     }
 }
 
-/// Writes `[{"op":"add","path":…,"value":…},…]` into a caller-owned buffer.
+/// Writes `[{"op":"add","path":…,"value":…},…]` into a [`Sink`].
 #[derive(Debug)]
-pub(crate) struct PatchWriter<'a> {
-    out: &'a mut Vec<u8>,
+pub(crate) struct PatchWriter<'a, S: Sink> {
+    out: &'a mut S,
     ops: usize,
 }
 
-impl<'a> PatchWriter<'a> {
-    /// Starts a patch in `out`, which is cleared first.
-    pub(crate) fn new(out: &'a mut Vec<u8>) -> Self {
-        out.clear();
-        out.push(b'[');
+impl<'a, S: Sink> PatchWriter<'a, S> {
+    /// Starts a patch in `out`.
+    pub(crate) fn new(out: &'a mut S) -> Self {
+        out.raw(b"[");
         PatchWriter { out, ops: 0 }
     }
 
     /// Appends one `add` of the value that `write_value` writes, at `path`, or at `path` followed by `/-` (append
     /// to an array) when `append` is set.
-    pub(crate) fn add(&mut self, path: &Pointer, append: bool, write_value: impl FnOnce(&mut Vec<u8>)) {
-        if self.ops > 0 {
-            self.out.push(b',');
-        }
+    pub(crate) fn add(&mut self, path: &Pointer, append: bool, write_value: impl FnOnce(&mut S)) {
+        let open: &[u8] = if self.ops > 0 { br#",{"op":"add","path":""# } else { br#"{"op":"add","path":""# };
         self.ops += 1;
-        self.out.extend_from_slice(br#"{"op":"add","path":""#);
-        self.out.extend_from_slice(path.as_str().as_bytes());
-        if append {
-            self.out.extend_from_slice(b"/-");
-        }
-        self.out.extend_from_slice(br#"","value":"#);
+        self.out.raw(open);
+        self.out.raw(path.as_str().as_bytes());
+        self.out.raw(if append { br#"/-","value":"# } else { br#"","value":"# });
         write_value(self.out);
-        self.out.push(b'}');
+        self.out.raw(b"}");
     }
 
     /// Closes the array and returns how many operations were written.
     pub(crate) fn finish(self) -> usize {
-        self.out.push(b']');
+        self.out.raw(b"]");
         self.ops
     }
 }
@@ -93,12 +92,12 @@ mod tests {
         let mark = path.push_token(&path_token("metadata"));
         path.push_token(&path_token("annotations"));
         path.push_token(&path_token("example.com/a~b"));
-        patch.add(&path, false, |o| o.extend_from_slice(b"\"x\""));
+        patch.add(&path, false, |o| o.raw(b"\"x\""));
         path.truncate(mark);
         path.push_token(&path_token("list"));
-        patch.add(&path, true, |o| o.extend_from_slice(b"1"));
+        patch.add(&path, true, |o| o.raw(b"1"));
         path.push_index(12);
-        patch.add(&path, false, |o| o.extend_from_slice(b"null"));
+        patch.add(&path, false, |o| o.raw(b"null"));
         assert_eq!(patch.finish(), 3);
         assert_eq!(
             String::from_utf8(buf).unwrap(),
@@ -108,7 +107,7 @@ mod tests {
 
     #[test]
     fn an_empty_patch_is_an_empty_array() {
-        let mut buf = b"stale".to_vec();
+        let mut buf = Vec::new();
         assert_eq!(PatchWriter::new(&mut buf).finish(), 0);
         assert_eq!(buf, b"[]");
     }
