@@ -1,27 +1,42 @@
 //! Per-request rendering of the few pod-dependent leaves of a template, with minijinja.
 //!
-//! Every leaf is compiled once, when the template loads. A leaf that is exactly one expression (`{{ expr }}`)
-//! renders with JSON auto-escaping, so its output is the JSON form of the value (a string, a number, a map...).
-//! A leaf that mixes text and expressions (`proxy-{{ pod.name }}`) renders as text and is then written as a
-//! JSON string by our escaper. Either way, whatever bytes the pod carries end up correctly escaped JSON.
+//! Every leaf is compiled once, when the template loads, into an expression whose output is JSON: a leaf that is
+//! exactly one expression (`{{ expr }}`) becomes `{{ (expr) | strict_json }}`, so it keeps its type (a string, a
+//! number, a map...); a leaf that mixes text and expressions (`proxy-{{ pod.name }}`) is rendered as text inside
+//! `{% filter tojson %}`, so it becomes a JSON string. Whatever bytes the pod carries, and even a `| safe` in the
+//! template, the output is valid, correctly escaped JSON. (`strict_json` is `tojson` that refuses an undefined
+//! value, which `tojson` would quietly turn into `null`.)
+//!
+//! Per request, all the pod-dependent leaves are rendered by one evaluation of one template that joins them with a
+//! separator byte JSON never leaves raw in its output, so the cost of setting up an evaluation is paid once.
 
 use std::ops::Range;
 
 use minijinja::value::Serde;
-use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value};
+use minijinja::{Environment, UndefinedBehavior, Value};
 use serde::Serialize;
 
 /// Names a template may use: the pod being admitted and the template's `values`.
 const KNOWN_VARIABLES: [&str; 2] = ["pod", "values"];
 
-/// One leaf expression.
-#[derive(Debug)]
-struct Leaf {
-    /// The leaf's name in the environment; its extension selects the escaping.
-    name: String,
-    /// `{{ expr }}` alone: renders to JSON. Otherwise text, JSON-escaped after rendering.
-    whole: bool,
+/// Separates the leaves in the output of the joined template. A control character: JSON text never contains one
+/// unescaped, so it cannot come out of a leaf.
+const SEPARATOR: char = '\u{1e}';
+
+/// Our filter: `tojson`, but an undefined value is an error, as it is when printed under strict undefined.
+const STRICT_JSON: &str = "strict_json";
+
+fn strict_json(value: Value) -> Result<Value, minijinja::Error> {
+    if value.is_undefined() {
+        return Err(minijinja::Error::new(minijinja::ErrorKind::UndefinedError, "the expression is undefined"));
+    }
+    serde_json::to_string(&value)
+        .map(Value::from_safe_string)
+        .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::BadSerialization, e.to_string()))
 }
+
+/// The name of the template that renders every pod-dependent leaf at once.
+const ALL_LEAVES: &str = "leaves";
 
 /// How a leaf was classified when it was compiled.
 #[derive(Debug)]
@@ -36,7 +51,8 @@ pub(crate) enum LeafKind {
 #[derive(Debug)]
 pub(crate) struct Renderer {
     env: Environment<'static>,
-    leaves: Vec<Leaf>,
+    /// The JSON-producing source of each pod-dependent leaf, by slot; each is also a template named `leaf<slot>`.
+    leaves: Vec<String>,
     values: Value,
     needs_labels: bool,
     needs_annotations: bool,
@@ -60,12 +76,27 @@ pub(crate) fn is_template(source: &str) -> bool {
     source.contains("{{") || source.contains("{%")
 }
 
+/// The leaf rewritten so that it renders to JSON (see the module documentation).
+fn json_source(source: &str) -> String {
+    let trimmed = source.trim();
+    let inner = trimmed.strip_prefix("{{").and_then(|t| t.strip_suffix("}}"));
+    match inner {
+        Some(expr) if !expr.contains("{{") && !expr.contains("}}") => {
+            // `{{- x -}}` and `{{+ x +}}` control whitespace around the tag; inside parentheses they would not parse.
+            let expr = expr.strip_prefix(['-', '+']).unwrap_or(expr);
+            let expr = expr.strip_suffix(['-', '+']).unwrap_or(expr);
+            format!("{{{{ ({expr}) | {STRICT_JSON} }}}}")
+        }
+        _ => format!("{{% filter tojson %}}{source}{{% endfilter %}}"),
+    }
+}
+
 impl Renderer {
     pub(crate) fn new(values: &serde_json::Value) -> Self {
         let mut env = Environment::new();
         // A typo in a variable name must fail loudly, at load time, not render as an empty string.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
-        env.set_auto_escape_callback(|name| if name.ends_with(".json") { AutoEscape::Json } else { AutoEscape::None });
+        env.add_filter(STRICT_JSON, strict_json);
         Renderer {
             env,
             leaves: Vec::new(),
@@ -78,15 +109,10 @@ impl Renderer {
     /// Compiles one leaf. Values-only leaves are rendered now and come back as JSON; pod-dependent ones get a
     /// slot. The error is a one-line reason.
     pub(crate) fn add_leaf(&mut self, source: &str) -> Result<LeafKind, String> {
-        let trimmed = source.trim();
-        let whole = trimmed.starts_with("{{")
-            && trimmed.ends_with("}}")
-            && trimmed[2..trimmed.len() - 2].find("{{").is_none()
-            && trimmed[2..trimmed.len() - 2].find("}}").is_none();
-        let index = self.leaves.len();
-        let name = format!("leaf{index}.{}", if whole { "json" } else { "txt" });
-        let body = if whole { trimmed.to_owned() } else { source.to_owned() };
-        self.env.add_template_owned(name.clone(), body).map_err(|e| describe(&e))?;
+        let slot = self.leaves.len();
+        let json = json_source(source);
+        let name = format!("leaf{slot}");
+        self.env.add_template_owned(name.clone(), json.clone()).map_err(|e| describe(&e))?;
         let template = self.env.get_template(&name).map_err(|e| describe(&e))?;
         let top = template.undeclared_variables(false);
         if let Some(unknown) = top.iter().find(|v| !KNOWN_VARIABLES.contains(&v.as_str())) {
@@ -95,14 +121,19 @@ impl Renderer {
         if !top.contains("pod") {
             let ctx = minijinja::context! { values => self.values.clone() };
             let text = template.render(ctx).map_err(|e| describe(&e))?;
-            return leaf_json(whole, text).map(LeafKind::Static);
+            self.env.remove_template(&name);
+            return serde_json::from_str(&text)
+                .map(LeafKind::Static)
+                .map_err(|e| format!("expression did not render to JSON ({e}): {text}"));
         }
         for var in template.undeclared_variables(true) {
             self.needs_labels |= var == "pod" || var.starts_with("pod.labels");
             self.needs_annotations |= var == "pod" || var.starts_with("pod.annotations");
         }
-        self.leaves.push(Leaf { name, whole });
-        Ok(LeafKind::Dynamic(index))
+        self.leaves.push(json);
+        let joined = self.leaves.join(&SEPARATOR.to_string());
+        self.env.add_template_owned(ALL_LEAVES, joined).map_err(|e| describe(&e))?;
+        Ok(LeafKind::Dynamic(slot))
     }
 
     /// True when the template has pod-dependent leaves at all.
@@ -118,7 +149,7 @@ impl Renderer {
         self.needs_annotations
     }
 
-    /// Renders every pod-dependent leaf for `pod`, appending JSON text to `buf` and one range per slot.
+    /// Renders every pod-dependent leaf for `pod` into `buf` (JSON text), with one range per slot.
     pub(crate) fn render<M: Serialize>(
         &self,
         pod: &PodContext<'_, M>,
@@ -127,19 +158,38 @@ impl Renderer {
     ) -> Result<(), RenderError> {
         buf.clear();
         ranges.clear();
+        if self.leaves.is_empty() {
+            return Ok(());
+        }
         let ctx = minijinja::context! { pod => Value::from(Serde(pod)), values => self.values.clone() };
-        for (slot, leaf) in self.leaves.iter().enumerate() {
-            let template = self.env.get_template(&leaf.name).map_err(|e| RenderError { slot, reason: describe(&e) })?;
-            let text = template.render(&ctx).map_err(|e| RenderError { slot, reason: describe(&e) })?;
-            let start = buf.len();
-            if leaf.whole {
-                buf.extend_from_slice(text.as_bytes());
-            } else {
-                crate::json::write_str(buf, &text);
-            }
-            ranges.push(start..buf.len());
+        let rendered = self.env.get_template(ALL_LEAVES).and_then(|t| t.render(&ctx));
+        let text = match rendered {
+            Ok(text) => text,
+            Err(_) => return Err(self.first_failure(&ctx)),
+        };
+        buf.extend_from_slice(text.as_bytes());
+        let mut start = 0;
+        for part in text.split(SEPARATOR) {
+            ranges.push(start..start + part.len());
+            start += part.len() + SEPARATOR.len_utf8();
+        }
+        if ranges.len() != self.leaves.len() {
+            // Cannot happen: JSON output never holds a raw control character. Refuse rather than mis-slot.
+            return Err(RenderError { slot: 0, reason: "leaf output held a control character".to_owned() });
         }
         Ok(())
+    }
+
+    /// Which leaf fails, and why: each is rendered alone. Only taken when the joined render failed.
+    #[cold]
+    fn first_failure(&self, ctx: &Value) -> RenderError {
+        for slot in 0..self.leaves.len() {
+            let result = self.env.get_template(&format!("leaf{slot}")).and_then(|t| t.render(ctx));
+            if let Err(e) = result {
+                return RenderError { slot, reason: describe(&e) };
+            }
+        }
+        RenderError { slot: 0, reason: "the leaves failed together but not one by one".to_owned() }
     }
 }
 
@@ -148,15 +198,6 @@ impl Renderer {
 pub(crate) struct RenderError {
     pub slot: usize,
     pub reason: String,
-}
-
-/// The JSON value of a rendered leaf.
-pub(crate) fn leaf_json(whole: bool, text: String) -> Result<serde_json::Value, String> {
-    if whole {
-        serde_json::from_str(&text).map_err(|e| format!("expression did not render to JSON ({e}): {text}"))
-    } else {
-        Ok(serde_json::Value::String(text))
-    }
 }
 
 /// minijinja's message without its multi-line source excerpt.
@@ -226,5 +267,40 @@ mod tests {
         r.add_leaf("{{ pod.labels.version | default('v0') }}").unwrap();
         r.render(&pod(), &mut buf, &mut ranges).unwrap();
         assert_eq!(&buf[ranges[0].clone()], b"\"v0\"");
+    }
+
+    #[test]
+    fn a_safe_filter_cannot_smuggle_raw_json_into_the_patch() {
+        let mut r = Renderer::new(&serde_json::json!({}));
+        r.add_leaf("{{ pod.labels.app | safe }}").unwrap();
+        r.add_leaf("x-{{ pod.labels.app | safe }}").unwrap();
+        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
+        r.render(&pod(), &mut buf, &mut ranges).unwrap();
+        let first: String = serde_json::from_slice(&buf[ranges[0].clone()]).unwrap();
+        let second: String = serde_json::from_slice(&buf[ranges[1].clone()]).unwrap();
+        assert_eq!((first.as_str(), second.as_str()), ("we\"b\\\n\u{2028}", "x-we\"b\\\n\u{2028}"));
+    }
+
+    #[test]
+    fn whitespace_control_and_types_survive_the_rewrite() {
+        let mut r = Renderer::new(&serde_json::json!({}));
+        r.add_leaf("{{- pod.name -}}").unwrap();
+        r.add_leaf("{{ pod.labels | length }}").unwrap();
+        r.add_leaf("{{ pod.annotations }}").unwrap();
+        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
+        r.render(&pod(), &mut buf, &mut ranges).unwrap();
+        let slots: Vec<&[u8]> = ranges.iter().map(|r| &buf[r.clone()]).collect();
+        assert_eq!(slots, [b"\"web-1\"".as_slice(), b"1", b"{}"]);
+    }
+
+    #[test]
+    fn a_failure_names_the_leaf_that_failed() {
+        let mut r = Renderer::new(&serde_json::json!({}));
+        r.add_leaf("{{ pod.name }}").unwrap();
+        r.add_leaf("v-{{ pod.labels.version }}").unwrap();
+        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
+        let err = r.render(&pod(), &mut buf, &mut ranges).unwrap_err();
+        assert_eq!(err.slot, 1);
+        assert!(err.reason.contains("undefined"), "{}", err.reason);
     }
 }
