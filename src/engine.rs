@@ -11,7 +11,7 @@ use crate::patch::Pointer;
 use crate::pod::PodView;
 use crate::review::{self, ApiVersion, ReviewError};
 use crate::template::tree::Rendered;
-use crate::template::{PodContext, Template};
+use crate::template::{LeafCache, PodContext, Template};
 use crate::{merge, response};
 
 /// What the engine decided for one review. The response bytes are in the caller's buffer.
@@ -75,6 +75,8 @@ struct Work {
     path: Pointer,
     /// Patch bytes waiting for base64 encoding.
     staged: Vec<u8>,
+    /// Recently rendered pod contexts.
+    leaf_cache: LeafCache,
 }
 
 thread_local! {
@@ -141,7 +143,7 @@ impl Engine {
     /// Renders the pod-dependent leaves and writes the patch into the response.
     fn inject(&self, pod: &PodView<'_, '_>, work: &mut Work, out: &mut Vec<u8>, warnings: &mut Vec<String>) -> Verdict {
         let template = &self.template;
-        let Work { rendered, ranges, path, staged } = work;
+        let Work { rendered, ranges, path, staged, leaf_cache } = work;
         if !template.renderer.is_empty() {
             let context = PodContext {
                 name: pod.name(),
@@ -151,7 +153,7 @@ impl Engine {
                 labels: pod.labels(template.renderer.needs_labels()),
                 annotations: pod.annotations(template.renderer.needs_annotations()),
             };
-            if let Err(e) = template.renderer.render(&context, rendered, ranges) {
+            if let Err(e) = template.renderer.render_cached(&context, leaf_cache, rendered, ranges) {
                 warnings.push(format!(
                     "sidecar-injector: pod {} admitted without its sidecar: template {} field {} failed to render: {}",
                     pod.display_name(),

@@ -24,7 +24,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use render::{LeafKind, is_template};
-pub(crate) use render::{PodContext, Renderer};
+pub(crate) use render::{LeafCache, PodContext, Renderer};
 use tree::TNode;
 use yaml::{PathSeg, YNode, YValue, display_path};
 

@@ -9,8 +9,14 @@
 //!
 //! Per request, all the pod-dependent leaves are rendered by one evaluation of one template that joins them with a
 //! separator byte JSON never leaves raw in its output, so the cost of setting up an evaluation is paid once.
+//!
+//! Rendering is a pure function of the pod context, and the pods of one controller (a Deployment scaling up, a
+//! Job's workers) share it: same labels, service account, namespace and `generateName`, no name yet. So each
+//! thread remembers the last few contexts and their output ([`LeafCache`]); a repeat costs a comparison, not an
+//! evaluation. The cache key is the context itself, serialised, so it cannot miss a field the templates read.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use minijinja::value::Serde;
 use minijinja::{Environment, UndefinedBehavior, Value};
@@ -50,6 +56,8 @@ pub(crate) enum LeafKind {
 /// The compiled leaves of one template.
 #[derive(Debug)]
 pub(crate) struct Renderer {
+    /// Unique to this renderer, so that a cache never serves the output of a previous template.
+    id: u64,
     env: Environment<'static>,
     /// The JSON-producing source of each pod-dependent leaf, by slot; each is also a template named `leaf<slot>`.
     leaves: Vec<String>,
@@ -97,7 +105,9 @@ impl Renderer {
         // A typo in a variable name must fail loudly, at load time, not render as an empty string.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.add_filter(STRICT_JSON, strict_json);
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         Renderer {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             env,
             leaves: Vec::new(),
             values: Value::from(Serde(values)),
@@ -149,6 +159,31 @@ impl Renderer {
         self.needs_annotations
     }
 
+    /// Renders every pod-dependent leaf for `pod` into `buf` (JSON text), with one range per slot, or copies them
+    /// from `cache` when this renderer already rendered the same context on this thread.
+    pub(crate) fn render_cached<M: Serialize>(
+        &self,
+        pod: &PodContext<'_, M>,
+        cache: &mut LeafCache,
+        buf: &mut Vec<u8>,
+        ranges: &mut Vec<Range<usize>>,
+    ) -> Result<(), RenderError> {
+        cache.key.clear();
+        // Writing into a Vec cannot fail, and every field of the context is a string or a string map.
+        serde_json::to_writer(&mut cache.key, pod).expect("a pod context always serialises");
+        if let Some(hit) = cache.entries.iter().find(|e| e.renderer == self.id && e.key == cache.key) {
+            buf.clear();
+            buf.extend_from_slice(&hit.rendered);
+            ranges.clone_from(&hit.ranges);
+            return Ok(());
+        }
+        self.render(pod, buf, ranges)?;
+        if cache.key.len() <= LeafCache::MAX_KEY {
+            cache.remember(self.id, buf, ranges);
+        }
+        Ok(())
+    }
+
     /// Renders every pod-dependent leaf for `pod` into `buf` (JSON text), with one range per slot.
     pub(crate) fn render<M: Serialize>(
         &self,
@@ -190,6 +225,42 @@ impl Renderer {
             }
         }
         RenderError { slot: 0, reason: "the leaves failed together but not one by one".to_owned() }
+    }
+}
+
+/// The rendered leaves of the last few pod contexts seen by one thread. Failures are not cached: they are rare,
+/// and a warning must name the failing field every time.
+#[derive(Debug, Default)]
+pub(crate) struct LeafCache {
+    entries: Vec<CachedRender>,
+    /// The entry the next miss replaces (round robin).
+    next: usize,
+    /// The current request's key, kept to reuse its allocation.
+    key: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct CachedRender {
+    renderer: u64,
+    key: Vec<u8>,
+    rendered: Vec<u8>,
+    ranges: Vec<Range<usize>>,
+}
+
+impl LeafCache {
+    /// Entries per thread: enough for the controllers that create pods at the same time.
+    const ENTRIES: usize = 8;
+    /// Contexts larger than this (huge annotations) are not worth keeping.
+    const MAX_KEY: usize = 4096;
+
+    fn remember(&mut self, renderer: u64, rendered: &[u8], ranges: &[Range<usize>]) {
+        let entry = CachedRender { renderer, key: self.key.clone(), rendered: rendered.to_vec(), ranges: ranges.to_vec() };
+        if self.entries.len() < Self::ENTRIES {
+            self.entries.push(entry);
+        } else {
+            self.entries[self.next] = entry;
+            self.next = (self.next + 1) % Self::ENTRIES;
+        }
     }
 }
 
@@ -302,5 +373,34 @@ mod tests {
         let err = r.render(&pod(), &mut buf, &mut ranges).unwrap_err();
         assert_eq!(err.slot, 1);
         assert!(err.reason.contains("undefined"), "{}", err.reason);
+    }
+
+    #[test]
+    fn the_cache_answers_a_repeated_context_and_nothing_else() {
+        let mut r = Renderer::new(&serde_json::json!({}));
+        r.add_leaf("{{ pod.labels.app }}-{{ pod.name }}").unwrap();
+        let mut cache = LeafCache::default();
+        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
+        let mut render = |pod: &PodContext<'_, std::collections::BTreeMap<&str, &str>>, r: &Renderer| {
+            r.render_cached(pod, &mut cache, &mut buf, &mut ranges).unwrap();
+            serde_json::from_slice::<String>(&buf[ranges[0].clone()]).unwrap()
+        };
+        let first = pod();
+        assert_eq!(render(&first, &r), "we\"b\\\n\u{2028}-web-1");
+        assert_eq!(render(&first, &r), "we\"b\\\n\u{2028}-web-1", "a hit gives the same output");
+        let renamed = PodContext { name: "web-2", ..pod() };
+        assert_eq!(render(&renamed, &r), "we\"b\\\n\u{2028}-web-2");
+        let relabelled = PodContext { labels: [("app", "shop")].into_iter().collect(), ..pod() };
+        assert_eq!(render(&relabelled, &r), "shop-web-1");
+        // Another template with the same leaf source is another renderer: it never reads this one's entries.
+        let mut other = Renderer::new(&serde_json::json!({}));
+        other.add_leaf("{{ pod.labels.app }}+{{ pod.name }}").unwrap();
+        assert_eq!(render(&first, &other), "we\"b\\\n\u{2028}+web-1");
+        // More distinct contexts than entries: the oldest are replaced and everything still renders right.
+        for i in 0..3 * LeafCache::ENTRIES {
+            let name = format!("pod-{i}");
+            assert_eq!(render(&PodContext { name: &name, ..pod() }, &r), format!("we\"b\\\n\u{2028}-{name}"));
+        }
+        assert_eq!(cache.entries.len(), LeafCache::ENTRIES);
     }
 }
