@@ -15,7 +15,7 @@
 use simd_json::prelude::*;
 use simd_json::tape::{Array, Value};
 
-use crate::patch::{PatchWriter, Pointer, Sink};
+use crate::patch::{Fragment, PatchWriter, Pointer, Sink};
 use crate::pod::PodView;
 use crate::template::tree::{KeyValue, List, Object, Rendered, TNode};
 use crate::template::{InitPosition, Template};
@@ -53,32 +53,33 @@ pub(crate) fn merge(
                 continue; // the template's own container is completed from the template, not from defaults
             }
             let mark = cx.path.push_index(index);
-            cx.present(defaults, container, "");
+            cx.present(defaults, container, "", None);
             cx.path.truncate(mark);
         }
         cx.path.truncate(spec_mark);
     }
-    cx.present(&template.pod, pod.object, "");
+    cx.present(&template.pod, pod.object, "", None);
     cx.patch.finish()
 }
 
 impl<S: Sink> Merge<'_, '_, S> {
-    /// Merges `t` into a value the pod has at the current path; `field` is the key it sits under.
-    fn present(&mut self, t: &TNode, value: Value<'_, '_>, field: &str) {
+    /// Merges `t` into a value the pod has at the current path; `field` is the key it sits under and `head` the
+    /// precompiled start of an `add` there, if the path is static.
+    fn present(&mut self, t: &TNode, value: Value<'_, '_>, field: &str, head: Option<&Fragment>) {
         if value.is_null() {
-            return self.add_here(t);
+            return self.add_here(t, head);
         }
         match t {
             TNode::Object(object) => match value.as_object() {
                 // An empty map in the pod takes the template's whole value, unless that is empty too (`{}`
                 // already satisfies `emptyDir: {}`: re-adding it would never converge).
-                Some(o) if o.is_empty() && !object.members.is_empty() => self.add_here(t),
+                Some(o) if o.is_empty() && !object.members.is_empty() => self.add_here(t, head),
                 Some(_) => self.object(object, value),
                 None => {} // the user's value has another type: theirs wins
             },
             TNode::List(list) => match value.as_array() {
                 // Likewise an empty list takes the template's whole list, unless that is empty too.
-                Some(a) if a.is_empty() && !list.items.is_empty() => self.add_here(t),
+                Some(a) if a.is_empty() && !list.items.is_empty() => self.add_here(t, head),
                 Some(a) if list.merge_key.is_some() => self.keyed_list(list, a, field),
                 _ => {} // an atomic list, or another type: the user's value wins
             },
@@ -89,9 +90,10 @@ impl<S: Sink> Merge<'_, '_, S> {
     fn object(&mut self, t: &Object, value: Value<'_, '_>) {
         for member in &t.members {
             let mark = self.path.push_token(&member.token);
+            let head = member.add_head.as_ref();
             match value.get(&*member.key) {
-                Some(v) => self.present(&member.node, v, &member.key),
-                None => self.add_here(&member.node),
+                Some(v) => self.present(&member.node, v, &member.key, head),
+                None => self.add_here(&member.node, head),
             }
             self.path.truncate(mark);
         }
@@ -104,7 +106,7 @@ impl<S: Sink> Merge<'_, '_, S> {
             match find_item(item.key.as_ref(), items, merge_key) {
                 Some((index, existing)) => {
                     let mark = self.path.push_index(index);
-                    self.present(&item.node, existing, "");
+                    self.present(&item.node, existing, "", None);
                     self.path.truncate(mark);
                 }
                 None => missing += 1,
@@ -125,6 +127,8 @@ impl<S: Sink> Merge<'_, '_, S> {
                 let mark = self.path.push_index(inserted);
                 self.patch.add(self.path, false, |out| item.node.write(out, rendered));
                 self.path.truncate(mark);
+            } else if let Some(head) = &t.append_head {
+                self.patch.add_with_head(head, |out| item.node.write(out, rendered));
             } else {
                 self.patch.add(self.path, true, |out| item.node.write(out, rendered));
             }
@@ -133,9 +137,12 @@ impl<S: Sink> Merge<'_, '_, S> {
     }
 
     /// One `add` of the whole template node at the current path.
-    fn add_here(&mut self, t: &TNode) {
+    fn add_here(&mut self, t: &TNode, head: Option<&Fragment>) {
         let rendered = self.rendered;
-        self.patch.add(self.path, false, |out| t.write(out, rendered));
+        match head {
+            Some(head) => self.patch.add_with_head(head, |out| t.write(out, rendered)),
+            None => self.patch.add(self.path, false, |out| t.write(out, rendered)),
+        }
     }
 }
 

@@ -46,6 +46,24 @@ impl Pointer {
     }
 }
 
+/// What every operation starts with, up to its path.
+const OP_OPEN: &[u8] = br#"{"op":"add","path":""#;
+/// Between the path and the value.
+const OP_VALUE: &[u8] = br#"","value":"#;
+
+/// `{"op":"add","path":"<path>","value":` as a fragment, for an operation whose path is known when the template
+/// is compiled. `path` is JSON-escaped pointer text; `append` adds `/-`.
+pub(crate) fn op_head(path: &str, append: bool) -> Fragment {
+    let mut head = Vec::with_capacity(OP_OPEN.len() + path.len() + 2 + OP_VALUE.len());
+    head.extend_from_slice(OP_OPEN);
+    head.extend_from_slice(path.as_bytes());
+    if append {
+        head.extend_from_slice(b"/-");
+    }
+    head.extend_from_slice(OP_VALUE);
+    Fragment::new(head)
+}
+
 /// Writes `[{"op":"add","path":…,"value":…},…]` into a [`Sink`].
 #[derive(Debug)]
 pub(crate) struct PatchWriter<'a, S: Sink> {
@@ -63,13 +81,28 @@ impl<'a, S: Sink> PatchWriter<'a, S> {
     /// Appends one `add` of the value that `write_value` writes, at `path`, or at `path` followed by `/-` (append
     /// to an array) when `append` is set.
     pub(crate) fn add(&mut self, path: &Pointer, append: bool, write_value: impl FnOnce(&mut S)) {
-        let open: &[u8] = if self.ops > 0 { br#",{"op":"add","path":""# } else { br#"{"op":"add","path":""# };
-        self.ops += 1;
-        self.out.raw(open);
+        self.separate();
+        self.out.raw(OP_OPEN);
         self.out.raw(path.as_str().as_bytes());
-        self.out.raw(if append { br#"/-","value":"# } else { br#"","value":"# });
+        self.out.raw(if append { b"/-" } else { b"" });
+        self.out.raw(OP_VALUE);
         write_value(self.out);
         self.out.raw(b"}");
+    }
+
+    /// Like [`add`](Self::add), with the operation's start precompiled by [`op_head`].
+    pub(crate) fn add_with_head(&mut self, head: &Fragment, write_value: impl FnOnce(&mut S)) {
+        self.separate();
+        self.out.fragment(head);
+        write_value(self.out);
+        self.out.raw(b"}");
+    }
+
+    fn separate(&mut self) {
+        if self.ops > 0 {
+            self.out.raw(b",");
+        }
+        self.ops += 1;
     }
 
     /// Closes the array and returns how many operations were written.
@@ -103,6 +136,19 @@ mod tests {
             String::from_utf8(buf).unwrap(),
             r#"[{"op":"add","path":"/metadata/annotations/example.com~1a~0b","value":"x"},{"op":"add","path":"/list/-","value":1},{"op":"add","path":"/list/12","value":null}]"#
         );
+    }
+
+    #[test]
+    fn a_precompiled_head_writes_the_same_bytes() {
+        let mut path = Pointer::default();
+        path.push_token(&path_token("spec"));
+        path.push_token(&path_token("a\"b/c"));
+        let (mut by_path, mut by_head) = (Vec::new(), Vec::new());
+        for append in [false, true] {
+            PatchWriter::new(&mut by_path).add(&path, append, |o| o.raw(b"1"));
+            PatchWriter::new(&mut by_head).add_with_head(&op_head(path.as_str(), append), |o| o.raw(b"1"));
+            assert_eq!(String::from_utf8_lossy(&by_path), String::from_utf8_lossy(&by_head));
+        }
     }
 
     #[test]

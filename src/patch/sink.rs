@@ -67,13 +67,6 @@ impl<'a> Base64Sink<'a> {
         Base64Sink { out, staged }
     }
 
-    /// Encodes the staged bytes' whole groups, leaving 0 to 2 bytes pending.
-    fn flush_groups(&mut self) {
-        let whole = self.staged.len() / 3 * 3;
-        encode_into(self.out, &self.staged[..whole]);
-        self.staged.drain(..whole);
-    }
-
     /// Encodes what is left, with padding.
     pub(crate) fn finish(self) {
         encode_into(self.out, self.staged);
@@ -87,15 +80,15 @@ impl Sink for Base64Sink<'_> {
     }
 
     fn fragment(&mut self, fragment: &Fragment) {
-        self.flush_groups();
-        let pending = self.staged.len();
+        let pending = self.staged.len() % 3;
         let head = skip(pending);
         if fragment.json.len() < head {
             // Too short to complete the pending group: it is simply more staged bytes.
             return self.raw(&fragment.json);
         }
+        // The fragment's first bytes complete the last group, so the staged bytes encode in one call.
         self.staged.extend_from_slice(&fragment.json[..head]);
-        encode_into(self.out, self.staged); // exactly 0 or 3 bytes
+        encode_into(self.out, self.staged);
         self.staged.clear();
         self.out.extend_from_slice(&fragment.encoded[pending]);
         let tail = head + (fragment.json.len() - head) / 3 * 3;

@@ -23,8 +23,8 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use render::{LeafKind, is_template};
 pub(crate) use render::{LeafCache, PodContext, Renderer};
+use render::{LeafKind, is_template};
 use tree::TNode;
 use yaml::{PathSeg, YNode, YValue, display_path};
 
@@ -180,11 +180,11 @@ impl Template {
             let full = [vec![PathSeg::Key(base.to_owned())], path].concat();
             invalid(root.line_of(&full), format!("{}: {reason}", display_path(&full)))
         };
-        let pod_tree = tree::compile(&pod, None, &mut Vec::new()).map_err(|p| compile_problem("pod", p))?;
+        let pod_tree = tree::compile(&pod, None, &mut Vec::new(), Some("")).map_err(|p| compile_problem("pod", p))?;
         let defaults_tree = match &container_defaults {
-            Some(d) => {
-                Some(tree::compile(d, None, &mut Vec::new()).map_err(|p| compile_problem("containerDefaults", p))?)
-            }
+            Some(d) => Some(
+                tree::compile(d, None, &mut Vec::new(), None).map_err(|p| compile_problem("containerDefaults", p))?,
+            ),
             None => None,
         };
         Ok(Template {

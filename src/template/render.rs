@@ -254,7 +254,8 @@ impl LeafCache {
     const MAX_KEY: usize = 4096;
 
     fn remember(&mut self, renderer: u64, rendered: &[u8], ranges: &[Range<usize>]) {
-        let entry = CachedRender { renderer, key: self.key.clone(), rendered: rendered.to_vec(), ranges: ranges.to_vec() };
+        let entry =
+            CachedRender { renderer, key: self.key.clone(), rendered: rendered.to_vec(), ranges: ranges.to_vec() };
         if self.entries.len() < Self::ENTRIES {
             self.entries.push(entry);
         } else {

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use super::yaml::{PathSeg, YNode, YValue};
 use crate::json::{path_token, write_str};
-use crate::patch::{Fragment, Sink};
+use crate::patch::{Fragment, Sink, op_head};
 
 /// A compiled template node.
 #[derive(Debug)]
@@ -32,6 +32,8 @@ pub(crate) struct Member {
     /// The key as a JSON Pointer token, pointer- and JSON-escaped.
     pub token: Box<str>,
     pub node: TNode,
+    /// The start of an `add` of this member, when its path is the same in every pod (no list index on the way).
+    pub add_head: Option<Fragment>,
 }
 
 #[derive(Debug)]
@@ -39,6 +41,8 @@ pub(crate) struct List {
     /// The field items are matched by (`name`, `mountPath`, ...), or `None` for an atomic list.
     pub merge_key: Option<&'static str>,
     pub items: Vec<Item>,
+    /// The start of an `add` appending to this list (`…/-`), when its path is the same in every pod.
+    pub append_head: Option<Fragment>,
     /// The whole list as JSON.
     whole: Pieces,
 }
@@ -181,17 +185,26 @@ impl Rendered<'_> {
 pub(crate) type CompileProblem = (Vec<PathSeg>, String);
 
 /// Compiles a resolved YAML tree (values-only expressions already substituted, pod-dependent ones turned into
-/// slots). `field` is the key the node sits under, which picks a list's merge key.
-pub(crate) fn compile(node: &YNode, field: Option<&str>, path: &mut Vec<PathSeg>) -> Result<TNode, CompileProblem> {
+/// slots). `field` is the key the node sits under, which picks a list's merge key. `pointer` is the node's JSON
+/// Pointer in the pod (JSON-escaped) when it is the same for every pod, `None` under a list item.
+pub(crate) fn compile(
+    node: &YNode,
+    field: Option<&str>,
+    path: &mut Vec<PathSeg>,
+    pointer: Option<&str>,
+) -> Result<TNode, CompileProblem> {
     Ok(match &node.value {
         YValue::Dynamic(slot) => TNode::Dynamic(*slot),
         YValue::Map(members) => {
             let mut out = Vec::with_capacity(members.len());
             for (key, value) in members {
+                let token = path_token(key);
+                let child_pointer = pointer.map(|p| format!("{p}/{token}"));
                 path.push(PathSeg::Key(key.clone()));
-                let child = compile(value, Some(key), path)?;
+                let child = compile(value, Some(key), path, child_pointer.as_deref())?;
                 path.pop();
-                out.push(Member { key: key.as_str().into(), token: path_token(key), node: child });
+                let add_head = child_pointer.map(|p| op_head(&p, false));
+                out.push(Member { key: key.as_str().into(), token, node: child, add_head });
             }
             let whole = Pieces::build(|b| b.object(&out));
             TNode::Object(Object { members: out, whole })
@@ -211,12 +224,13 @@ pub(crate) fn compile(node: &YNode, field: Option<&str>, path: &mut Vec<PathSeg>
                     }
                     None => None,
                 };
-                let node = compile(item, None, path)?;
+                let node = compile(item, None, path, None)?;
                 path.pop();
                 out.push(Item { key, node });
             }
             let whole = Pieces::build(|b| b.list(&out));
-            TNode::List(List { merge_key, items: out, whole })
+            let append_head = pointer.map(|p| op_head(p, true));
+            TNode::List(List { merge_key, items: out, append_head, whole })
         }
         scalar => {
             let json = super::yaml::to_json(&YNode { line: node.line, value: scalar.clone() }, &mut |_| {
