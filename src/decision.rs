@@ -36,6 +36,20 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
+    /// Every reason, for registering metrics up front.
+    pub const ALL: [SkipReason; 10] = [
+        SkipReason::NotAPod,
+        SkipReason::NotCreate,
+        SkipReason::Subresource,
+        SkipReason::NoObject,
+        SkipReason::MirrorPod,
+        SkipReason::OptedOut,
+        SkipReason::HostNetwork,
+        SkipReason::InjectedByOtherVersion,
+        SkipReason::AlreadyInjected,
+        SkipReason::RenderFailed,
+    ];
+
     /// A short, stable name for metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -33,6 +33,7 @@ mod patch;
 mod pod;
 mod response;
 pub mod review;
+pub mod server;
 pub mod template;
 
 pub use decision::SkipReason;

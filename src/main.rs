@@ -13,6 +13,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
     let result = match &cli.command {
+        cli::Command::Serve(args) => cli::serve::run(args),
         cli::Command::Review(args) => cli::review::run(args),
     };
     match result {

@@ -2,6 +2,7 @@
 //! (`SIDECAR_INJECTOR_*`), the way a Deployment configures a container.
 
 pub mod review;
+pub mod serve;
 
 use std::path::PathBuf;
 
@@ -19,6 +20,8 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve the webhook over HTTPS (with no flags: built-in template, generated development certificate).
+    Serve(Box<serve::ServeArgs>),
     /// Answer one AdmissionReview (from a file or stdin) as the webhook would, on stdout.
     Review(review::ReviewArgs),
 }

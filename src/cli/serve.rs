@@ -1,0 +1,194 @@
+//! `sidecar-injector serve`: the webhook server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use clap::{Args, ValueEnum};
+use sidecar_injector::server::{ServeConfig, Server, TlsSource};
+
+use super::TemplateArgs;
+
+/// Arguments of `serve`. Every flag also reads `SIDECAR_INJECTOR_<FLAG>`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address of the HTTPS webhook listener.
+    #[arg(long, default_value = "0.0.0.0:8443", env = "SIDECAR_INJECTOR_LISTEN")]
+    pub listen: SocketAddr,
+
+    /// Address of the plain-HTTP listener for /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:9090", env = "SIDECAR_INJECTOR_METRICS_LISTEN")]
+    pub metrics_listen: SocketAddr,
+
+    /// The webhook's path.
+    #[arg(long, default_value = "/mutate", env = "SIDECAR_INJECTOR_PATH")]
+    pub path: String,
+
+    /// Serving certificate chain (PEM), reloaded when it changes. Without it (and --tls-key), a development
+    /// certificate for localhost is generated.
+    #[arg(long, value_name = "FILE", requires = "tls_key", env = "SIDECAR_INJECTOR_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key of the serving certificate (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert", env = "SIDECAR_INJECTOR_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Where the generated development CA is written when no certificate is given
+    /// [default: <temp dir>/sidecar-injector/dev-ca.pem].
+    #[arg(long, value_name = "FILE", env = "SIDECAR_INJECTOR_DEV_CA_FILE")]
+    pub dev_ca_file: Option<PathBuf>,
+
+    /// Require client certificates signed by this CA bundle (PEM).
+    #[arg(long, value_name = "FILE", env = "SIDECAR_INJECTOR_CLIENT_CA")]
+    pub client_ca: Option<PathBuf>,
+
+    /// Accept TLS 1.3 only (default: TLS 1.2 and 1.3).
+    #[arg(long, env = "SIDECAR_INJECTOR_TLS13_ONLY")]
+    pub tls13_only: bool,
+
+    /// How often the certificate files are checked for a change.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_TLS_RELOAD_INTERVAL")]
+    pub tls_reload_interval: Duration,
+
+    /// Largest accepted request body, in bytes; larger ones get 413.
+    #[arg(long, default_value_t = 4 * 1024 * 1024, env = "SIDECAR_INJECTOR_MAX_BODY_BYTES")]
+    pub max_body_bytes: usize,
+
+    /// Time allowed for the TLS handshake and for each request's headers (HTTP/1.1).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_HEADER_READ_TIMEOUT")]
+    pub header_read_timeout: Duration,
+
+    /// Deadline of one request; the API server's `?timeout=` lowers it.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_REQUEST_TIMEOUT")]
+    pub request_timeout: Duration,
+
+    /// Connections served at once; more wait in the listen backlog.
+    #[arg(long, default_value_t = 1024, env = "SIDECAR_INJECTOR_MAX_CONNECTIONS")]
+    pub max_connections: usize,
+
+    /// Concurrent streams per HTTP/2 connection.
+    #[arg(long, default_value_t = 256, env = "SIDECAR_INJECTOR_H2_MAX_CONCURRENT_STREAMS")]
+    pub h2_max_concurrent_streams: u32,
+
+    /// After SIGTERM, keep accepting this long (readiness already 503) while endpoints are removed.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_SHUTDOWN_DELAY")]
+    pub shutdown_delay: Duration,
+
+    /// After SIGTERM, exit within this long even if connections are still open (Kubernetes kills at 30 s).
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_SHUTDOWN_TIMEOUT")]
+    pub shutdown_timeout: Duration,
+
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "SIDECAR_INJECTOR_LOG_FORMAT")]
+    pub log_format: LogFormat,
+
+    /// Log filter (`info`, `debug`, `sidecar_injector=debug,warn`, ...).
+    #[arg(long, default_value = "info", env = "SIDECAR_INJECTOR_LOG")]
+    pub log: String,
+
+    #[command(flatten)]
+    pub template: TemplateArgs,
+}
+
+/// How log lines look.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl ServeArgs {
+    fn config(&self) -> ServeConfig {
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => TlsSource::Files { cert: cert.clone(), key: key.clone() },
+            _ => TlsSource::SelfSigned {
+                ca_out: self
+                    .dev_ca_file
+                    .clone()
+                    .unwrap_or_else(|| std::env::temp_dir().join("sidecar-injector").join("dev-ca.pem")),
+            },
+        };
+        ServeConfig {
+            listen: self.listen,
+            metrics_listen: self.metrics_listen,
+            path: self.path.clone(),
+            client_ca: self.client_ca.clone(),
+            tls13_only: self.tls13_only,
+            tls_reload_interval: self.tls_reload_interval,
+            max_body_bytes: self.max_body_bytes,
+            header_read_timeout: self.header_read_timeout,
+            request_timeout: self.request_timeout,
+            max_connections: self.max_connections,
+            h2_max_concurrent_streams: self.h2_max_concurrent_streams,
+            shutdown_delay: self.shutdown_delay,
+            shutdown_timeout: self.shutdown_timeout,
+            ..ServeConfig::new(tls)
+        }
+    }
+}
+
+/// Runs `serve` until SIGTERM or SIGINT.
+pub fn run(args: &ServeArgs) -> Result<(), String> {
+    init_logging(args)?;
+    let engine = args.template.engine().map_err(|e| e.to_string())?;
+    // std reads the cgroup CPU quota, so a container limited to 2 CPUs gets 2 workers, not one per host core.
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let config = args.config();
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        workers,
+        template = engine.template().name(),
+        template_version = engine.template().hash(),
+        config = ?config,
+        "starting"
+    );
+    runtime.block_on(async {
+        let engine = Arc::new(ArcSwap::from_pointee(engine));
+        let server = Server::bind(config, engine).await.map_err(|e| e.to_string())?;
+        server.run(shutdown_signal()).await;
+        Ok(())
+    })
+}
+
+fn init_logging(args: &ServeArgs) -> Result<(), String> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log).map_err(|e| format!("--log {:?}: {e}", args.log))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
+}
+
+/// SIGTERM (Kubernetes stopping the pod) or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => tracing::info!("SIGINT received"),
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}

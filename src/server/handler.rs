@@ -1,0 +1,208 @@
+//! One webhook request: check method, path and media type, read the body into one buffer within the size limit
+//! and the deadline, hand it to the engine mutably (simd-json parses in place), answer with the engine's bytes.
+
+use std::convert::Infallible;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Incoming};
+use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+
+use super::Shared;
+use super::telemetry::ErrorReason;
+use crate::{Outcome, ReviewError, Verdict};
+
+type Answer = Response<Full<Bytes>>;
+
+pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Answer, Infallible> {
+    let start = Instant::now();
+    shared.metrics.in_flight(1.0);
+    let answer = respond(&shared, req).await;
+    shared.metrics.in_flight(-1.0);
+    shared.metrics.duration(start.elapsed());
+    Ok(answer)
+}
+
+async fn respond(shared: &Shared, req: Request<Incoming>) -> Answer {
+    let config = &shared.config;
+    let deadline = deadline(req.uri().query(), config.request_timeout);
+    let refusal = if req.uri().path() != config.path {
+        Some((
+            ErrorReason::NotFound,
+            StatusCode::NOT_FOUND,
+            format!("not found: the webhook is at POST {}", config.path),
+        ))
+    } else if req.method() != Method::POST {
+        Some((ErrorReason::Method, StatusCode::METHOD_NOT_ALLOWED, "method not allowed: use POST".to_owned()))
+    } else if !is_json(req.headers().get(CONTENT_TYPE)) {
+        let message = "unsupported media type: the body must be Content-Type: application/json".to_owned();
+        Some((ErrorReason::MediaType, StatusCode::UNSUPPORTED_MEDIA_TYPE, message))
+    } else {
+        None
+    };
+    let work = async {
+        match refusal {
+            Some((reason, status, message)) => {
+                // Read what was sent before answering: on HTTP/2 an unread body makes the answer arrive as a
+                // stream reset, which clients report instead of the status.
+                discard(req.into_body(), config.max_body_bytes).await;
+                let mut answer = refuse(shared, reason, status, message);
+                if reason == ErrorReason::Method {
+                    answer.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
+                }
+                answer
+            }
+            None => read_and_review(shared, req.into_body()).await,
+        }
+    };
+    match tokio::time::timeout(deadline, work).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            let message = format!("request timeout: no answer within {}", humantime::format_duration(deadline));
+            refuse(shared, ErrorReason::Timeout, StatusCode::REQUEST_TIMEOUT, message)
+        }
+    }
+}
+
+/// Reads and drops up to `max` bytes of a body that will not be used.
+async fn discard(mut body: Incoming, max: usize) {
+    let mut seen = 0;
+    while seen <= max {
+        match body.frame().await {
+            Some(Ok(frame)) => seen += frame.data_ref().map_or(0, |d| d.len()),
+            _ => break,
+        }
+    }
+}
+
+async fn read_and_review(shared: &Shared, mut body: Incoming) -> Answer {
+    let max = shared.config.max_body_bytes;
+    let too_large = || format!("request body larger than the limit of {max} bytes");
+    let announced = body.size_hint().lower();
+    if announced > max as u64 {
+        // Refused from Content-Length, without reading the body.
+        return refuse(shared, ErrorReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, too_large());
+    }
+    let mut buf = Vec::with_capacity(if announced > 0 { announced as usize } else { 16 * 1024 });
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) => {
+                let message = format!("bad request: could not read the body: {e}");
+                return refuse(shared, ErrorReason::BadRequest, StatusCode::BAD_REQUEST, message);
+            }
+        };
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > max {
+                return refuse(shared, ErrorReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, too_large());
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    shared.metrics.body_bytes(buf.len());
+    let engine = shared.engine.load();
+    let mut out = Vec::with_capacity(8 * 1024);
+    match review_guarded(|| engine.review(&mut buf, &mut out)) {
+        Ok(Ok(outcome)) => {
+            record(shared, &outcome);
+            let mut answer = Response::new(Full::new(Bytes::from(out)));
+            answer.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            answer
+        }
+        Ok(Err(e)) => refuse(shared, ErrorReason::BadRequest, StatusCode::BAD_REQUEST, format!("bad request: {e}")),
+        Err(panic) => {
+            tracing::error!(panic = %panic, "the engine panicked on a request; answered 500");
+            let message = "internal error: the request could not be processed".to_owned();
+            refuse(shared, ErrorReason::Panic, StatusCode::INTERNAL_SERVER_ERROR, message)
+        }
+    }
+}
+
+/// Runs the engine, turning a panic into an error message instead of a dead connection.
+fn review_guarded(
+    review: impl FnOnce() -> Result<Outcome, ReviewError>,
+) -> Result<Result<Outcome, ReviewError>, String> {
+    catch_unwind(AssertUnwindSafe(review)).map_err(|payload| {
+        payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-string panic payload".to_owned())
+    })
+}
+
+fn record(shared: &Shared, outcome: &Outcome) {
+    match outcome.verdict {
+        Verdict::Injected { ops } => {
+            shared.metrics.injected();
+            tracing::debug!(ops, "injected");
+        }
+        Verdict::Skipped(reason) => {
+            shared.metrics.skipped(reason);
+            tracing::debug!(reason = reason.as_str(), "skipped");
+        }
+    }
+}
+
+fn refuse(shared: &Shared, reason: ErrorReason, status: StatusCode, mut message: String) -> Answer {
+    shared.metrics.error(reason);
+    tracing::debug!(status = status.as_u16(), %message, "refused");
+    message.push('\n');
+    let mut answer = Response::new(Full::new(Bytes::from(message)));
+    *answer.status_mut() = status;
+    answer.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    answer
+}
+
+/// `application/json`, with or without parameters (`; charset=utf-8`), in any case.
+fn is_json(content_type: Option<&HeaderValue>) -> bool {
+    let Some(value) = content_type.and_then(|v| v.to_str().ok()) else { return false };
+    value.split(';').next().is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The request's deadline: ours, lowered by the API server's `?timeout=10s` when it sends one.
+fn deadline(query: Option<&str>, ours: Duration) -> Duration {
+    let theirs = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| pair.strip_prefix("timeout="))
+        .and_then(|value| humantime::parse_duration(value).ok());
+    match theirs {
+        Some(theirs) if !theirs.is_zero() => theirs.min(ours),
+        _ => ours,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_servers_timeout_lowers_the_deadline_but_never_raises_it() {
+        let ours = Duration::from_secs(10);
+        assert_eq!(deadline(Some("timeout=5s"), ours), Duration::from_secs(5));
+        assert_eq!(deadline(Some("a=b&timeout=1m30s"), Duration::from_secs(600)), Duration::from_secs(90));
+        assert_eq!(deadline(Some("timeout=30s"), ours), ours);
+        assert_eq!(deadline(Some("timeout=banana"), ours), ours);
+        assert_eq!(deadline(None, ours), ours);
+    }
+
+    #[test]
+    fn json_media_types_are_recognised_with_parameters_and_any_case() {
+        let json = |v: &'static str| is_json(Some(&HeaderValue::from_static(v)));
+        assert!(json("application/json") && json("Application/JSON; charset=utf-8"));
+        assert!(!json("text/plain") && !json("application/jsonx") && !is_json(None));
+    }
+
+    #[test]
+    fn a_panicking_review_becomes_an_error_message() {
+        let caught = review_guarded(|| panic!("boom"));
+        assert_eq!(caught.unwrap_err(), "boom");
+        let caught = review_guarded(|| Err(ReviewError::Empty));
+        assert!(matches!(caught, Ok(Err(ReviewError::Empty))));
+    }
+}

@@ -1,0 +1,273 @@
+//! The HTTPS webhook server: TLS (rustls, certificates reloaded when their files change), HTTP/1.1 or HTTP/2 by
+//! ALPN (hyper), the webhook handler, a plain-HTTP admin listener (metrics, health), limits and graceful shutdown.
+//!
+//! Layers, outermost first: [`Server::run`] accepts connections (bounded by a semaphore, so excess connections
+//! wait in the kernel's backlog), `tls` terminates TLS, hyper speaks HTTP, [`handler`] turns one request into
+//! one engine call, [`admin`] serves `/metrics`, `/healthz` and `/readyz`.
+
+mod admin;
+mod handler;
+mod telemetry;
+pub mod tls;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::Engine;
+pub use tls::TlsSource;
+
+/// Everything the server needs, explicit: the CLI fills it from flags and environment variables.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The HTTPS listener.
+    pub listen: SocketAddr,
+    /// The plain-HTTP listener for `/metrics`, `/healthz` and `/readyz`.
+    pub metrics_listen: SocketAddr,
+    /// The webhook's path (matched without the query string).
+    pub path: String,
+    /// Where the serving certificate comes from.
+    pub tls: TlsSource,
+    /// Require client certificates signed by this CA bundle.
+    pub client_ca: Option<PathBuf>,
+    /// Accept TLS 1.3 only (otherwise 1.2 and 1.3).
+    pub tls13_only: bool,
+    /// How often the certificate files are checked for a change.
+    pub tls_reload_interval: Duration,
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+    /// Time allowed for the TLS handshake and, on HTTP/1.1, for each request's headers.
+    pub header_read_timeout: Duration,
+    /// Deadline for one request (body and answer); the API server's `?timeout=` lowers it.
+    pub request_timeout: Duration,
+    /// Connections served at once; more wait to be accepted.
+    pub max_connections: usize,
+    /// Concurrent streams per HTTP/2 connection.
+    pub h2_max_concurrent_streams: u32,
+    /// After the shutdown signal, keep accepting this long (while `/readyz` says 503) so that endpoints are
+    /// removed before the listener closes.
+    pub shutdown_delay: Duration,
+    /// After the shutdown signal, give up on draining connections after this long.
+    pub shutdown_timeout: Duration,
+}
+
+impl ServeConfig {
+    /// The defaults of `sidecar-injector serve`, with the given certificate source.
+    pub fn new(tls: TlsSource) -> Self {
+        ServeConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
+            metrics_listen: SocketAddr::from(([0, 0, 0, 0], 9090)),
+            path: "/mutate".to_owned(),
+            tls,
+            client_ca: None,
+            tls13_only: false,
+            tls_reload_interval: Duration::from_secs(10),
+            max_body_bytes: 4 * 1024 * 1024,
+            header_read_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+            h2_max_concurrent_streams: 256,
+            shutdown_delay: Duration::from_secs(2),
+            shutdown_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A listener could not bind.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TLS material could not be loaded or generated.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// The metrics recorder could not be installed.
+    #[error("cannot set up metrics: {0}")]
+    Metrics(String),
+}
+
+/// State shared by every connection.
+pub(crate) struct Shared {
+    pub engine: Arc<ArcSwap<Engine>>,
+    pub config: ServeConfig,
+    pub metrics: telemetry::Metrics,
+    /// Set when shutdown begins: `/readyz` answers 503 from then on.
+    pub shutting_down: AtomicBool,
+}
+
+/// A bound, ready-to-run server.
+pub struct Server {
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    admin: TcpListener,
+    tls: tls::Tls,
+}
+
+impl Server {
+    /// Loads the TLS material, installs the metrics recorder and binds both listeners. `engine` is shared so that
+    /// a template reload can swap it while requests flow.
+    pub async fn bind(config: ServeConfig, engine: Arc<ArcSwap<Engine>>) -> Result<Server, ServeError> {
+        let metrics = telemetry::Metrics::install().map_err(ServeError::Metrics)?;
+        let tls = tls::Tls::load(&config, metrics.clone())?;
+        let bind = |addr: SocketAddr| async move {
+            TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })
+        };
+        let listener = bind(config.listen).await?;
+        let admin = bind(config.metrics_listen).await?;
+        let shared = Arc::new(Shared { engine, config, metrics, shutting_down: AtomicBool::new(false) });
+        Ok(Server { shared, listener, admin, tls })
+    }
+
+    /// The HTTPS listener's address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().unwrap_or(self.shared.config.listen)
+    }
+
+    /// The admin listener's address.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.admin.local_addr().unwrap_or(self.shared.config.metrics_listen)
+    }
+
+    /// Serves until `shutdown` resolves, then drains: `/readyz` turns 503 at once, connections are still accepted
+    /// for `shutdown_delay`, then the listener closes, in-flight requests finish, idle connections close, and
+    /// this returns within `shutdown_timeout` of the signal.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let Server { shared, listener, admin, tls } = self;
+        let config = &shared.config;
+        let admin_addr = admin.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        let reloader = tokio::spawn(tls.clone().watch(config.tls_reload_interval));
+        let admin_task = tokio::spawn(admin::serve(admin, shared.clone()));
+        let upkeep = tokio::spawn(telemetry::upkeep(shared.metrics.clone()));
+
+        let mut h1 = auto::Builder::new(TokioExecutor::new()).http1_only();
+        h1.http1().timer(TokioTimer::new()).header_read_timeout(config.header_read_timeout).keep_alive(true);
+        let mut h2 = auto::Builder::new(TokioExecutor::new()).http2_only();
+        h2.http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(config.h2_max_concurrent_streams)
+            .max_pending_accept_reset_streams(20)
+            .keep_alive_interval(Duration::from_secs(30));
+
+        let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
+        let graceful = GracefulShutdown::new();
+        tracing::info!(
+            listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            metrics = %admin_addr,
+            path = %config.path,
+            "serving"
+        );
+
+        let mut shutdown = std::pin::pin!(shutdown);
+        let stop_accepting = loop {
+            // Waiting for a permit before accepting leaves excess connections in the kernel's backlog.
+            let permit = tokio::select! {
+                permit = permits.clone().acquire_owned() => permit,
+                () = &mut shutdown => break true,
+            };
+            let Ok(permit) = permit else { break false };
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = &mut shutdown => break true,
+            };
+            let (tcp, peer) = match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a little rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            spawn_connection(&shared, &tls, &h1, &h2, &graceful, tcp, peer, permit);
+        };
+
+        if stop_accepting {
+            shared.shutting_down.store(true, Ordering::SeqCst);
+            tracing::info!(delay = ?config.shutdown_delay, "shutdown: readiness is now 503, still accepting");
+            let deadline = tokio::time::Instant::now() + config.shutdown_timeout;
+            let keep_accepting = tokio::time::sleep(config.shutdown_delay);
+            tokio::pin!(keep_accepting);
+            loop {
+                tokio::select! {
+                    () = &mut keep_accepting => break,
+                    accepted = listener.accept() => {
+                        let Ok((tcp, peer)) = accepted else { continue };
+                        let Ok(permit) = permits.clone().try_acquire_owned() else { continue };
+                        spawn_connection(&shared, &tls, &h1, &h2, &graceful, tcp, peer, permit);
+                    }
+                }
+            }
+            drop(listener);
+            tracing::info!("shutdown: listener closed, draining connections");
+            match tokio::time::timeout_at(deadline, graceful.shutdown()).await {
+                Ok(()) => tracing::info!("shutdown: every connection finished"),
+                Err(_) => tracing::warn!("shutdown: deadline reached with connections still open"),
+            }
+        }
+        reloader.abort();
+        admin_task.abort();
+        upkeep.abort();
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn spawn_connection(
+    shared: &Arc<Shared>,
+    tls: &tls::Tls,
+    h1: &auto::Builder<TokioExecutor>,
+    h2: &auto::Builder<TokioExecutor>,
+    graceful: &GracefulShutdown,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    // Without TCP_NODELAY, small HTTP/2 frames were seen to wait 40 ms for Nagle's algorithm.
+    let _ = tcp.set_nodelay(true);
+    let (shared, acceptor, h1, h2, watcher) =
+        (shared.clone(), tls.acceptor(), h1.clone(), h2.clone(), graceful.watcher());
+    tokio::spawn(async move {
+        let _permit = permit;
+        let timeout = shared.config.header_read_timeout;
+        let stream = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                shared.metrics.handshake_failed();
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                shared.metrics.handshake_failed();
+                tracing::debug!(%peer, "TLS handshake timed out");
+                return;
+            }
+        };
+        shared.metrics.handshake_done();
+        let is_h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        let io = TokioIo::new(stream);
+        let service = hyper::service::service_fn(move |req| handler::handle(shared.clone(), req));
+        let result = if is_h2 {
+            watcher.watch(h2.serve_connection(io, service).into_owned()).await
+        } else {
+            watcher.watch(h1.serve_connection(io, service).into_owned()).await
+        };
+        if let Err(e) = result {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        }
+    });
+}

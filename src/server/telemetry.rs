@@ -1,0 +1,170 @@
+//! Metrics: registered once at start as handles, so recording one on the request path is an atomic add, not a
+//! registry lookup. Rendered in the Prometheus text format on the admin listener.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::SkipReason;
+
+/// Why a request got an error status (the `reason` label of `result="error"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorReason {
+    BadRequest,
+    TooLarge,
+    Timeout,
+    Panic,
+    NotFound,
+    Method,
+    MediaType,
+}
+
+impl ErrorReason {
+    const ALL: [ErrorReason; 7] = [
+        ErrorReason::BadRequest,
+        ErrorReason::TooLarge,
+        ErrorReason::Timeout,
+        ErrorReason::Panic,
+        ErrorReason::NotFound,
+        ErrorReason::Method,
+        ErrorReason::MediaType,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            ErrorReason::BadRequest => "bad-request",
+            ErrorReason::TooLarge => "too-large",
+            ErrorReason::Timeout => "timeout",
+            ErrorReason::Panic => "panic",
+            ErrorReason::NotFound => "not-found",
+            ErrorReason::Method => "method-not-allowed",
+            ErrorReason::MediaType => "unsupported-media-type",
+        }
+    }
+}
+
+/// The metric handles. Cloning shares them.
+#[derive(Clone)]
+pub(crate) struct Metrics(Arc<Handles>);
+
+struct Handles {
+    prometheus: PrometheusHandle,
+    injected: Counter,
+    skipped: Vec<(SkipReason, Counter)>,
+    errors: Vec<(ErrorReason, Counter)>,
+    duration: Histogram,
+    body_bytes: Histogram,
+    in_flight: Gauge,
+    handshakes_ok: Counter,
+    handshakes_failed: Counter,
+    reloads_ok: Counter,
+    reloads_failed: Counter,
+}
+
+const REQUESTS: &str = "sidecar_injector_requests_total";
+const DURATION: &str = "sidecar_injector_request_duration_seconds";
+const BODY: &str = "sidecar_injector_request_body_bytes";
+
+impl Metrics {
+    /// Installs the process-wide Prometheus recorder (once; later calls share it) and registers every metric.
+    pub(crate) fn install() -> Result<Metrics, String> {
+        static PROMETHEUS: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
+        let prometheus = PROMETHEUS
+            .get_or_init(|| {
+                PrometheusBuilder::new()
+                    // From 10 µs (a cached answer) to 1 s (something is very wrong).
+                    .set_buckets_for_metric(
+                        Matcher::Full(DURATION.to_owned()),
+                        &[1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 1e-1, 1.0],
+                    )
+                    .and_then(|b| {
+                        b.set_buckets_for_metric(
+                            Matcher::Full(BODY.to_owned()),
+                            &[1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0],
+                        )
+                    })
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| b.install_recorder().map_err(|e| e.to_string()))
+            })
+            .clone()?;
+        metrics::describe_counter!(REQUESTS, "Admission requests answered, by result and reason.");
+        metrics::describe_histogram!(DURATION, metrics::Unit::Seconds, "Time to answer one admission request.");
+        metrics::describe_histogram!(BODY, metrics::Unit::Bytes, "Size of admission request bodies.");
+        let handles = Handles {
+            prometheus,
+            injected: metrics::counter!(REQUESTS, "result" => "injected", "reason" => ""),
+            skipped: SkipReason::ALL
+                .iter()
+                .map(|r| (*r, metrics::counter!(REQUESTS, "result" => "skipped", "reason" => r.as_str())))
+                .collect(),
+            errors: ErrorReason::ALL
+                .iter()
+                .map(|r| (*r, metrics::counter!(REQUESTS, "result" => "error", "reason" => r.as_str())))
+                .collect(),
+            duration: metrics::histogram!(DURATION),
+            body_bytes: metrics::histogram!(BODY),
+            in_flight: metrics::gauge!("sidecar_injector_requests_in_flight"),
+            handshakes_ok: metrics::counter!("sidecar_injector_tls_handshakes_total", "result" => "ok"),
+            handshakes_failed: metrics::counter!("sidecar_injector_tls_handshakes_total", "result" => "error"),
+            reloads_ok: metrics::counter!("sidecar_injector_certificate_reloads_total", "result" => "ok"),
+            reloads_failed: metrics::counter!("sidecar_injector_certificate_reloads_total", "result" => "error"),
+        };
+        metrics::gauge!("sidecar_injector_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+        Ok(Metrics(Arc::new(handles)))
+    }
+
+    pub(crate) fn render(&self) -> String {
+        self.0.prometheus.render()
+    }
+
+    pub(crate) fn injected(&self) {
+        self.0.injected.increment(1);
+    }
+
+    pub(crate) fn skipped(&self, reason: SkipReason) {
+        if let Some((_, counter)) = self.0.skipped.iter().find(|(r, _)| *r == reason) {
+            counter.increment(1);
+        }
+    }
+
+    pub(crate) fn error(&self, reason: ErrorReason) {
+        if let Some((_, counter)) = self.0.errors.iter().find(|(r, _)| *r == reason) {
+            counter.increment(1);
+        }
+    }
+
+    pub(crate) fn duration(&self, elapsed: Duration) {
+        self.0.duration.record(elapsed.as_secs_f64());
+    }
+
+    pub(crate) fn body_bytes(&self, bytes: usize) {
+        self.0.body_bytes.record(bytes as f64);
+    }
+
+    pub(crate) fn in_flight(&self, delta: f64) {
+        self.0.in_flight.increment(delta);
+    }
+
+    pub(crate) fn handshake_done(&self) {
+        self.0.handshakes_ok.increment(1);
+    }
+
+    pub(crate) fn handshake_failed(&self) {
+        self.0.handshakes_failed.increment(1);
+    }
+
+    pub(crate) fn cert_reload(&self, ok: bool) {
+        if ok { &self.0.reloads_ok } else { &self.0.reloads_failed }.increment(1);
+    }
+}
+
+/// Histogram samples accumulate until drained: drain them regularly, not only when scraped.
+pub(crate) async fn upkeep(metrics: Metrics) {
+    let mut ticks = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        ticks.tick().await;
+        metrics.0.prometheus.run_upkeep();
+    }
+}

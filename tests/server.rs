@@ -1,0 +1,404 @@
+//! The real server on 127.0.0.1 (random ports), spoken to over real TLS, HTTP/1.1 and HTTP/2.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use sidecar_injector::server::tls::DevCertificates;
+use sidecar_injector::server::{ServeConfig, Server, TlsSource};
+use sidecar_injector::{Engine, Settings, Template};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+
+const REVIEW: &[u8] = include_bytes!("data/pod-create.json");
+
+/// A running server and what a client needs to reach it.
+struct Running {
+    addr: SocketAddr,
+    metrics: SocketAddr,
+    ca_pem: Vec<u8>,
+    stop: Option<oneshot::Sender<()>>,
+    done: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+fn engine() -> Arc<ArcSwap<Engine>> {
+    let settings = Settings::default();
+    Arc::new(ArcSwap::from_pointee(Engine::new(Template::builtin(&settings.annotation_prefix).unwrap(), &settings)))
+}
+
+fn test_config(dir: &Path) -> ServeConfig {
+    ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_listen: "127.0.0.1:0".parse().unwrap(),
+        shutdown_delay: Duration::ZERO,
+        shutdown_timeout: Duration::from_secs(5),
+        ..ServeConfig::new(TlsSource::SelfSigned { ca_out: dir.join("ca.pem") })
+    }
+}
+
+async fn start(configure: impl FnOnce(&mut ServeConfig, &Path)) -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    configure(&mut config, dir.path());
+    let ca_out = match &config.tls {
+        TlsSource::SelfSigned { ca_out } => ca_out.clone(),
+        TlsSource::Files { .. } => dir.path().join("ca.pem"),
+    };
+    let server = Server::bind(config, engine()).await.unwrap();
+    let (addr, metrics) = (server.local_addr(), server.metrics_addr());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done = tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    let ca_pem = std::fs::read(ca_out).unwrap();
+    Running { addr, metrics, ca_pem, stop: Some(stop), done, _dir: dir }
+}
+
+fn client_config(ca_pem: &[u8], alpn: &[u8], identity: Option<(&str, &str)>) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<Vec<_>, _>>().unwrap();
+            builder.with_client_auth_cert(chain, PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap()).unwrap()
+        }
+    };
+    config.alpn_protocols = vec![alpn.to_vec()];
+    config
+}
+
+async fn tls_connect(
+    addr: SocketAddr,
+    config: rustls::ClientConfig,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await
+}
+
+/// One HTTP connection, either protocol.
+enum Conn {
+    H1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+impl Conn {
+    async fn open(addr: SocketAddr, ca_pem: &[u8], h2: bool) -> Conn {
+        let alpn: &[u8] = if h2 { b"h2" } else { b"http/1.1" };
+        Self::open_with(addr, client_config(ca_pem, alpn, None)).await.unwrap()
+    }
+
+    async fn open_with(addr: SocketAddr, config: rustls::ClientConfig) -> Result<Conn, String> {
+        let h2 = config.alpn_protocols == [b"h2".to_vec()];
+        let tls = tls_connect(addr, config).await.map_err(|e| e.to_string())?;
+        let io = TokioIo::new(tls);
+        if h2 {
+            let (send, conn) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await.map_err(|e| e.to_string())?;
+            tokio::spawn(conn);
+            Ok(Conn::H2(send))
+        } else {
+            let (send, conn) = hyper::client::conn::http1::handshake(io).await.map_err(|e| e.to_string())?;
+            tokio::spawn(conn);
+            Ok(Conn::H1(send))
+        }
+    }
+
+    async fn send(&mut self, req: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), String> {
+        let response = match self {
+            Conn::H1(s) => s.send_request(req).await,
+            Conn::H2(s) => s.send_request(req).await,
+        }
+        .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok((status, body))
+    }
+
+    async fn review(&mut self, body: &[u8]) -> (StatusCode, Bytes) {
+        self.send(post("/mutate?timeout=10s", "application/json", body)).await.unwrap()
+    }
+}
+
+fn post(path: &str, content_type: &str, body: &[u8]) -> Request<Full<Bytes>> {
+    Request::post(format!("https://localhost{path}"))
+        .header("content-type", content_type)
+        .body(Full::new(Bytes::copy_from_slice(body)))
+        .unwrap()
+}
+
+/// A plain GET on the admin listener.
+async fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut text = String::new();
+    tcp.read_to_string(&mut text).await.unwrap();
+    let status = text[9..12].parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+fn counter(metrics: &str, series: &str) -> f64 {
+    metrics.lines().find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_and_http2_give_byte_identical_answers_and_h2_multiplexes() {
+    let server = start(|_, _| {}).await;
+    let mut h1 = Conn::open(server.addr, &server.ca_pem, false).await;
+    let mut h2 = Conn::open(server.addr, &server.ca_pem, true).await;
+    let (s1, b1) = h1.review(REVIEW).await;
+    let (s2, b2) = h2.review(REVIEW).await;
+    assert_eq!((s1, s2), (StatusCode::OK, StatusCode::OK));
+    assert_eq!(b1, b2);
+    let answer: serde_json::Value = serde_json::from_slice(&b1).unwrap();
+    assert_eq!(answer["response"]["patchType"], "JSONPatch");
+    // Keep-alive: the same h1 connection answers again, identically.
+    assert_eq!(h1.review(REVIEW).await.1, b1);
+
+    let Conn::H2(sender) = h2 else { unreachable!() };
+    let requests = (0..64).map(|_| {
+        let mut sender = sender.clone();
+        tokio::spawn(async move { sender.send_request(post("/mutate", "application/json", REVIEW)).await })
+    });
+    for request in requests.collect::<Vec<_>>() {
+        let response = request.await.unwrap().unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.into_body().collect().await.unwrap().to_bytes(), b1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_error_class_gets_its_status_and_a_one_line_reason() {
+    let server = start(|_, _| {}).await;
+    let cases: Vec<(Request<Full<Bytes>>, StatusCode, &str)> = vec![
+        (post("/mutate", "application/json", b"{\"kind\":"), StatusCode::BAD_REQUEST, "not valid JSON"),
+        (post("/mutate", "application/json", b"{\"kind\":\"Pod\"}"), StatusCode::BAD_REQUEST, "not an AdmissionReview"),
+        (post("/mutate", "application/json", b""), StatusCode::BAD_REQUEST, "empty"),
+        (post("/other", "application/json", REVIEW), StatusCode::NOT_FOUND, "POST /mutate"),
+        (post("/mutate", "text/plain", REVIEW), StatusCode::UNSUPPORTED_MEDIA_TYPE, "application/json"),
+        (
+            Request::get("https://localhost/mutate").body(Full::new(Bytes::new())).unwrap(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "use POST",
+        ),
+    ];
+    for h2 in [false, true] {
+        for (request, status, reason) in &cases {
+            let mut conn = Conn::open(server.addr, &server.ca_pem, h2).await;
+            let mut request_copy = Request::builder().method(request.method()).uri(request.uri());
+            for (name, value) in request.headers() {
+                request_copy = request_copy.header(name, value);
+            }
+            let body = request.body().clone();
+            let (got, text) = conn.send(request_copy.body(body).unwrap()).await.unwrap();
+            let text = String::from_utf8(text.to_vec()).unwrap();
+            assert_eq!(got, *status, "h2={h2} {text}");
+            assert!(text.contains(reason) && text.trim_end().lines().count() == 1, "h2={h2} {text:?}");
+            // The connection and the server go on serving.
+            assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK, "h2={h2} after {status}");
+        }
+    }
+    let (_, metrics) = admin_get(server.metrics, "/metrics").await;
+    assert!(counter(&metrics, r#"sidecar_injector_requests_total{result="error",reason="bad-request"}"#) >= 6.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_the_limit_gets_413() {
+    let server = start(|c, _| c.max_body_bytes = 1024).await;
+    let big = vec![b' '; 4096];
+    let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+    let (status, text) = conn.send(post("/mutate", "application/json", &big)).await.unwrap();
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(String::from_utf8_lossy(&text).contains("1024 bytes"));
+    // Without a Content-Length (chunked), the limit is enforced while reading.
+    let mut tls = tls_connect(server.addr, client_config(&server.ca_pem, b"http/1.1", None)).await.unwrap();
+    let chunk = format!("{:x}\r\n{}\r\n", 2048, " ".repeat(2048));
+    let head =
+        "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+    tls.write_all(format!("{head}{chunk}{chunk}0\r\n\r\n").as_bytes()).await.unwrap();
+    let mut answer = vec![0; 512];
+    let n = tls.read(&mut answer).await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&answer[..n])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_sending_headers_slowly_is_cut_off() {
+    let server = start(|c, _| c.header_read_timeout = Duration::from_millis(300)).await;
+    let mut tls = tls_connect(server.addr, client_config(&server.ca_pem, b"http/1.1", None)).await.unwrap();
+    tls.write_all(b"POST /mutate HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    let started = Instant::now();
+    let mut buf = vec![0; 256];
+    // The server answers 408 or just closes; either way the connection ends well before our 5 s patience.
+    let read = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match tls.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the connection was not closed");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // A TLS handshake that never starts is cut off by the same timeout.
+    let mut idle = TcpStream::connect(server.addr).await.unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf)).await;
+    assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "an idle TCP connection was kept");
+}
+
+fn write_pair(dir: &Path, certs: &DevCertificates) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    // Written aside and renamed, as the kubelet swaps a Secret volume's files.
+    std::fs::write(dir.join("tls.crt.new"), &certs.cert_pem).unwrap();
+    std::fs::write(dir.join("tls.key.new"), &certs.key_pem).unwrap();
+    std::fs::rename(dir.join("tls.key.new"), &key).unwrap();
+    std::fs::rename(dir.join("tls.crt.new"), &cert).unwrap();
+    (cert, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_certificates_are_served_without_failing_a_request() {
+    let first = DevCertificates::generate().unwrap();
+    let second = DevCertificates::generate().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let (cert, key) = write_pair(files.path(), &first);
+    std::fs::write(files.path().join("ca.pem"), &first.ca_pem).unwrap();
+    let server = start(|c, dir| {
+        c.tls = TlsSource::Files { cert: cert.clone(), key: key.clone() };
+        c.tls_reload_interval = Duration::from_millis(100);
+        std::fs::write(dir.join("ca.pem"), &first.ca_pem).unwrap();
+    })
+    .await;
+    let mut conn = Conn::open(server.addr, first.ca_pem.as_bytes(), false).await;
+    let sender = tokio::spawn(async move {
+        let mut sent = 0;
+        let until = Instant::now() + Duration::from_millis(1500);
+        while Instant::now() < until {
+            assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK, "request {sent} failed during rotation");
+            sent += 1;
+        }
+        sent
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    write_pair(files.path(), &second);
+    // New handshakes present the new certificate: a client trusting only the new CA gets through...
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match Conn::open_with(server.addr, client_config(second.ca_pem.as_bytes(), b"http/1.1", None)).await {
+            Ok(mut fresh) => {
+                assert_eq!(fresh.review(REVIEW).await.0, StatusCode::OK);
+                break;
+            }
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("the new certificate was never served: {e}"),
+        }
+    }
+    // ...and one trusting only the old CA no longer does.
+    assert!(Conn::open_with(server.addr, client_config(first.ca_pem.as_bytes(), b"http/1.1", None)).await.is_err());
+    let sent = sender.await.unwrap();
+    assert!(sent > 10, "only {sent} requests were sent during the rotation");
+    let (_, metrics) = admin_get(server.metrics, "/metrics").await;
+    assert!(counter(&metrics, r#"sidecar_injector_certificate_reloads_total{result="ok"}"#) >= 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_client_ca_only_clients_with_a_certificate_are_served() {
+    let client_identity = DevCertificates::generate().unwrap();
+    let server = start(|c, dir| {
+        std::fs::write(dir.join("client-ca.pem"), &client_identity.ca_pem).unwrap();
+        c.client_ca = Some(dir.join("client-ca.pem"));
+    })
+    .await;
+    let anonymous = client_config(&server.ca_pem, b"http/1.1", None);
+    let refused = match Conn::open_with(server.addr, anonymous).await {
+        Err(_) => true,
+        // TLS 1.3 reports the refusal on the first read, not in the handshake.
+        Ok(mut conn) => conn.send(post("/mutate", "application/json", REVIEW)).await.is_err(),
+    };
+    assert!(refused, "a client without a certificate was served");
+    let identity = Some((client_identity.cert_pem.as_str(), client_identity.key_pem.as_str()));
+    let mut conn = Conn::open_with(server.addr, client_config(&server.ca_pem, b"http/1.1", identity)).await.unwrap();
+    assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_every_accepted_request_and_exits_in_time() {
+    let mut server = start(|c, _| {
+        c.shutdown_delay = Duration::from_millis(500);
+        c.shutdown_timeout = Duration::from_secs(3);
+    })
+    .await;
+    assert_eq!(admin_get(server.metrics, "/readyz").await.0, 200);
+    // Requests whose bodies are still arriving when the signal comes.
+    let mut in_flight = Vec::new();
+    for _ in 0..8 {
+        let mut tls = tls_connect(server.addr, client_config(&server.ca_pem, b"http/1.1", None)).await.unwrap();
+        let head = format!(
+            "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            REVIEW.len()
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        tls.write_all(&REVIEW[..100]).await.unwrap();
+        in_flight.push(tls);
+    }
+    let idle = Conn::open(server.addr, &server.ca_pem, false).await;
+    let signalled = Instant::now();
+    server.stop.take().unwrap().send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(admin_get(server.metrics, "/readyz").await, (503, "shutting down\n".to_owned()));
+    for tls in &mut in_flight {
+        tls.write_all(&REVIEW[100..]).await.unwrap();
+        let mut answer = Vec::new();
+        tls.read_to_end(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("\"patchType\":\"JSONPatch\""));
+    }
+    tokio::time::timeout(Duration::from_secs(4), &mut server.done)
+        .await
+        .expect("run() did not return in time")
+        .unwrap();
+    assert!(signalled.elapsed() < Duration::from_secs(4));
+    drop(idle);
+    assert!(TcpStream::connect(server.addr).await.is_err(), "the listener is still open");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_after_requests() {
+    let server = start(|_, _| {}).await;
+    let injected = r#"sidecar_injector_requests_total{result="injected",reason=""}"#;
+    let before = counter(&admin_get(server.metrics, "/metrics").await.1, injected);
+    let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+    for _ in 0..3 {
+        conn.review(REVIEW).await;
+    }
+    let (status, metrics) = admin_get(server.metrics, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(counter(&metrics, injected) >= before + 3.0, "{metrics}");
+    assert!(metrics.contains("sidecar_injector_request_duration_seconds_bucket{le=\"0.00001\"}"), "{metrics}");
+    assert!(counter(&metrics, r#"sidecar_injector_tls_handshakes_total{result="ok"}"#) >= 1.0);
+    assert_eq!(admin_get(server.metrics, "/healthz").await, (200, "ok\n".to_owned()));
+}
