@@ -1,4 +1,4 @@
-//! `sidecar-injector review`, run as a person would run it.
+//! The `sidecar-injector` binary (`review`, `serve`), run as a person would run it.
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -110,4 +110,40 @@ fn another_template_and_prefix_can_be_chosen() {
     assert!(stderr.contains("template: native-sidecar"), "{stderr}");
     assert!(stderr.contains("\"mesh.example.com/status\""), "{stderr}");
     assert!(stderr.contains("\"restartPolicy\": \"Always\""), "{stderr}");
+}
+
+#[test]
+fn serve_starts_with_no_configuration_and_exits_cleanly_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--shutdown-delay", "0s"])
+        .arg("--dev-ca-file")
+        .arg(&ca)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("serving") {
+        let mut line = String::new();
+        assert!(log.read_line(&mut line).unwrap() > 0, "serve exited before serving:\n{seen}");
+        seen.push_str(&line);
+    }
+    assert!(seen.contains("development CA") && ca.exists(), "{seen}");
+    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "serve did not exit after SIGTERM");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut log, &mut rest).unwrap();
+    assert!(rest.contains("SIGTERM received"), "{rest}");
 }
