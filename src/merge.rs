@@ -125,12 +125,10 @@ impl<S: Sink> Merge<'_, '_, S> {
             if insert_front {
                 // Inserting at 0, 1, 2... keeps the template's order in front of the pod's own items.
                 let mark = self.path.push_index(inserted);
-                self.patch.add(self.path, false, |out| item.node.write(out, rendered));
+                self.patch.add(None, self.path, false, |out| item.node.write(out, rendered));
                 self.path.truncate(mark);
-            } else if let Some(head) = &t.append_head {
-                self.patch.add_with_head(head, |out| item.node.write(out, rendered));
             } else {
-                self.patch.add(self.path, true, |out| item.node.write(out, rendered));
+                self.patch.add(t.append_head.as_ref(), self.path, true, |out| item.node.write(out, rendered));
             }
             inserted += 1;
         }
@@ -139,10 +137,7 @@ impl<S: Sink> Merge<'_, '_, S> {
     /// One `add` of the whole template node at the current path.
     fn add_here(&mut self, t: &TNode, head: Option<&Fragment>) {
         let rendered = self.rendered;
-        match head {
-            Some(head) => self.patch.add_with_head(head, |out| t.write(out, rendered)),
-            None => self.patch.add(self.path, false, |out| t.write(out, rendered)),
-        }
+        self.patch.add(head, self.path, false, |out| t.write(out, rendered));
     }
 }
 

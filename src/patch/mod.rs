@@ -79,30 +79,30 @@ impl<'a, S: Sink> PatchWriter<'a, S> {
     }
 
     /// Appends one `add` of the value that `write_value` writes, at `path`, or at `path` followed by `/-` (append
-    /// to an array) when `append` is set.
-    pub(crate) fn add(&mut self, path: &Pointer, append: bool, write_value: impl FnOnce(&mut S)) {
-        self.separate();
-        self.out.raw(OP_OPEN);
-        self.out.raw(path.as_str().as_bytes());
-        self.out.raw(if append { b"/-" } else { b"" });
-        self.out.raw(OP_VALUE);
-        write_value(self.out);
-        self.out.raw(b"}");
-    }
-
-    /// Like [`add`](Self::add), with the operation's start precompiled by [`op_head`].
-    pub(crate) fn add_with_head(&mut self, head: &Fragment, write_value: impl FnOnce(&mut S)) {
-        self.separate();
-        self.out.fragment(head);
-        write_value(self.out);
-        self.out.raw(b"}");
-    }
-
-    fn separate(&mut self) {
+    /// to an array) when `append` is set. `head` is that operation's start as precompiled by [`op_head`] when the
+    /// path is known at compile time; it is then written instead of `path`.
+    pub(crate) fn add(
+        &mut self,
+        head: Option<&Fragment>,
+        path: &Pointer,
+        append: bool,
+        write_value: impl FnOnce(&mut S),
+    ) {
         if self.ops > 0 {
             self.out.raw(b",");
         }
         self.ops += 1;
+        match head {
+            Some(head) => self.out.fragment(head),
+            None => {
+                self.out.raw(OP_OPEN);
+                self.out.raw(path.as_str().as_bytes());
+                self.out.raw(if append { b"/-" } else { b"" });
+                self.out.raw(OP_VALUE);
+            }
+        }
+        write_value(self.out);
+        self.out.raw(b"}");
     }
 
     /// Closes the array and returns how many operations were written.
@@ -125,12 +125,12 @@ mod tests {
         let mark = path.push_token(&path_token("metadata"));
         path.push_token(&path_token("annotations"));
         path.push_token(&path_token("example.com/a~b"));
-        patch.add(&path, false, |o| o.raw(b"\"x\""));
+        patch.add(None, &path, false, |o| o.raw(b"\"x\""));
         path.truncate(mark);
         path.push_token(&path_token("list"));
-        patch.add(&path, true, |o| o.raw(b"1"));
+        patch.add(None, &path, true, |o| o.raw(b"1"));
         path.push_index(12);
-        patch.add(&path, false, |o| o.raw(b"null"));
+        patch.add(None, &path, false, |o| o.raw(b"null"));
         assert_eq!(patch.finish(), 3);
         assert_eq!(
             String::from_utf8(buf).unwrap(),
@@ -145,8 +145,8 @@ mod tests {
         path.push_token(&path_token("a\"b/c"));
         let (mut by_path, mut by_head) = (Vec::new(), Vec::new());
         for append in [false, true] {
-            PatchWriter::new(&mut by_path).add(&path, append, |o| o.raw(b"1"));
-            PatchWriter::new(&mut by_head).add_with_head(&op_head(path.as_str(), append), |o| o.raw(b"1"));
+            PatchWriter::new(&mut by_path).add(None, &path, append, |o| o.raw(b"1"));
+            PatchWriter::new(&mut by_head).add(Some(&op_head(path.as_str(), append)), &path, append, |o| o.raw(b"1"));
             assert_eq!(String::from_utf8_lossy(&by_path), String::from_utf8_lossy(&by_head));
         }
     }

@@ -165,7 +165,8 @@ impl Server {
             .keep_alive_interval(Duration::from_secs(30));
 
         let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
-        let graceful = GracefulShutdown::new();
+        let connections =
+            Connections { shared: shared.clone(), acceptor: tls.acceptor(), h1, h2, graceful: GracefulShutdown::new() };
         tracing::info!(
             listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             metrics = %admin_addr,
@@ -194,7 +195,7 @@ impl Server {
                     continue;
                 }
             };
-            spawn_connection(&shared, &tls, &h1, &h2, &graceful, tcp, peer, permit);
+            connections.spawn(tcp, peer, permit);
         };
 
         if stop_accepting {
@@ -209,13 +210,13 @@ impl Server {
                     accepted = listener.accept() => {
                         let Ok((tcp, peer)) = accepted else { continue };
                         let Ok(permit) = permits.clone().try_acquire_owned() else { continue };
-                        spawn_connection(&shared, &tls, &h1, &h2, &graceful, tcp, peer, permit);
+                        connections.spawn(tcp, peer, permit);
                     }
                 }
             }
             drop(listener);
             tracing::info!("shutdown: listener closed, draining connections");
-            match tokio::time::timeout_at(deadline, graceful.shutdown()).await {
+            match tokio::time::timeout_at(deadline, connections.graceful.shutdown()).await {
                 Ok(()) => tracing::info!("shutdown: every connection finished"),
                 Err(_) => tracing::warn!("shutdown: deadline reached with connections still open"),
             }
@@ -226,48 +227,47 @@ impl Server {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn spawn_connection(
-    shared: &Arc<Shared>,
-    tls: &tls::Tls,
-    h1: &auto::Builder<TokioExecutor>,
-    h2: &auto::Builder<TokioExecutor>,
-    graceful: &GracefulShutdown,
-    tcp: tokio::net::TcpStream,
-    peer: SocketAddr,
-    permit: tokio::sync::OwnedSemaphorePermit,
-) {
-    // Without TCP_NODELAY, small HTTP/2 frames were seen to wait 40 ms for Nagle's algorithm.
-    let _ = tcp.set_nodelay(true);
-    let (shared, acceptor, h1, h2, watcher) =
-        (shared.clone(), tls.acceptor(), h1.clone(), h2.clone(), graceful.watcher());
-    tokio::spawn(async move {
-        let _permit = permit;
-        let timeout = shared.config.header_read_timeout;
-        let stream = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => {
-                shared.metrics.handshake_failed();
-                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                return;
+/// What every connection is served with.
+struct Connections {
+    shared: Arc<Shared>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    h1: auto::Builder<TokioExecutor>,
+    h2: auto::Builder<TokioExecutor>,
+    graceful: GracefulShutdown,
+}
+
+impl Connections {
+    /// Serves one accepted connection on its own task, holding `permit` until it ends.
+    fn spawn(&self, tcp: tokio::net::TcpStream, peer: SocketAddr, permit: tokio::sync::OwnedSemaphorePermit) {
+        // Without TCP_NODELAY, small HTTP/2 frames were seen to wait 40 ms for Nagle's algorithm.
+        let _ = tcp.set_nodelay(true);
+        let (shared, acceptor, watcher) = (self.shared.clone(), self.acceptor.clone(), self.graceful.watcher());
+        let (h1, h2) = (self.h1.clone(), self.h2.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let handshake = tokio::time::timeout(shared.config.header_read_timeout, acceptor.accept(tcp))
+                .await
+                .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out")));
+            let stream = match handshake {
+                Ok(stream) => stream,
+                Err(e) => {
+                    shared.metrics.handshake_failed();
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+            };
+            shared.metrics.handshake_done();
+            let is_h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+            let io = TokioIo::new(stream);
+            let service = hyper::service::service_fn(move |req| handler::handle(shared.clone(), req));
+            let result = if is_h2 {
+                watcher.watch(h2.serve_connection(io, service).into_owned()).await
+            } else {
+                watcher.watch(h1.serve_connection(io, service).into_owned()).await
+            };
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
-            Err(_) => {
-                shared.metrics.handshake_failed();
-                tracing::debug!(%peer, "TLS handshake timed out");
-                return;
-            }
-        };
-        shared.metrics.handshake_done();
-        let is_h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-        let io = TokioIo::new(stream);
-        let service = hyper::service::service_fn(move |req| handler::handle(shared.clone(), req));
-        let result = if is_h2 {
-            watcher.watch(h2.serve_connection(io, service).into_owned()).await
-        } else {
-            watcher.watch(h1.serve_connection(io, service).into_owned()).await
-        };
-        if let Err(e) = result {
-            tracing::debug!(%peer, error = %e, "connection ended with an error");
-        }
-    });
+        });
+    }
 }

@@ -81,8 +81,16 @@ pub(crate) struct Tls {
     resolver: Arc<SwappableCert>,
     provider: Arc<CryptoProvider>,
     /// The files to watch, when the certificate comes from files.
-    files: Option<(PathBuf, PathBuf)>,
+    files: Option<CertFiles>,
     metrics: Metrics,
+}
+
+/// Certificate files and the contents now being served from them.
+#[derive(Clone)]
+struct CertFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    serving: PemPair,
 }
 
 impl Tls {
@@ -90,8 +98,9 @@ impl Tls {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let (key, files) = match &config.tls {
             TlsSource::Files { cert, key } => {
-                let pem = read_pair(cert, key)?;
-                (certified_key(&pem, cert, key, &provider)?, Some((cert.clone(), key.clone())))
+                let serving = read_pair(cert, key)?;
+                let certified = certified_key(&serving, cert, key, &provider)?;
+                (certified, Some(CertFiles { cert: cert.clone(), key: key.clone(), serving }))
             }
             TlsSource::SelfSigned { ca_out } => (self_signed(ca_out, &provider)?, None),
         };
@@ -121,33 +130,27 @@ impl Tls {
     /// Checks the certificate files every `interval` and swaps in a changed pair. A broken pair (half-written,
     /// mismatched) is logged and counted, and the current certificate keeps serving.
     pub(crate) async fn watch(self, interval: Duration) {
-        let Some((cert, key)) = self.files.clone() else { return };
-        let mut current = read_pair(&cert, &key).ok();
+        let Some(mut files) = self.files.clone() else { return };
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            let (cert, key) = (cert.clone(), key.clone());
+            let (cert, key) = (files.cert.clone(), files.key.clone());
             // File reads are blocking I/O: off the async workers.
-            let read = tokio::task::spawn_blocking(move || read_pair(&cert, &key).map(|pem| (pem, cert, key))).await;
-            let Ok(read) = read else { continue };
-            let (pem, cert, key) = match read {
-                Ok(found) => found,
-                Err(e) => {
-                    self.metrics.cert_reload(false);
-                    tracing::error!(error = %e, "certificate reload failed; the current certificate keeps serving");
-                    continue;
+            let Ok(read) = tokio::task::spawn_blocking(move || read_pair(&cert, &key)).await else { continue };
+            let changed = read.and_then(|pem| {
+                if pem == files.serving {
+                    return Ok(None);
                 }
-            };
-            if current.as_ref() == Some(&pem) {
-                continue;
-            }
-            match certified_key(&pem, &cert, &key, &self.provider) {
-                Ok(new) => {
-                    self.resolver.0.store(new);
-                    current = Some(pem);
+                certified_key(&pem, &files.cert, &files.key, &self.provider).map(|certified| Some((pem, certified)))
+            });
+            match changed {
+                Ok(None) => {}
+                Ok(Some((pem, certified))) => {
+                    self.resolver.0.store(certified);
+                    files.serving = pem;
                     self.metrics.cert_reload(true);
-                    tracing::info!(cert = %cert.display(), "certificate reloaded");
+                    tracing::info!(cert = %files.cert.display(), "certificate reloaded");
                 }
                 Err(e) => {
                     self.metrics.cert_reload(false);
@@ -159,7 +162,7 @@ impl Tls {
 }
 
 /// The PEM bytes of a certificate and its key.
-#[derive(PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 struct PemPair {
     cert: Vec<u8>,
     key: Vec<u8>,

@@ -254,14 +254,21 @@ impl LeafCache {
     const MAX_KEY: usize = 4096;
 
     fn remember(&mut self, renderer: u64, rendered: &[u8], ranges: &[Range<usize>]) {
-        let entry =
-            CachedRender { renderer, key: self.key.clone(), rendered: rendered.to_vec(), ranges: ranges.to_vec() };
         if self.entries.len() < Self::ENTRIES {
-            self.entries.push(entry);
-        } else {
-            self.entries[self.next] = entry;
-            self.next = (self.next + 1) % Self::ENTRIES;
+            let entry =
+                CachedRender { renderer, key: self.key.clone(), rendered: rendered.to_vec(), ranges: ranges.to_vec() };
+            return self.entries.push(entry);
         }
+        // A full cache overwrites its oldest entry in place, reusing its buffers: a stream of new pods allocates
+        // nothing here.
+        let entry = &mut self.entries[self.next];
+        entry.renderer = renderer;
+        entry.key.clone_from(&self.key);
+        entry.rendered.clear();
+        entry.rendered.extend_from_slice(rendered);
+        entry.ranges.clear();
+        entry.ranges.extend_from_slice(ranges);
+        self.next = (self.next + 1) % Self::ENTRIES;
     }
 }
 
@@ -297,6 +304,13 @@ mod tests {
         }
     }
 
+    /// Every slot `r` renders for `pod()`, each decoded as a JSON string.
+    fn rendered_strings(r: &Renderer) -> Vec<String> {
+        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
+        r.render(&pod(), &mut buf, &mut ranges).unwrap();
+        ranges.iter().map(|range| serde_json::from_slice(&buf[range.clone()]).unwrap()).collect()
+    }
+
     #[test]
     fn values_only_leaves_render_at_compile_time() {
         let mut r = Renderer::new(&serde_json::json!({"image": "proxy:1", "port": 15001, "res": {"cpu": "10m"}}));
@@ -313,12 +327,7 @@ mod tests {
         assert!(matches!(r.add_leaf("{{ pod.labels.app }}"), Ok(LeafKind::Dynamic(0))));
         assert!(matches!(r.add_leaf("svc-{{ pod.labels.app }}.{{ pod.namespace }}"), Ok(LeafKind::Dynamic(1))));
         assert!(r.needs_labels() && !r.needs_annotations());
-        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
-        r.render(&pod(), &mut buf, &mut ranges).unwrap();
-        let first: String = serde_json::from_slice(&buf[ranges[0].clone()]).unwrap();
-        let second: String = serde_json::from_slice(&buf[ranges[1].clone()]).unwrap();
-        assert_eq!(first, "we\"b\\\n\u{2028}");
-        assert_eq!(second, "svc-we\"b\\\n\u{2028}.shop");
+        assert_eq!(rendered_strings(&r), ["we\"b\\\n\u{2028}", "svc-we\"b\\\n\u{2028}.shop"]);
     }
 
     #[test]
@@ -346,11 +355,7 @@ mod tests {
         let mut r = Renderer::new(&serde_json::json!({}));
         r.add_leaf("{{ pod.labels.app | safe }}").unwrap();
         r.add_leaf("x-{{ pod.labels.app | safe }}").unwrap();
-        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
-        r.render(&pod(), &mut buf, &mut ranges).unwrap();
-        let first: String = serde_json::from_slice(&buf[ranges[0].clone()]).unwrap();
-        let second: String = serde_json::from_slice(&buf[ranges[1].clone()]).unwrap();
-        assert_eq!((first.as_str(), second.as_str()), ("we\"b\\\n\u{2028}", "x-we\"b\\\n\u{2028}"));
+        assert_eq!(rendered_strings(&r), ["we\"b\\\n\u{2028}", "x-we\"b\\\n\u{2028}"]);
     }
 
     #[test]
