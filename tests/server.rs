@@ -123,9 +123,17 @@ impl Conn {
     }
 
     async fn send(&mut self, req: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), String> {
+        // Wait until the connection can take a request: right after a response, an h1 connection may still be
+        // finishing the previous exchange, and sending then fails as "canceled" without reaching the server.
         let response = match self {
-            Conn::H1(s) => s.send_request(req).await,
-            Conn::H2(s) => s.send_request(req).await,
+            Conn::H1(s) => {
+                s.ready().await.map_err(|e| e.to_string())?;
+                s.send_request(req).await
+            }
+            Conn::H2(s) => {
+                s.ready().await.map_err(|e| e.to_string())?;
+                s.send_request(req).await
+            }
         }
         .map_err(|e| e.to_string())?;
         let status = response.status();
