@@ -1,9 +1,9 @@
 //! Review to decision: whether this request is one we inject into, and if not, why not.
 //!
 //! The rules, in order: only a `Pod` (core group, v1) on `CREATE`, without a subresource, with an object; not a
-//! mirror pod (the kubelet owns those); not a pod that opted out by annotation or label; not a `hostNetwork`
-//! pod unless the template allows it; not a pod that carries another template version's sidecar. `dryRun`
-//! changes nothing: injection has no side effects.
+//! mirror pod (the kubelet owns those); not a pod that opted out by annotation or label. Then, once the pod's
+//! template is chosen: not a `hostNetwork` pod unless the template allows it; not a pod that carries another
+//! template version's sidecar. `dryRun` changes nothing: injection has no side effects.
 
 use crate::pod::PodView;
 use crate::review::Review;
@@ -33,11 +33,13 @@ pub enum SkipReason {
     AlreadyInjected,
     /// A template expression failed to render for this pod.
     RenderFailed,
+    /// The pod names a template the set does not have (or a combination that cannot be assembled).
+    UnknownTemplate,
 }
 
 impl SkipReason {
     /// Every reason, for registering metrics up front.
-    pub const ALL: [SkipReason; 10] = [
+    pub const ALL: [SkipReason; 11] = [
         SkipReason::NotAPod,
         SkipReason::NotCreate,
         SkipReason::Subresource,
@@ -48,6 +50,7 @@ impl SkipReason {
         SkipReason::InjectedByOtherVersion,
         SkipReason::AlreadyInjected,
         SkipReason::RenderFailed,
+        SkipReason::UnknownTemplate,
     ];
 
     /// A short, stable name for metrics and logs.
@@ -63,6 +66,7 @@ impl SkipReason {
             SkipReason::InjectedByOtherVersion => "injected-by-other-version",
             SkipReason::AlreadyInjected => "already-injected",
             SkipReason::RenderFailed => "render-failed",
+            SkipReason::UnknownTemplate => "unknown-template",
         }
     }
 
@@ -79,6 +83,7 @@ impl SkipReason {
             SkipReason::InjectedByOtherVersion => "the pod carries the status annotation of another template version",
             SkipReason::AlreadyInjected => "the pod already has everything the template adds",
             SkipReason::RenderFailed => "a template expression failed to render for this pod",
+            SkipReason::UnknownTemplate => "the pod names a template that the injector does not have",
         }
     }
 }
@@ -90,24 +95,26 @@ pub struct Keys {
     pub inject: String,
     /// `<prefix>status`: written on injected pods.
     pub status: String,
+    /// `<prefix>template`: the template(s) a pod asks for, comma-separated.
+    pub template: String,
 }
 
 impl Keys {
     /// Keys under `prefix` (e.g. `sidecar-injector.io/`).
     pub fn new(prefix: &str) -> Self {
-        Keys { inject: format!("{prefix}inject"), status: format!("{prefix}status") }
+        Keys {
+            inject: format!("{prefix}inject"),
+            status: format!("{prefix}status"),
+            template: format!("{prefix}template"),
+        }
     }
 }
 
 /// The annotation the kubelet sets on mirror pods.
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
-/// Decides whether to inject. `Ok` carries the pod to inject into.
-pub(crate) fn decide<'t, 'i>(
-    review: &Review<'t, 'i>,
-    keys: &Keys,
-    template: &Template,
-) -> Result<PodView<'t, 'i>, SkipReason> {
+/// Decides whether this request is a pod to inject into, before choosing a template. `Ok` carries the pod.
+pub(crate) fn decide<'t, 'i>(review: &Review<'t, 'i>, keys: &Keys) -> Result<PodView<'t, 'i>, SkipReason> {
     let kind = review.kind;
     if !(kind.group.is_empty() && kind.version == "v1" && kind.kind == "Pod") {
         return Err(SkipReason::NotAPod);
@@ -128,13 +135,18 @@ pub(crate) fn decide<'t, 'i>(
     if [pod.annotation(&keys.inject), pod.label(&keys.inject)].into_iter().flatten().any(is_false) {
         return Err(SkipReason::OptedOut);
     }
+    Ok(pod)
+}
+
+/// Decides whether the pod takes the template it selected.
+pub(crate) fn admits(pod: &PodView<'_, '_>, keys: &Keys, template: &Template) -> Result<(), SkipReason> {
     if pod.host_network() && !template.inject_host_network {
         return Err(SkipReason::HostNetwork);
     }
-    if pod.annotation(&keys.status).is_some_and(|status| status != template.status()) {
+    if pod.annotation(&keys.status).is_some_and(|status| !template.wrote_status(status)) {
         return Err(SkipReason::InjectedByOtherVersion);
     }
-    Ok(pod)
+    Ok(())
 }
 
 /// The values that opt a pod out, compared without regard to case.

@@ -11,7 +11,7 @@ use crate::patch::Pointer;
 use crate::pod::PodView;
 use crate::review::{self, ApiVersion, ReviewError};
 use crate::template::tree::Rendered;
-use crate::template::{LeafCache, PodContext, Template};
+use crate::template::{LeafCache, PodContext, Policy, SelectError, Template, TemplateSet};
 use crate::{merge, response};
 
 /// What the engine decided for one review. The response bytes are in the caller's buffer.
@@ -19,13 +19,13 @@ use crate::{merge, response};
 pub struct Outcome {
     /// The version the review arrived (and was answered) in.
     pub version: ApiVersion,
-    /// Injected, or skipped with a reason.
+    /// Injected, skipped or denied, with a reason.
     pub verdict: Verdict,
     /// Warnings sent back to the user (kubectl prints them).
     pub warnings: Vec<String>,
 }
 
-/// The engine's verdict on one review. Every request is allowed: the engine mutates, it does not police.
+/// The engine's verdict on one review.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// A patch with this many `add` operations was sent.
@@ -35,6 +35,8 @@ pub enum Verdict {
     },
     /// Allowed without a patch.
     Skipped(SkipReason),
+    /// Refused, because injection could not proceed and the error policy says `deny`.
+    Denied(SkipReason),
 }
 
 /// Engine settings that are not part of a template.
@@ -42,19 +44,28 @@ pub enum Verdict {
 pub struct Settings {
     /// The annotation prefix, e.g. `sidecar-injector.io/`.
     pub annotation_prefix: String,
+    /// What to do with a pod whose injection cannot be rendered, unless its template says otherwise.
+    pub on_error: Policy,
+    /// What to do with a pod that names a template the set does not have.
+    pub on_unknown_template: Policy,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { annotation_prefix: crate::template::DEFAULT_PREFIX.to_owned() }
+        Settings {
+            annotation_prefix: crate::template::DEFAULT_PREFIX.to_owned(),
+            on_error: Policy::Allow,
+            on_unknown_template: Policy::Allow,
+        }
     }
 }
 
-/// The injection engine for one template.
+/// The injection engine over one template set: the snapshot a request uses from start to end.
 #[derive(Debug)]
 pub struct Engine {
-    template: Template,
+    set: TemplateSet,
     keys: Keys,
+    settings: Settings,
 }
 
 /// Per-thread buffers reused across requests, so that a request allocates (almost) nothing.
@@ -68,9 +79,11 @@ struct Scratch {
 /// The scratch space of the stages after parsing.
 #[derive(Default)]
 struct Work {
-    /// Rendered pod-dependent leaves: slot `i` is `rendered[ranges[i]]`.
+    /// Rendered per-pod leaves: slot `i` is `rendered[ranges[i]]`.
     rendered: Vec<u8>,
     ranges: Vec<Range<usize>>,
+    /// The pod's valid overrides.
+    overrides: Vec<(String, serde_json::Value)>,
     /// The JSON Pointer of the node being merged.
     path: Pointer,
     /// Patch bytes waiting for base64 encoding.
@@ -87,15 +100,35 @@ thread_local! {
     });
 }
 
+/// Status code of a refusal: the pod as sent cannot be injected.
+const DENY_CODE: u16 = 400;
+
+/// How injection of one pod could not proceed.
+struct Failure {
+    reason: SkipReason,
+    policy: Policy,
+    message: String,
+}
+
 impl Engine {
-    /// An engine injecting `template`.
-    pub fn new(template: Template, settings: &Settings) -> Self {
-        Engine { template, keys: Keys::new(&settings.annotation_prefix) }
+    /// An engine injecting from `set` (a [`TemplateSet`], or a single [`Template`]).
+    pub fn new(set: impl Into<TemplateSet>, settings: &Settings) -> Self {
+        Engine { set: set.into(), keys: Keys::new(&settings.annotation_prefix), settings: settings.clone() }
     }
 
-    /// The template this engine injects.
+    /// The template set this engine injects from.
+    pub fn set(&self) -> &TemplateSet {
+        &self.set
+    }
+
+    /// The template of pods that do not name one.
     pub fn template(&self) -> &Template {
-        &self.template
+        self.set.default_template()
+    }
+
+    /// The settings this engine was built with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     /// Reviews one `AdmissionReview`. `body` is parsed in place (its contents are garbage afterwards) and the
@@ -127,43 +160,87 @@ impl Engine {
         let review = review::read(root)?;
         response::open(out, review.version, review.uid);
         let mut warnings = Vec::new();
-        let verdict = match decision::decide(&review, &self.keys, &self.template) {
-            Ok(pod) => self.inject(&pod, work, out, &mut warnings),
+        let pod = match decision::decide(&review, &self.keys) {
+            Ok(pod) => pod,
             Err(reason) => {
-                if reason == SkipReason::InjectedByOtherVersion {
-                    warnings.push(self.other_version_warning(&review));
-                }
-                Verdict::Skipped(reason)
+                response::allow(out);
+                response::close(out, &warnings, &[]);
+                return Ok(Outcome { version: review.version, verdict: Verdict::Skipped(reason), warnings });
             }
         };
-        response::close(out, &warnings);
+        let (verdict, template) = match self.set.select(pod.annotation(&self.keys.template)) {
+            Ok(template) => (self.inject(&template, &pod, work, out, &mut warnings), Some(template)),
+            Err(e) => (self.fail(self.unknown_template(&pod, e), out, &mut warnings), None),
+        };
+        // The audit log records which template and version were applied (or failed to apply) to the pod.
+        let applied = matches!(
+            verdict,
+            Verdict::Injected { .. }
+                | Verdict::Skipped(SkipReason::AlreadyInjected | SkipReason::RenderFailed)
+                | Verdict::Denied(SkipReason::RenderFailed)
+        );
+        let audit = template
+            .as_ref()
+            .filter(|_| applied)
+            .map(|t| [("template", t.name()), ("template-version", t.hash()), ("template-set", t.set_hash())]);
+        response::close(out, &warnings, audit.as_ref().map_or(&[], |a| a.as_slice()));
         Ok(Outcome { version: review.version, verdict, warnings })
     }
 
-    /// Renders the pod-dependent leaves and writes the patch into the response.
-    fn inject(&self, pod: &PodView<'_, '_>, work: &mut Work, out: &mut Vec<u8>, warnings: &mut Vec<String>) -> Verdict {
-        let template = &self.template;
-        let Work { rendered, ranges, path, staged, leaf_cache } = work;
-        if !template.renderer.is_empty() {
+    /// Injects `template` into `pod` if it takes it: renders the per-pod leaves and writes the patch.
+    fn inject(
+        &self,
+        template: &Template,
+        pod: &PodView<'_, '_>,
+        work: &mut Work,
+        out: &mut Vec<u8>,
+        warnings: &mut Vec<String>,
+    ) -> Verdict {
+        if let Err(reason) = decision::admits(pod, &self.keys, template) {
+            if reason == SkipReason::InjectedByOtherVersion {
+                warnings.push(self.other_version_warning(pod, template));
+            }
+            response::allow(out);
+            return Verdict::Skipped(reason);
+        }
+        let Work { rendered, ranges, overrides, path, staged, leaf_cache } = work;
+        overrides.clear();
+        for spec in &template.overrides {
+            let Some(raw) = pod.annotation(&spec.annotation) else { continue };
+            match spec.accept(raw) {
+                Ok(value) => overrides.push((spec.value.clone(), value)),
+                Err(reason) => warnings.push(format!(
+                    "sidecar-injector: annotation {}={:?} refused: the value {reason}; the template's value is used",
+                    spec.annotation,
+                    shorten(raw)
+                )),
+            }
+        }
+        if template.renders_per_pod() {
             let context = PodContext {
                 name: pod.name(),
                 generate_name: pod.generate_name(),
                 namespace: pod.namespace(),
                 service_account_name: pod.service_account_name(),
-                labels: pod.labels(template.renderer.needs_labels()),
-                annotations: pod.annotations(template.renderer.needs_annotations()),
+                labels: pod.labels(template.needs_labels()),
+                annotations: pod.annotations(template.needs_annotations()),
             };
-            if let Err(e) = template.renderer.render_cached(&context, leaf_cache, rendered, ranges) {
-                warnings.push(format!(
-                    "sidecar-injector: pod {} admitted without its sidecar: template {} field {} failed to render: {}",
-                    pod.display_name(),
-                    template.name(),
-                    template.slot_path(e.slot),
-                    e.reason
-                ));
-                return Verdict::Skipped(SkipReason::RenderFailed);
+            if let Err(e) = template.render(&context, overrides, leaf_cache, rendered, ranges) {
+                let failure = Failure {
+                    reason: SkipReason::RenderFailed,
+                    policy: template.on_error().unwrap_or(self.settings.on_error),
+                    message: format!(
+                        "template {} field {} failed to render for pod {}: {}",
+                        template.name(),
+                        template.slot_path(e.slot),
+                        pod.display_name(),
+                        e.reason
+                    ),
+                };
+                return self.fail(failure, out, warnings);
             }
         }
+        response::allow(out);
         let slots = Rendered { buf: rendered, ranges };
         match response::patch(out, staged, |sink| merge::merge(template, pod, slots, path, sink)) {
             0 => Verdict::Skipped(SkipReason::AlreadyInjected),
@@ -171,12 +248,60 @@ impl Engine {
         }
     }
 
-    fn other_version_warning(&self, review: &review::Review<'_, '_>) -> String {
-        let status = review.object.and_then(|o| PodView::new(o, "").annotation(&self.keys.status)).unwrap_or("");
+    /// Answers a pod whose injection cannot proceed, as the policy says: admitted without the sidecar and with
+    /// a warning, or refused with the reason.
+    fn fail(&self, failure: Failure, out: &mut Vec<u8>, warnings: &mut Vec<String>) -> Verdict {
+        match failure.policy {
+            Policy::Allow => {
+                response::allow(out);
+                warnings.push(format!("sidecar-injector: admitted without the sidecar: {}", failure.message));
+                Verdict::Skipped(failure.reason)
+            }
+            Policy::Deny => {
+                response::deny(out, DENY_CODE, &format!("sidecar-injector: {}", failure.message));
+                Verdict::Denied(failure.reason)
+            }
+        }
+    }
+
+    fn unknown_template(&self, pod: &PodView<'_, '_>, error: SelectError) -> Failure {
+        let known = self.set.templates().map(Template::name).collect::<Vec<_>>().join(", ");
+        let problem = match error {
+            SelectError::Unknown(names) => format!("no template named {} (known: {known})", names.join(", ")),
+            SelectError::Combination(reason) => format!("the templates cannot be combined: {reason}"),
+        };
+        Failure {
+            reason: SkipReason::UnknownTemplate,
+            policy: self.settings.on_unknown_template,
+            message: format!(
+                "pod {} asks for {}={:?}: {problem}",
+                pod.display_name(),
+                self.keys.template,
+                shorten(pod.annotation(&self.keys.template).unwrap_or(""))
+            ),
+        }
+    }
+
+    fn other_version_warning(&self, pod: &PodView<'_, '_>, template: &Template) -> String {
+        let status = pod.annotation(&self.keys.status).unwrap_or("");
         format!(
-            "sidecar-injector: pod already carries a sidecar from another template version ({status}); not injected again (current: template {} version {})",
-            self.template.name(),
-            self.template.hash()
+            "sidecar-injector: pod already carries a sidecar from another template version ({}); not injected again (current: template {} version {})",
+            shorten(status),
+            template.name(),
+            template.hash()
         )
     }
+}
+
+/// A user-supplied value cut to a length fit for a one-line message.
+fn shorten(value: &str) -> &str {
+    const MAX: usize = 120;
+    if value.len() <= MAX {
+        return value;
+    }
+    let mut end = MAX;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    &value[..end]
 }

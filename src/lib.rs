@@ -39,4 +39,4 @@ pub mod template;
 pub use decision::SkipReason;
 pub use engine::{Engine, Outcome, Settings, Verdict};
 pub use review::{ApiVersion, ReviewError};
-pub use template::{Template, TemplateError};
+pub use template::{Policy, SelectError, Selection, SetSources, Template, TemplateError, TemplateSet};

@@ -15,6 +15,7 @@ fn main() -> std::process::ExitCode {
     let result = match &cli.command {
         cli::Command::Serve(args) => cli::serve::run(args),
         cli::Command::Review(args) => cli::review::run(args),
+        cli::Command::Check(args) => cli::check::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -63,12 +63,16 @@ fn explain(
         .as_str()
         .map(str::to_owned)
         .unwrap_or_else(|| format!("{}*", object["metadata"]["generateName"].as_str().unwrap_or("<unnamed>")));
-    let template = engine.template();
-    let mut text = format!("pod: {namespace}/{name}\ntemplate: {} (version {})\n", template.name(), template.hash());
+    let response: serde_json::Value = serde_json::from_slice(response).unwrap_or_default();
+    let audit = &response["response"]["auditAnnotations"];
+    let mut text = format!("pod: {namespace}/{name}\n");
+    if let Some(template) = audit["template"].as_str() {
+        let version = audit["template-version"].as_str().unwrap_or("");
+        text.push_str(&format!("template: {template} (version {version}, set {})\n", engine.set().hash()));
+    }
     match outcome.verdict {
         Verdict::Injected { ops } => {
             text.push_str(&format!("decision: injected, {ops} add operation(s)\npatch:\n"));
-            let response: serde_json::Value = serde_json::from_slice(response).unwrap_or_default();
             let patch = response["response"]["patch"].as_str().unwrap_or("");
             let decoded = base64::engine::general_purpose::STANDARD.decode(patch).unwrap_or_default();
             let patch: serde_json::Value = serde_json::from_slice(&decoded).unwrap_or_default();
@@ -77,6 +81,10 @@ fn explain(
         }
         Verdict::Skipped(reason) => {
             text.push_str(&format!("decision: not injected ({}): {}\n", reason.as_str(), reason.explain()));
+        }
+        Verdict::Denied(reason) => {
+            let message = response["response"]["status"]["message"].as_str().unwrap_or("");
+            text.push_str(&format!("decision: refused ({}): {message}\n", reason.as_str()));
         }
     }
     for warning in &outcome.warnings {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use clap::{Args, ValueEnum};
+use sidecar_injector::server::reload::TemplateWatch;
 use sidecar_injector::server::{ServeConfig, Server, TlsSource};
 
 use super::TemplateArgs;
@@ -80,6 +81,10 @@ pub struct ServeArgs {
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_SHUTDOWN_TIMEOUT")]
     pub shutdown_timeout: Duration,
 
+    /// With --template-dir: how often the directory is read even without a change event (events can be missed).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_TEMPLATE_POLL_INTERVAL")]
+    pub template_poll_interval: Duration,
+
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "SIDECAR_INJECTOR_LOG_FORMAT")]
     pub log_format: LogFormat,
@@ -126,6 +131,14 @@ impl ServeArgs {
             h2_max_concurrent_streams: self.h2_max_concurrent_streams,
             shutdown_delay: self.shutdown_delay,
             shutdown_timeout: self.shutdown_timeout,
+            templates: self.template.template_dir.as_ref().map(|dir| TemplateWatch {
+                dir: dir.clone(),
+                default_template: self.template.default_template.clone(),
+                settings: self.template.settings(),
+                poll_interval: self.template_poll_interval,
+                // Long enough for the kubelet's writes of one update to land together, short next to a human edit.
+                debounce: Duration::from_millis(200),
+            }),
             ..ServeConfig::new(tls)
         }
     }
@@ -146,8 +159,8 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         workers,
-        template = engine.template().name(),
-        template_version = engine.template().hash(),
+        templates = %engine.set().templates().map(|t| t.name()).collect::<Vec<_>>().join(", "),
+        template_set = engine.set().hash(),
         config = ?config,
         "starting"
     );

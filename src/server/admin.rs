@@ -40,11 +40,27 @@ fn answer<B>(shared: &Shared, req: &Request<B>) -> Response<Full<Bytes>> {
             response
         }
         "/healthz" => text(StatusCode::OK, "ok\n"),
-        // The server only exists once its certificate and template are loaded, so ready means not shutting down.
+        // The server only exists once its certificate and templates are loaded, so ready means not shutting down.
+        // A refused template edit leaves the pod ready (the last good set serves) but is shown in the body.
         "/readyz" if shared.shutting_down.load(Ordering::SeqCst) => {
             text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
         }
-        "/readyz" => text(StatusCode::OK, "ready\n"),
+        "/readyz" => {
+            let engine = shared.engine.load();
+            let set = engine.set();
+            let mut body = format!(
+                "ready\ntemplates: generation {}, set {} ({})\n",
+                shared.templates.generation(),
+                set.hash(),
+                set.templates().map(|t| t.name()).collect::<Vec<_>>().join(", ")
+            );
+            if let Some(refused) = shared.templates.refused() {
+                body.push_str(&format!("newest template edit refused: {}\n", refused.replace('\n', "\n  ")));
+            }
+            let mut response = text(StatusCode::OK, "");
+            *response.body_mut() = Full::new(Bytes::from(body));
+            response
+        }
         _ => text(StatusCode::NOT_FOUND, "not found: try /metrics, /healthz or /readyz\n"),
     }
 }

@@ -126,13 +126,7 @@ async fn read_and_review(shared: &Shared, mut body: Incoming) -> Answer {
 fn review_guarded(
     review: impl FnOnce() -> Result<Outcome, ReviewError>,
 ) -> Result<Result<Outcome, ReviewError>, String> {
-    catch_unwind(AssertUnwindSafe(review)).map_err(|payload| {
-        payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a non-string panic payload".to_owned())
-    })
+    catch_unwind(AssertUnwindSafe(review)).map_err(super::panic_message)
 }
 
 fn record(shared: &Shared, outcome: &Outcome) {
@@ -144,6 +138,10 @@ fn record(shared: &Shared, outcome: &Outcome) {
         Verdict::Skipped(reason) => {
             shared.metrics.skipped(reason);
             tracing::debug!(reason = reason.as_str(), "skipped");
+        }
+        Verdict::Denied(reason) => {
+            shared.metrics.denied(reason);
+            tracing::debug!(reason = reason.as_str(), "denied");
         }
     }
 }

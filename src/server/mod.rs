@@ -7,6 +7,7 @@
 
 mod admin;
 mod handler;
+pub mod reload;
 mod telemetry;
 pub mod tls;
 
@@ -59,6 +60,8 @@ pub struct ServeConfig {
     pub shutdown_delay: Duration,
     /// After the shutdown signal, give up on draining connections after this long.
     pub shutdown_timeout: Duration,
+    /// Reload templates from this directory when it changes (otherwise the templates are fixed).
+    pub templates: Option<reload::TemplateWatch>,
 }
 
 impl ServeConfig {
@@ -79,6 +82,7 @@ impl ServeConfig {
             h2_max_concurrent_streams: 256,
             shutdown_delay: Duration::from_secs(2),
             shutdown_timeout: Duration::from_secs(20),
+            templates: None,
         }
     }
 }
@@ -109,6 +113,8 @@ pub(crate) struct Shared {
     pub metrics: telemetry::Metrics,
     /// Set when shutdown begins: `/readyz` answers 503 from then on.
     pub shutting_down: AtomicBool,
+    /// The template generation serving and the newest refused edit.
+    pub templates: Arc<reload::ReloadState>,
 }
 
 /// A bound, ready-to-run server.
@@ -130,7 +136,9 @@ impl Server {
         };
         let listener = bind(config.listen).await?;
         let admin = bind(config.metrics_listen).await?;
-        let shared = Arc::new(Shared { engine, config, metrics, shutting_down: AtomicBool::new(false) });
+        let templates = Arc::new(reload::ReloadState::new(&engine.load()));
+        metrics.template_start(engine.load().set().hash());
+        let shared = Arc::new(Shared { engine, config, metrics, shutting_down: AtomicBool::new(false), templates });
         Ok(Server { shared, listener, admin, tls })
     }
 
@@ -151,7 +159,25 @@ impl Server {
         let Server { shared, listener, admin, tls } = self;
         let config = &shared.config;
         let admin_addr = admin.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        let reloader = tokio::spawn(tls.clone().watch(config.tls_reload_interval));
+        let cert_watch = {
+            let (tls, interval, metrics) = (tls.clone(), config.tls_reload_interval, shared.metrics.clone());
+            tokio::spawn(supervise(
+                "certificate reload",
+                Duration::from_secs(1),
+                move || metrics.cert_reload(false),
+                move || tls.clone().watch(interval),
+            ))
+        };
+        let template_watch = config.templates.clone().map(|watch| {
+            let reloader = reload::Reloader {
+                watch,
+                engine: shared.engine.clone(),
+                state: shared.templates.clone(),
+                metrics: shared.metrics.clone(),
+                compile: reload::TemplateWatch::compile,
+            };
+            tokio::spawn(reloader.run())
+        });
         let admin_task = tokio::spawn(admin::serve(admin, shared.clone()));
         let upkeep = tokio::spawn(telemetry::upkeep(shared.metrics.clone()));
 
@@ -221,7 +247,10 @@ impl Server {
                 Err(_) => tracing::warn!("shutdown: deadline reached with connections still open"),
             }
         }
-        reloader.abort();
+        cert_watch.abort();
+        if let Some(task) = template_watch {
+            task.abort();
+        }
         admin_task.abort();
         upkeep.abort();
     }
@@ -269,5 +298,73 @@ impl Connections {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
+    }
+}
+
+/// Runs the task that `start` makes, forever: when it ends or panics, the failure is logged and counted with
+/// `on_failure`, and a new one starts after `backoff`. Background tasks (certificate and template reload) must
+/// not die silently.
+pub(crate) async fn supervise<T>(name: &'static str, backoff: Duration, on_failure: impl Fn(), start: impl Fn() -> T)
+where
+    T: Future<Output = ()> + Send + 'static,
+{
+    loop {
+        let reason = match tokio::spawn(start()).await {
+            Ok(()) => "it ended".to_owned(),
+            Err(e) if e.is_panic() => format!("it panicked: {}", panic_message(e.into_panic())),
+            Err(e) => format!("it stopped: {e}"),
+        };
+        on_failure();
+        tracing::error!(task = name, reason, ?backoff, "background task stopped; restarting it");
+        tokio::time::sleep(backoff).await;
+    }
+}
+
+/// The message of a panic payload.
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_supervised_task_that_panics_or_ends_is_restarted_and_counted() {
+        let starts = Arc::new(AtomicUsize::new(0));
+        let failures = Arc::new(AtomicUsize::new(0));
+        let (s, f) = (starts.clone(), failures.clone());
+        let supervisor = tokio::spawn(supervise(
+            "test",
+            Duration::from_millis(1),
+            move || {
+                f.fetch_add(1, Ordering::SeqCst);
+            },
+            move || {
+                let n = s.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    match n {
+                        0 => panic!("first run panics"),
+                        1 => {} // second run ends
+                        _ => std::future::pending().await,
+                    }
+                }
+            },
+        ));
+        for _ in 0..200 {
+            if starts.load(Ordering::SeqCst) >= 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(starts.load(Ordering::SeqCst), 3, "restarted after the panic and after the end");
+        assert_eq!(failures.load(Ordering::SeqCst), 2);
+        supervisor.abort();
     }
 }

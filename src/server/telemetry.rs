@@ -53,6 +53,7 @@ struct Handles {
     prometheus: PrometheusHandle,
     injected: Counter,
     skipped: Vec<(SkipReason, Counter)>,
+    denied: Vec<(SkipReason, Counter)>,
     errors: Vec<(ErrorReason, Counter)>,
     duration: Histogram,
     body_bytes: Histogram,
@@ -61,11 +62,17 @@ struct Handles {
     handshakes_failed: Counter,
     reloads_ok: Counter,
     reloads_failed: Counter,
+    template_reloads_ok: Counter,
+    template_reloads_failed: Counter,
+    template_generation: Gauge,
+    template_last_reload_ok: Gauge,
 }
 
 const REQUESTS: &str = "sidecar_injector_requests_total";
 const DURATION: &str = "sidecar_injector_request_duration_seconds";
 const BODY: &str = "sidecar_injector_request_body_bytes";
+const TEMPLATE_RELOADS: &str = "sidecar_injector_template_reloads_total";
+const TEMPLATE_SET: &str = "sidecar_injector_template_set_info";
 
 impl Metrics {
     /// Installs the process-wide Prometheus recorder (once; later calls share it) and registers every metric.
@@ -99,6 +106,10 @@ impl Metrics {
                 .iter()
                 .map(|r| (*r, metrics::counter!(REQUESTS, "result" => "skipped", "reason" => r.as_str())))
                 .collect(),
+            denied: [SkipReason::RenderFailed, SkipReason::UnknownTemplate]
+                .iter()
+                .map(|r| (*r, metrics::counter!(REQUESTS, "result" => "denied", "reason" => r.as_str())))
+                .collect(),
             errors: ErrorReason::ALL
                 .iter()
                 .map(|r| (*r, metrics::counter!(REQUESTS, "result" => "error", "reason" => r.as_str())))
@@ -110,7 +121,21 @@ impl Metrics {
             handshakes_failed: metrics::counter!("sidecar_injector_tls_handshakes_total", "result" => "error"),
             reloads_ok: metrics::counter!("sidecar_injector_certificate_reloads_total", "result" => "ok"),
             reloads_failed: metrics::counter!("sidecar_injector_certificate_reloads_total", "result" => "error"),
+            template_reloads_ok: metrics::counter!(TEMPLATE_RELOADS, "result" => "ok"),
+            template_reloads_failed: metrics::counter!(TEMPLATE_RELOADS, "result" => "error"),
+            template_generation: metrics::gauge!("sidecar_injector_template_generation"),
+            template_last_reload_ok: metrics::gauge!("sidecar_injector_template_last_reload_success"),
         };
+        metrics::describe_counter!(TEMPLATE_RELOADS, "Template directory changes applied (ok) or refused (error).");
+        metrics::describe_gauge!(
+            "sidecar_injector_template_generation",
+            "Template sets published since start (1 at start)."
+        );
+        metrics::describe_gauge!(
+            "sidecar_injector_template_last_reload_success",
+            "1 when the newest template edit was applied, 0 when it was refused (the last good set serves)."
+        );
+        metrics::describe_gauge!(TEMPLATE_SET, "The template set serving (1) by hash.");
         metrics::gauge!("sidecar_injector_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
         Ok(Metrics(Arc::new(handles)))
     }
@@ -125,6 +150,12 @@ impl Metrics {
 
     pub(crate) fn skipped(&self, reason: SkipReason) {
         if let Some((_, counter)) = self.0.skipped.iter().find(|(r, _)| *r == reason) {
+            counter.increment(1);
+        }
+    }
+
+    pub(crate) fn denied(&self, reason: SkipReason) {
+        if let Some((_, counter)) = self.0.denied.iter().find(|(r, _)| *r == reason) {
             counter.increment(1);
         }
     }
@@ -157,6 +188,27 @@ impl Metrics {
 
     pub(crate) fn cert_reload(&self, ok: bool) {
         if ok { &self.0.reloads_ok } else { &self.0.reloads_failed }.increment(1);
+    }
+}
+
+impl Metrics {
+    /// The template set serving at start.
+    pub(crate) fn template_start(&self, hash: &str) {
+        self.0.template_generation.set(1.0);
+        self.0.template_last_reload_ok.set(1.0);
+        metrics::gauge!(TEMPLATE_SET, "hash" => hash.to_owned()).set(1.0);
+    }
+
+    pub(crate) fn template_reload(&self, ok: bool) {
+        if ok { &self.0.template_reloads_ok } else { &self.0.template_reloads_failed }.increment(1);
+        self.0.template_last_reload_ok.set(if ok { 1.0 } else { 0.0 });
+    }
+
+    /// A new set was published: its generation, and the info gauge moved from the previous hash to the new one.
+    pub(crate) fn template_set(&self, generation: u64, previous: &str, hash: &str) {
+        self.0.template_generation.set(generation as f64);
+        metrics::gauge!(TEMPLATE_SET, "hash" => previous.to_owned()).set(0.0);
+        metrics::gauge!(TEMPLATE_SET, "hash" => hash.to_owned()).set(1.0);
     }
 }
 

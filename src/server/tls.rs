@@ -130,7 +130,10 @@ impl Tls {
     /// Checks the certificate files every `interval` and swaps in a changed pair. A broken pair (half-written,
     /// mismatched) is logged and counted, and the current certificate keeps serving.
     pub(crate) async fn watch(self, interval: Duration) {
-        let Some(mut files) = self.files.clone() else { return };
+        let Some(mut files) = self.files.clone() else {
+            // A generated certificate has no files to watch; the task idles rather than end (and be restarted).
+            return std::future::pending().await;
+        };
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

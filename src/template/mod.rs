@@ -14,35 +14,42 @@
 //! malformed, an expression does not compile or render on a sample pod, or the result is not a valid part of
 //! a Pod.
 
+mod combine;
+mod overrides;
 mod render;
+mod set;
 pub(crate) mod tree;
 mod validate;
 pub(crate) mod yaml;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-pub(crate) use render::{LeafCache, PodContext, Renderer};
+pub(crate) use overrides::OverrideSpec;
+pub(crate) use render::{LeafCache, Overrides, PodContext, RenderError, Renderer};
 use render::{LeafKind, is_template};
+pub use set::{SelectError, Selection, SetSources, TemplateSet};
 use tree::TNode;
 use yaml::{PathSeg, YNode, YValue, display_path};
 
 /// The template compiled into the binary: `templates/default.yaml`.
 pub const BUILTIN_SOURCE: &str = include_str!("../../templates/default.yaml");
-/// The name the built-in template is known by.
+/// The name the built-in template is known by, and the template pods get when they do not ask for one.
 pub const BUILTIN_NAME: &str = "default";
 /// The default annotation prefix.
 pub const DEFAULT_PREFIX: &str = "sidecar-injector.io/";
 
-const TOP_LEVEL_KEYS: [&str; 5] = ["values", "pod", "containerDefaults", "initContainerPosition", "injectHostNetwork"];
+const TOP_LEVEL_KEYS: [&str; 7] =
+    ["values", "pod", "containerDefaults", "initContainerPosition", "injectHostNetwork", "onError", "overrides"];
 
-/// Why a template was refused.
+/// Why a template (or a set of them) was refused.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TemplateError {
     /// The file could not be read.
-    #[error("{file}: cannot read template")]
+    #[error("{file}: cannot read template: {source}")]
     Read {
         /// The file.
         file: String,
@@ -60,6 +67,37 @@ pub enum TemplateError {
         /// What is wrong and, where useful, what was expected.
         reason: String,
     },
+    /// The template directory as a whole is unusable (unreadable, empty, no default template).
+    #[error("{dir}: {reason}")]
+    Directory {
+        /// The directory.
+        dir: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Several files were refused; each error is on its own line.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Several(Vec<TemplateError>),
+}
+
+/// What to do with a pod when injection cannot proceed (a template fails to render, an unknown template name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// Admit the pod without the sidecar, with a warning saying why.
+    #[default]
+    Allow,
+    /// Refuse the pod, with a message saying why.
+    Deny,
+}
+
+impl Policy {
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "allow" => Some(Policy::Allow),
+            "deny" => Some(Policy::Deny),
+            _ => None,
+        }
+    }
 }
 
 /// Where missing init containers go.
@@ -71,11 +109,34 @@ pub enum InitPosition {
     Last,
 }
 
-/// A compiled template.
+/// One template file parsed, its settings read and its expressions compiled: what a set is made of, and what
+/// combinations (`template: a,b`) are assembled from.
+#[derive(Debug)]
+pub(crate) struct Part {
+    name: String,
+    file: String,
+    /// The first 16 hex digits of the SHA-256 of the shared values file (if any) and this file.
+    hash: String,
+    /// The parsed file, for the lines of later errors.
+    root: YNode,
+    /// `pod` and `containerDefaults` with values-only expressions substituted and per-pod ones as slots.
+    pod: YNode,
+    container_defaults: Option<YNode>,
+    init_position: InitPosition,
+    inject_host_network: bool,
+    on_error: Option<Policy>,
+    overrides: Vec<OverrideSpec>,
+    renderer: Arc<Renderer>,
+    /// For each render slot, where its expression sits.
+    slot_paths: Vec<Vec<PathSeg>>,
+}
+
+/// A template ready to inject: one file, or several applied in order.
 #[derive(Debug)]
 pub struct Template {
     name: String,
     hash: String,
+    set_hash: String,
     status: String,
     pub(crate) pod: TNode,
     pub(crate) container_defaults: Option<TNode>,
@@ -83,9 +144,12 @@ pub struct Template {
     pub(crate) injected_containers: Vec<String>,
     pub(crate) init_position: InitPosition,
     pub(crate) inject_host_network: bool,
-    pub(crate) renderer: Renderer,
-    /// For each render slot, where its expression sits (for error messages).
-    slot_paths: Vec<Vec<PathSeg>>,
+    on_error: Option<Policy>,
+    pub(crate) overrides: Vec<OverrideSpec>,
+    /// The renderers of the parts, in order; their slots are numbered one after the other.
+    renderers: Vec<Arc<Renderer>>,
+    /// For each render slot, the file and place of its expression (for messages).
+    slot_paths: Vec<String>,
 }
 
 impl Template {
@@ -96,76 +160,74 @@ impl Template {
 
     /// Loads a template from a file; its name is the file stem.
     pub fn from_file(path: &Path, prefix: &str) -> Result<Self, TemplateError> {
-        let file = path.display().to_string();
-        let source =
-            std::fs::read_to_string(path).map_err(|source| TemplateError::Read { file: file.clone(), source })?;
-        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or(BUILTIN_NAME);
-        Self::compile(name, &file, &source, prefix)
+        let (name, file, source) = read_template_file(path)?;
+        Self::compile(&name, &file, &source, prefix)
     }
 
-    /// Compiles a template from source. `file` labels error messages; `prefix` is the annotation prefix, which
-    /// names the status annotation.
+    /// Compiles a template from source, alone in its set. `file` labels error messages; `prefix` is the
+    /// annotation prefix, which names the status and override annotations.
     pub fn compile(name: &str, file: &str, source: &str, prefix: &str) -> Result<Self, TemplateError> {
-        let invalid = |line: usize, reason: String| TemplateError::Invalid { file: file.to_owned(), line, reason };
-        let root = yaml::parse(source).map_err(|p| invalid(p.line, p.reason))?;
-        let YValue::Map(members) = &root.value else {
-            return Err(invalid(
-                root.line,
-                "a template is a mapping with `values`, `pod`, `containerDefaults`, ...".into(),
-            ));
+        let part = Part::parse(name, file, source, None, prefix)?;
+        let set_hash = set_hash([(name, source)].into_iter(), None);
+        Template::assemble(&[&part], &set_hash, prefix)
+    }
+
+    /// Assembles a template from parts applied in order: each later part fills only what the earlier ones leave
+    /// out (the same add-only merge as injection). Dry-renders on a sample pod and validates the result.
+    pub(crate) fn assemble(parts: &[&Part], set_hash: &str, prefix: &str) -> Result<Self, TemplateError> {
+        let first = parts.first().expect("a template is assembled from at least one part");
+        let name = parts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(",");
+        let file = parts.iter().map(|p| p.file.as_str()).collect::<Vec<_>>().join(" + ");
+        let invalid = |line: usize, reason: String| TemplateError::Invalid { file: file.clone(), line, reason };
+        let hash = match parts {
+            [one] => one.hash.clone(),
+            many => hex_prefix(&Sha256::digest(many.iter().map(|p| p.hash.as_str()).collect::<Vec<_>>().join(","))),
         };
-        if let Some((key, node)) = members.iter().find(|(k, _)| !TOP_LEVEL_KEYS.contains(&k.as_str())) {
-            return Err(invalid(
-                node.line,
-                format!("unknown top-level key `{key}` (expected one of {})", TOP_LEVEL_KEYS.join(", ")),
-            ));
+
+        let mut pod = first.pod.clone();
+        let mut container_defaults = first.container_defaults.clone();
+        let mut slot_paths: Vec<String> = first.slot_paths.iter().map(|p| display_path(p)).collect();
+        let mut overrides = first.overrides.clone();
+        for part in &parts[1..] {
+            let offset = slot_paths.len();
+            combine::fill(&mut pod, &combine::renumbered(&part.pod, offset), None);
+            if let Some(defaults) = &part.container_defaults {
+                let defaults = combine::renumbered(defaults, offset);
+                match &mut container_defaults {
+                    Some(mine) => combine::fill(mine, &defaults, None),
+                    None => container_defaults = Some(defaults),
+                }
+            }
+            slot_paths.extend(part.slot_paths.iter().map(|p| format!("{}: {}", part.file, display_path(p))));
+            for spec in &part.overrides {
+                if !overrides.iter().any(|o| o.annotation == spec.annotation) {
+                    overrides.push(spec.clone());
+                }
+            }
         }
-        let values = match root.map_get("values") {
-            None => serde_json::Value::Object(Default::default()),
-            Some(v @ YNode { value: YValue::Map(_), .. }) => yaml::to_json(v, &mut |_| serde_json::Value::Null),
-            Some(v) => return Err(invalid(v.line, "`values` must be a mapping".into())),
-        };
-        let init_position = match root.map_get("initContainerPosition") {
-            None => InitPosition::First,
-            Some(n) => match n.as_str() {
-                Some("first") => InitPosition::First,
-                Some("last") => InitPosition::Last,
-                _ => return Err(invalid(n.line, "`initContainerPosition` must be `first` or `last`".into())),
-            },
-        };
-        let inject_host_network = match root.map_get("injectHostNetwork") {
-            None => false,
-            Some(YNode { value: YValue::Bool(b), .. }) => *b,
-            Some(n) => return Err(invalid(n.line, "`injectHostNetwork` must be true or false".into())),
-        };
+        let renderers: Vec<Arc<Renderer>> = parts.iter().map(|p| p.renderer.clone()).collect();
 
-        let mut renderer = Renderer::new(&values);
-        let mut slot_paths = Vec::new();
-        let mut resolve_section = |key: &str| -> Result<Option<YNode>, TemplateError> {
-            let Some(node) = root.map_get(key) else { return Ok(None) };
-            let mut node = node.clone();
-            let mut path = vec![PathSeg::Key(key.to_owned())];
-            resolve(&mut node, &mut path, &mut renderer, &mut slot_paths)
-                .map_err(|(line, path, reason)| invalid(line, format!("{}: {reason}", display_path(&path))))?;
-            Ok(Some(node))
-        };
-        let mut pod = resolve_section("pod")?.unwrap_or(YNode { line: 1, value: YValue::Map(Vec::new()) });
-        let container_defaults = resolve_section("containerDefaults")?;
-
-        let hash = hex_prefix(&Sha256::digest(source.as_bytes()));
-        let status = status_value(name, &hash, &pod);
+        let status = status_value(&name, &hash, set_hash, &pod);
         let status_key = format!("{prefix}status");
         insert_status(&mut pod, &status_key, &status).map_err(|(line, reason)| invalid(line, reason))?;
 
-        // Dry-render the pod-dependent leaves on a sample pod, then check the result against the API types.
+        // Dry-render the per-pod leaves on a sample pod, then check the result against the API types.
         let (mut buf, mut ranges) = (Vec::new(), Vec::new());
-        if let Err(e) = renderer.render(&sample_pod(), &mut buf, &mut ranges) {
-            let path = &slot_paths[e.slot];
-            return Err(invalid(
-                root.line_of(path),
-                format!("{}: cannot render on a sample pod: {}", display_path(path), e.reason),
-            ));
+        let sample = sample_pod();
+        for (i, renderer) in renderers.iter().enumerate() {
+            let base = ranges.len();
+            if let Err(e) = renderer.render(&sample, &[], &mut buf, &mut ranges) {
+                let part = parts[i];
+                let path = &part.slot_paths[e.slot];
+                return Err(TemplateError::Invalid {
+                    file: part.file.clone(),
+                    line: part.root.line_of(path),
+                    reason: format!("{}: cannot render on a sample pod: {}", display_path(path), e.reason),
+                });
+            }
+            debug_assert_eq!(ranges.len() - base, part_slots(parts[i]));
         }
+        let root = &first.root;
         let mut rendered =
             |slot: usize| serde_json::from_slice(&buf[ranges[slot].clone()]).unwrap_or(serde_json::Value::Null);
         let problem = |(path, reason): validate::Problem| {
@@ -187,28 +249,42 @@ impl Template {
             ),
             None => None,
         };
+        let on_error = if parts.iter().any(|p| p.on_error == Some(Policy::Deny)) {
+            Some(Policy::Deny)
+        } else {
+            parts.iter().find_map(|p| p.on_error)
+        };
         Ok(Template {
-            name: name.to_owned(),
+            name,
             hash,
+            set_hash: set_hash.to_owned(),
             status,
             injected_containers: names_in(&pod, "containers"),
             pod: pod_tree,
             container_defaults: defaults_tree,
-            init_position,
-            inject_host_network,
-            renderer,
+            init_position: first.init_position,
+            // A host-network pod is injected only if every part allows it.
+            inject_host_network: parts.iter().all(|p| p.inject_host_network),
+            on_error,
+            overrides,
+            renderers,
             slot_paths,
         })
     }
 
-    /// The template's name.
+    /// The template's name: a file's stem, or the names of a combination joined by commas.
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// The template's version: the first 16 hex digits of the SHA-256 of its source.
+    /// The template's version: the first 16 hex digits of the SHA-256 of its sources (and the shared values).
     pub fn hash(&self) -> &str {
         &self.hash
+    }
+
+    /// The hash of the whole set this template was loaded with.
+    pub fn set_hash(&self) -> &str {
+        &self.set_hash
     }
 
     /// The value of the status annotation this template writes on the pods it injects.
@@ -216,10 +292,194 @@ impl Template {
         &self.status
     }
 
-    /// Where the expression behind render slot `slot` sits in the template, for messages.
-    pub(crate) fn slot_path(&self, slot: usize) -> String {
-        self.slot_paths.get(slot).map(|p| display_path(p)).unwrap_or_default()
+    /// The template's own error policy (`onError`), if it sets one.
+    pub fn on_error(&self) -> Option<Policy> {
+        self.on_error
     }
+
+    /// The annotations pods may set to override this template's values, with the type each must have.
+    pub fn override_annotations(&self) -> impl Iterator<Item = (&str, &'static str)> {
+        self.overrides.iter().map(|o| (o.annotation.as_str(), o.kind.name()))
+    }
+
+    /// Does a pod's status annotation say it was injected by this template, at this version? The set's hash is
+    /// not compared: an edit of another template in the set does not make this pod's sidecar outdated.
+    pub(crate) fn wrote_status(&self, status: &str) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Written<'a> {
+            #[serde(borrow)]
+            template: std::borrow::Cow<'a, str>,
+            #[serde(borrow)]
+            version: std::borrow::Cow<'a, str>,
+        }
+        status == self.status
+            || serde_json::from_str::<Written<'_>>(status)
+                .is_ok_and(|w| w.template == self.name && w.version == self.hash)
+    }
+
+    /// True when the template has per-request leaves.
+    pub(crate) fn renders_per_pod(&self) -> bool {
+        self.renderers.iter().any(|r| !r.is_empty())
+    }
+
+    pub(crate) fn needs_labels(&self) -> bool {
+        self.renderers.iter().any(|r| r.needs_labels())
+    }
+
+    pub(crate) fn needs_annotations(&self) -> bool {
+        self.renderers.iter().any(|r| r.needs_annotations())
+    }
+
+    /// Renders every per-request leaf of every part for `pod` into `buf`, one range per slot (both cleared first).
+    pub(crate) fn render<M: serde::Serialize>(
+        &self,
+        pod: &PodContext<'_, M>,
+        overrides: &Overrides,
+        cache: &mut LeafCache,
+        buf: &mut Vec<u8>,
+        ranges: &mut Vec<std::ops::Range<usize>>,
+    ) -> Result<(), RenderError> {
+        buf.clear();
+        ranges.clear();
+        for renderer in &self.renderers {
+            let base = ranges.len();
+            renderer
+                .render_cached(pod, overrides, cache, buf, ranges)
+                .map_err(|e| RenderError { slot: base + e.slot, reason: e.reason })?;
+        }
+        Ok(())
+    }
+
+    /// Where the expression behind render slot `slot` sits in the template, for messages.
+    pub(crate) fn slot_path(&self, slot: usize) -> &str {
+        self.slot_paths.get(slot).map_or("", String::as_str)
+    }
+}
+
+fn part_slots(part: &Part) -> usize {
+    part.slot_paths.len()
+}
+
+impl Part {
+    /// Parses one template file. `shared` is the set's shared values file, as `(source, values)`, whose keys
+    /// the template's own `values` override.
+    pub(crate) fn parse(
+        name: &str,
+        file: &str,
+        source: &str,
+        shared: Option<(&str, &serde_json::Value)>,
+        prefix: &str,
+    ) -> Result<Part, TemplateError> {
+        let invalid = |line: usize, reason: String| TemplateError::Invalid { file: file.to_owned(), line, reason };
+        let root = yaml::parse(source).map_err(|p| invalid(p.line, p.reason))?;
+        let YValue::Map(members) = &root.value else {
+            return Err(invalid(
+                root.line,
+                "a template is a mapping with `values`, `pod`, `containerDefaults`, ...".into(),
+            ));
+        };
+        if let Some((key, node)) = members.iter().find(|(k, _)| !TOP_LEVEL_KEYS.contains(&k.as_str())) {
+            return Err(invalid(
+                node.line,
+                format!("unknown top-level key `{key}` (expected one of {})", TOP_LEVEL_KEYS.join(", ")),
+            ));
+        }
+        let mut values = match shared {
+            Some((_, shared)) => shared.clone(),
+            None => serde_json::Value::Object(Default::default()),
+        };
+        match root.map_get("values") {
+            None => {}
+            Some(v @ YNode { value: YValue::Map(_), .. }) => {
+                combine::overlay_json(&mut values, yaml::to_json(v, &mut |_| serde_json::Value::Null));
+            }
+            Some(v) => return Err(invalid(v.line, "`values` must be a mapping".into())),
+        }
+        let init_position = match root.map_get("initContainerPosition") {
+            None => InitPosition::First,
+            Some(n) => match n.as_str() {
+                Some("first") => InitPosition::First,
+                Some("last") => InitPosition::Last,
+                _ => return Err(invalid(n.line, "`initContainerPosition` must be `first` or `last`".into())),
+            },
+        };
+        let inject_host_network = match root.map_get("injectHostNetwork") {
+            None => false,
+            Some(YNode { value: YValue::Bool(b), .. }) => *b,
+            Some(n) => return Err(invalid(n.line, "`injectHostNetwork` must be true or false".into())),
+        };
+        let on_error = match root.map_get("onError") {
+            None => None,
+            Some(n) => match n.as_str().and_then(Policy::parse) {
+                Some(policy) => Some(policy),
+                None => return Err(invalid(n.line, "`onError` must be `allow` or `deny`".into())),
+            },
+        };
+        let overrides = match root.map_get("overrides") {
+            None => Vec::new(),
+            Some(section) => overrides::parse(section, &values, prefix)
+                .map_err(|(path, reason)| invalid(root.line_of(&path), format!("{}: {reason}", display_path(&path))))?,
+        };
+
+        let overridable = overrides.iter().map(|o| o.value.clone()).collect();
+        let mut renderer = Renderer::with_overridable(&values, overridable);
+        let mut slot_paths = Vec::new();
+        let mut resolve_section = |key: &str| -> Result<Option<YNode>, TemplateError> {
+            let Some(node) = root.map_get(key) else { return Ok(None) };
+            let mut node = node.clone();
+            let mut path = vec![PathSeg::Key(key.to_owned())];
+            resolve(&mut node, &mut path, &mut renderer, &mut slot_paths)
+                .map_err(|(line, path, reason)| invalid(line, format!("{}: {reason}", display_path(&path))))?;
+            Ok(Some(node))
+        };
+        let pod = resolve_section("pod")?.unwrap_or(YNode { line: 1, value: YValue::Map(Vec::new()) });
+        let container_defaults = resolve_section("containerDefaults")?;
+
+        let mut hasher = Sha256::new();
+        if let Some((shared_source, _)) = shared {
+            hasher.update(shared_source.as_bytes());
+            hasher.update([0]);
+        }
+        hasher.update(source.as_bytes());
+        Ok(Part {
+            name: name.to_owned(),
+            file: file.to_owned(),
+            hash: hex_prefix(&hasher.finalize()),
+            root,
+            pod,
+            container_defaults,
+            init_position,
+            inject_host_network,
+            on_error,
+            overrides,
+            renderer: Arc::new(renderer),
+            slot_paths,
+        })
+    }
+}
+
+/// Reads a template file: `(name, file label, source)`, the name being the file stem.
+fn read_template_file(path: &Path) -> Result<(String, String, String), TemplateError> {
+    let file = path.display().to_string();
+    let source = std::fs::read_to_string(path).map_err(|source| TemplateError::Read { file: file.clone(), source })?;
+    let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or(BUILTIN_NAME).to_owned();
+    Ok((name, file, source))
+}
+
+/// The hash of a whole set: every template's name and source, and the shared values file.
+fn set_hash<'a>(templates: impl Iterator<Item = (&'a str, &'a str)>, values: Option<&str>) -> String {
+    let mut hasher = Sha256::new();
+    for (name, source) in templates {
+        hasher.update(name.as_bytes());
+        hasher.update([0]);
+        hasher.update(source.as_bytes());
+        hasher.update([0]);
+    }
+    if let Some(values) = values {
+        hasher.update(b"values\0");
+        hasher.update(values.as_bytes());
+    }
+    hex_prefix(&hasher.finalize())
 }
 
 /// Replaces values-only expressions by their rendered value and pod-dependent ones by render slots.
@@ -274,11 +534,12 @@ fn names_in(pod: &YNode, list: &str) -> Vec<String> {
     }
 }
 
-/// The status annotation: which template and version, and what it injects.
-fn status_value(name: &str, hash: &str, pod: &YNode) -> String {
+/// The status annotation: which template, its version and the set's, and what it injects.
+fn status_value(name: &str, hash: &str, set_hash: &str, pod: &YNode) -> String {
     serde_json::json!({
         "template": name,
         "version": hash,
+        "set": set_hash,
         "containers": names_in(pod, "containers"),
         "initContainers": names_in(pod, "initContainers"),
         "volumes": names_in(pod, "volumes"),

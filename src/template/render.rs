@@ -42,29 +42,46 @@ fn strict_json(value: Value) -> Result<Value, minijinja::Error> {
 }
 
 /// The name of the template that renders every pod-dependent leaf at once.
-const ALL_LEAVES: &str = "leaves";
+const POD_LEAVES: &str = "pod-leaves";
+/// The name of the template that renders every leaf that depends on an overridable value (and not on the pod).
+const OVERRIDE_LEAVES: &str = "override-leaves";
 
 /// How a leaf was classified when it was compiled.
 #[derive(Debug)]
 pub(crate) enum LeafKind {
-    /// Depends only on `values`: already rendered, as JSON.
+    /// Depends only on `values` that no pod can override: already rendered, as JSON.
     Static(serde_json::Value),
-    /// Depends on the pod: rendered per request into slot `n`.
+    /// Depends on the pod or on an overridable value: rendered per request into slot `n`.
     Dynamic(usize),
 }
 
 /// The compiled leaves of one template.
+///
+/// Two groups of leaves are rendered per request, each by one evaluation: those that read the pod, and those
+/// that read only `values` some of which a pod may override. The second group's output without overrides is
+/// rendered at load, so a pod without override annotations costs a copy there, not an evaluation.
 #[derive(Debug)]
 pub(crate) struct Renderer {
     /// Unique to this renderer, so that a cache never serves the output of a previous template.
     id: u64,
     env: Environment<'static>,
-    /// The JSON-producing source of each pod-dependent leaf, by slot; each is also a template named `leaf<slot>`.
+    /// The JSON-producing source of each per-request leaf, by slot; each is also a template named `leaf<slot>`.
     leaves: Vec<String>,
+    /// The slots of the pod-dependent leaves and of the override-only leaves, each in slot order.
+    pod_slots: Vec<usize>,
+    override_slots: Vec<usize>,
+    /// The override-only leaves rendered with the template's own values, joined by the separator.
+    override_defaults: String,
+    values_json: serde_json::Value,
     values: Value,
+    /// The keys of `values` that pods may override.
+    overridable: Vec<String>,
     needs_labels: bool,
     needs_annotations: bool,
 }
+
+/// Validated per-pod overrides: `(key of values, value)`.
+pub(crate) type Overrides = [(String, serde_json::Value)];
 
 /// The pod as templates see it: `pod.name`, `pod.generateName`, `pod.namespace`, `pod.serviceAccountName`,
 /// `pod.labels`, `pod.annotations`.
@@ -100,7 +117,14 @@ fn json_source(source: &str) -> String {
 }
 
 impl Renderer {
+    /// A renderer over `values`, none of which a pod may override.
+    #[cfg(test)]
     pub(crate) fn new(values: &serde_json::Value) -> Self {
+        Self::with_overridable(values, Vec::new())
+    }
+
+    /// A renderer over `values`, of which the keys `overridable` may be replaced per pod.
+    pub(crate) fn with_overridable(values: &serde_json::Value, overridable: Vec<String>) -> Self {
         let mut env = Environment::new();
         // A typo in a variable name must fail loudly, at load time, not render as an empty string.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
@@ -110,7 +134,12 @@ impl Renderer {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             env,
             leaves: Vec::new(),
+            pod_slots: Vec::new(),
+            override_slots: Vec::new(),
+            override_defaults: String::new(),
+            values_json: values.clone(),
             values: Value::from(Serde(values)),
+            overridable,
             needs_labels: false,
             needs_annotations: false,
         }
@@ -128,25 +157,48 @@ impl Renderer {
         if let Some(unknown) = top.iter().find(|v| !KNOWN_VARIABLES.contains(&v.as_str())) {
             return Err(format!("unknown variable `{unknown}` (a template can use `pod` and `values`)"));
         }
-        if !top.contains("pod") {
+        let nested = template.undeclared_variables(true);
+        let reads_pod = top.contains("pod");
+        let reads_overridable = nested.iter().any(|var| {
+            // `values` read whole (or by subscript, which is not tracked by name) may read any key.
+            var == "values" && !self.overridable.is_empty()
+                || self.overridable.iter().any(|key| {
+                    var.strip_prefix("values.")
+                        .and_then(|rest| rest.strip_prefix(key.as_str()))
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+                })
+        });
+        if !reads_pod {
             let ctx = minijinja::context! { values => self.values.clone() };
             let text = template.render(ctx).map_err(|e| describe(&e))?;
-            self.env.remove_template(&name);
-            return serde_json::from_str(&text)
-                .map(LeafKind::Static)
-                .map_err(|e| format!("expression did not render to JSON ({e}): {text}"));
-        }
-        for var in template.undeclared_variables(true) {
-            self.needs_labels |= var == "pod" || var.starts_with("pod.labels");
-            self.needs_annotations |= var == "pod" || var.starts_with("pod.annotations");
+            let value: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| format!("expression did not render to JSON ({e}): {text}"))?;
+            if !reads_overridable {
+                self.env.remove_template(&name);
+                return Ok(LeafKind::Static(value));
+            }
+            if !self.override_slots.is_empty() {
+                self.override_defaults.push(SEPARATOR);
+            }
+            self.override_defaults.push_str(&text);
+            self.override_slots.push(slot);
+        } else {
+            for var in &nested {
+                self.needs_labels |= var == "pod" || var.starts_with("pod.labels");
+                self.needs_annotations |= var == "pod" || var.starts_with("pod.annotations");
+            }
+            self.pod_slots.push(slot);
         }
         self.leaves.push(json);
-        let joined = self.leaves.join(&SEPARATOR.to_string());
-        self.env.add_template_owned(ALL_LEAVES, joined).map_err(|e| describe(&e))?;
+        for (group, slots) in [(POD_LEAVES, &self.pod_slots), (OVERRIDE_LEAVES, &self.override_slots)] {
+            let joined =
+                slots.iter().map(|s| self.leaves[*s].as_str()).collect::<Vec<_>>().join(&SEPARATOR.to_string());
+            self.env.add_template_owned(group, joined).map_err(|e| describe(&e))?;
+        }
         Ok(LeafKind::Dynamic(slot))
     }
 
-    /// True when the template has pod-dependent leaves at all.
+    /// True when the template has no per-request leaves at all.
     pub(crate) fn is_empty(&self) -> bool {
         self.leaves.is_empty()
     }
@@ -159,60 +211,86 @@ impl Renderer {
         self.needs_annotations
     }
 
-    /// Renders every pod-dependent leaf for `pod` into `buf` (JSON text), with one range per slot, or copies them
-    /// from `cache` when this renderer already rendered the same context on this thread.
+    /// Appends the output of every per-request leaf for `pod` and its `overrides` to `buf` (JSON text), and one
+    /// range per slot to `ranges`, or copies them from `cache` when this renderer already rendered the same input
+    /// on this thread.
     pub(crate) fn render_cached<M: Serialize>(
         &self,
         pod: &PodContext<'_, M>,
+        overrides: &Overrides,
         cache: &mut LeafCache,
         buf: &mut Vec<u8>,
         ranges: &mut Vec<Range<usize>>,
     ) -> Result<(), RenderError> {
+        if self.pod_slots.is_empty() && overrides.is_empty() {
+            // Only override-only leaves, and no override: their output was rendered at load.
+            return self.render(pod, overrides, buf, ranges);
+        }
         cache.key.clear();
         // Writing into a Vec cannot fail, and every field of the context is a string or a string map.
         serde_json::to_writer(&mut cache.key, pod).expect("a pod context always serialises");
+        if !overrides.is_empty() {
+            serde_json::to_writer(&mut cache.key, overrides).expect("JSON values always serialise");
+        }
+        let (base, first) = (buf.len(), ranges.len());
         if let Some(hit) = cache.entries.iter().find(|e| e.renderer == self.id && e.key == cache.key) {
-            buf.clear();
             buf.extend_from_slice(&hit.rendered);
-            ranges.clone_from(&hit.ranges);
+            ranges.extend(hit.ranges.iter().map(|r| r.start + base..r.end + base));
             return Ok(());
         }
-        self.render(pod, buf, ranges)?;
+        self.render(pod, overrides, buf, ranges)?;
         if cache.key.len() <= LeafCache::MAX_KEY {
-            cache.remember(self.id, buf, ranges);
+            cache.remember(self.id, &buf[base..], &ranges[first..], base);
         }
         Ok(())
     }
 
-    /// Renders every pod-dependent leaf for `pod` into `buf` (JSON text), with one range per slot.
+    /// Appends the output of every per-request leaf for `pod` and its `overrides` to `buf` (JSON text), and one
+    /// range per slot to `ranges`.
     pub(crate) fn render<M: Serialize>(
         &self,
         pod: &PodContext<'_, M>,
+        overrides: &Overrides,
         buf: &mut Vec<u8>,
         ranges: &mut Vec<Range<usize>>,
     ) -> Result<(), RenderError> {
-        buf.clear();
-        ranges.clear();
         if self.leaves.is_empty() {
             return Ok(());
         }
-        let ctx = minijinja::context! { pod => Value::from(Serde(pod)), values => self.values.clone() };
-        let rendered = self.env.get_template(ALL_LEAVES).and_then(|t| t.render(&ctx));
-        let text = match rendered {
-            Ok(text) => text,
-            Err(_) => return Err(self.first_failure(&ctx)),
-        };
-        buf.extend_from_slice(text.as_bytes());
-        let mut start = 0;
-        for part in text.split(SEPARATOR) {
-            ranges.push(start..start + part.len());
-            start += part.len() + SEPARATOR.len_utf8();
+        let first = ranges.len();
+        ranges.resize(first + self.leaves.len(), 0..0);
+        let mine = &mut ranges[first..];
+        let values = self.values_with(overrides);
+        let ctx = minijinja::context! { pod => Value::from(Serde(pod)), values => values };
+        if !self.pod_slots.is_empty() {
+            let text = self.env.get_template(POD_LEAVES).and_then(|t| t.render(&ctx));
+            let text = text.map_err(|_| self.first_failure(&ctx))?;
+            split_into(&text, &self.pod_slots, buf, mine)?;
         }
-        if ranges.len() != self.leaves.len() {
-            // Cannot happen: JSON output never holds a raw control character. Refuse rather than mis-slot.
-            return Err(RenderError { slot: 0, reason: "leaf output held a control character".to_owned() });
+        if !self.override_slots.is_empty() {
+            if values_overridden(&self.overridable, overrides) {
+                let text = self.env.get_template(OVERRIDE_LEAVES).and_then(|t| t.render(&ctx));
+                let text = text.map_err(|_| self.first_failure(&ctx))?;
+                split_into(&text, &self.override_slots, buf, mine)?;
+            } else {
+                split_into(&self.override_defaults, &self.override_slots, buf, mine)?;
+            }
         }
         Ok(())
+    }
+
+    /// The template's values with the pod's overrides of this renderer's overridable keys.
+    fn values_with(&self, overrides: &Overrides) -> Value {
+        if !values_overridden(&self.overridable, overrides) {
+            return self.values.clone();
+        }
+        let mut values = self.values_json.clone();
+        for (key, value) in overrides {
+            if self.overridable.contains(key) {
+                values[key.as_str()] = value.clone();
+            }
+        }
+        Value::from(Serde(values))
     }
 
     /// Which leaf fails, and why: each is rendered alone. Only taken when the joined render failed.
@@ -225,6 +303,28 @@ impl Renderer {
             }
         }
         RenderError { slot: 0, reason: "the leaves failed together but not one by one".to_owned() }
+    }
+}
+
+/// Does `overrides` set any of `overridable`?
+fn values_overridden(overridable: &[String], overrides: &Overrides) -> bool {
+    overrides.iter().any(|(key, _)| overridable.contains(key))
+}
+
+/// Appends the parts of `text` (joined by the separator) to `buf`, recording each part's range at its slot.
+fn split_into(text: &str, slots: &[usize], buf: &mut Vec<u8>, ranges: &mut [Range<usize>]) -> Result<(), RenderError> {
+    let mut parts = text.split(SEPARATOR);
+    for slot in slots {
+        // JSON output never holds a raw control character, so the parts match the slots; refuse rather than
+        // mis-slot if they ever did not.
+        let part = parts.next().ok_or_else(|| RenderError { slot: *slot, reason: "missing leaf output".into() })?;
+        let start = buf.len();
+        buf.extend_from_slice(part.as_bytes());
+        ranges[*slot] = start..buf.len();
+    }
+    match parts.next() {
+        None => Ok(()),
+        Some(_) => Err(RenderError { slot: 0, reason: "leaf output held a control character".to_owned() }),
     }
 }
 
@@ -253,10 +353,16 @@ impl LeafCache {
     /// Contexts larger than this (huge annotations) are not worth keeping.
     const MAX_KEY: usize = 4096;
 
-    fn remember(&mut self, renderer: u64, rendered: &[u8], ranges: &[Range<usize>]) {
+    /// Keeps `rendered` and its `ranges` (which start at `base` in the caller's buffer) under the current key.
+    fn remember(&mut self, renderer: u64, rendered: &[u8], ranges: &[Range<usize>], base: usize) {
+        let relative = ranges.iter().map(|r| r.start - base..r.end - base);
         if self.entries.len() < Self::ENTRIES {
-            let entry =
-                CachedRender { renderer, key: self.key.clone(), rendered: rendered.to_vec(), ranges: ranges.to_vec() };
+            let entry = CachedRender {
+                renderer,
+                key: self.key.clone(),
+                rendered: rendered.to_vec(),
+                ranges: relative.collect(),
+            };
             return self.entries.push(entry);
         }
         // A full cache overwrites its oldest entry in place, reusing its buffers: a stream of new pods allocates
@@ -267,7 +373,7 @@ impl LeafCache {
         entry.rendered.clear();
         entry.rendered.extend_from_slice(rendered);
         entry.ranges.clear();
-        entry.ranges.extend_from_slice(ranges);
+        entry.ranges.extend(relative);
         self.next = (self.next + 1) % Self::ENTRIES;
     }
 }
@@ -307,7 +413,7 @@ mod tests {
     /// Every slot `r` renders for `pod()`, each decoded as a JSON string.
     fn rendered_strings(r: &Renderer) -> Vec<String> {
         let (mut buf, mut ranges) = (Vec::new(), Vec::new());
-        r.render(&pod(), &mut buf, &mut ranges).unwrap();
+        r.render(&pod(), &[], &mut buf, &mut ranges).unwrap();
         ranges.iter().map(|range| serde_json::from_slice(&buf[range.clone()]).unwrap()).collect()
     }
 
@@ -343,10 +449,12 @@ mod tests {
         let mut r = Renderer::new(&serde_json::json!({}));
         r.add_leaf("{{ pod.labels.version }}").unwrap();
         let (mut buf, mut ranges) = (Vec::new(), Vec::new());
-        assert!(r.render(&pod(), &mut buf, &mut ranges).is_err());
+        assert!(r.render(&pod(), &[], &mut buf, &mut ranges).is_err());
         let mut r = Renderer::new(&serde_json::json!({}));
         r.add_leaf("{{ pod.labels.version | default('v0') }}").unwrap();
-        r.render(&pod(), &mut buf, &mut ranges).unwrap();
+        buf.clear();
+        ranges.clear();
+        r.render(&pod(), &[], &mut buf, &mut ranges).unwrap();
         assert_eq!(&buf[ranges[0].clone()], b"\"v0\"");
     }
 
@@ -365,7 +473,7 @@ mod tests {
         r.add_leaf("{{ pod.labels | length }}").unwrap();
         r.add_leaf("{{ pod.annotations }}").unwrap();
         let (mut buf, mut ranges) = (Vec::new(), Vec::new());
-        r.render(&pod(), &mut buf, &mut ranges).unwrap();
+        r.render(&pod(), &[], &mut buf, &mut ranges).unwrap();
         let slots: Vec<&[u8]> = ranges.iter().map(|r| &buf[r.clone()]).collect();
         assert_eq!(slots, [b"\"web-1\"".as_slice(), b"1", b"{}"]);
     }
@@ -376,7 +484,7 @@ mod tests {
         r.add_leaf("{{ pod.name }}").unwrap();
         r.add_leaf("v-{{ pod.labels.version }}").unwrap();
         let (mut buf, mut ranges) = (Vec::new(), Vec::new());
-        let err = r.render(&pod(), &mut buf, &mut ranges).unwrap_err();
+        let err = r.render(&pod(), &[], &mut buf, &mut ranges).unwrap_err();
         assert_eq!(err.slot, 1);
         assert!(err.reason.contains("undefined"), "{}", err.reason);
     }
@@ -388,7 +496,9 @@ mod tests {
         let mut cache = LeafCache::default();
         let (mut buf, mut ranges) = (Vec::new(), Vec::new());
         let mut render = |pod: &PodContext<'_, std::collections::BTreeMap<&str, &str>>, r: &Renderer| {
-            r.render_cached(pod, &mut cache, &mut buf, &mut ranges).unwrap();
+            buf.clear();
+            ranges.clear();
+            r.render_cached(pod, &[], &mut cache, &mut buf, &mut ranges).unwrap();
             serde_json::from_slice::<String>(&buf[ranges[0].clone()]).unwrap()
         };
         let first = pod();
@@ -408,5 +518,30 @@ mod tests {
             assert_eq!(render(&PodContext { name: &name, ..pod() }, &r), format!("we\"b\\\n\u{2028}-{name}"));
         }
         assert_eq!(cache.entries.len(), LeafCache::ENTRIES);
+    }
+
+    #[test]
+    fn overridable_values_render_from_defaults_until_a_pod_overrides_them() {
+        let values = serde_json::json!({"cpu": "50m", "image": "proxy:1"});
+        let mut r = Renderer::with_overridable(&values, vec!["cpu".into()]);
+        assert!(matches!(r.add_leaf("{{ values.image }}"), Ok(LeafKind::Static(_))), "not overridable: static");
+        assert!(matches!(r.add_leaf("{{ values.cpu }}"), Ok(LeafKind::Dynamic(0))));
+        assert!(matches!(r.add_leaf("{{ pod.name }}/{{ values.cpu }}"), Ok(LeafKind::Dynamic(1))));
+        assert!(matches!(r.add_leaf("{{ values['cpu'] }}"), Ok(LeafKind::Dynamic(2))), "a subscript may read it");
+        let mut cache = LeafCache::default();
+        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
+        let mut slots = |overrides: &Overrides| {
+            buf.clear();
+            ranges.clear();
+            r.render_cached(&pod(), overrides, &mut cache, &mut buf, &mut ranges).unwrap();
+            ranges.iter().map(|x| String::from_utf8(buf[x.clone()].to_vec()).unwrap()).collect::<Vec<_>>()
+        };
+        assert_eq!(slots(&[]), [r#""50m""#, r#""web-1/50m""#, r#""50m""#]);
+        let hostile = [("cpu".to_owned(), serde_json::json!("1\"}],\"x\":{\""))];
+        let rendered = slots(&hostile);
+        assert_eq!(serde_json::from_str::<String>(&rendered[0]).unwrap(), "1\"}],\"x\":{\"");
+        assert_eq!(slots(&[("cpu".to_owned(), serde_json::json!("2"))]), [r#""2""#, r#""web-1/2""#, r#""2""#]);
+        assert_eq!(slots(&[("other".to_owned(), serde_json::json!("9"))])[0], r#""50m""#, "not ours: ignored");
+        assert_eq!(slots(&[])[0], r#""50m""#, "the cache keys on the overrides");
     }
 }

@@ -20,7 +20,7 @@ fn the_shipped_templates_compile() {
     assert_eq!(builtin.name(), "default");
     assert_eq!(builtin.hash().len(), 16);
     assert_eq!(builtin.injected_containers, ["proxy"]);
-    assert!(!builtin.renderer.is_empty(), "the default template has a per-pod leaf");
+    assert!(builtin.renders_per_pod(), "the default template has a per-pod leaf");
     let native = Template::from_file(Path::new("templates/native-sidecar.yaml"), DEFAULT_PREFIX).unwrap();
     assert_eq!(native.name(), "native-sidecar");
 }
@@ -45,7 +45,7 @@ fn malformed_yaml_is_refused_at_its_line() {
 
 #[test]
 fn unknown_keys_and_bad_options_are_refused_at_their_line() {
-    assert_eq!(refuse("values: {}\npods: {}\n"), (2, "unknown top-level key `pods` (expected one of values, pod, containerDefaults, initContainerPosition, injectHostNetwork)".into()));
+    assert_eq!(refuse("values: {}\npods: {}\n"), (2, "unknown top-level key `pods` (expected one of values, pod, containerDefaults, initContainerPosition, injectHostNetwork, onError, overrides)".into()));
     assert_eq!(refuse("initContainerPosition: middle\n").0, 1);
     assert_eq!(refuse("values: [1]\n").1, "`values` must be a mapping");
     assert_eq!(refuse("injectHostNetwork: maybe\n").1, "`injectHostNetwork` must be true or false");
@@ -93,7 +93,7 @@ fn expression_errors_are_refused_at_their_line() {
 fn values_expressions_may_produce_whole_structures() {
     let source = "values:\n  res: { requests: { cpu: 10m } }\n  port: 9000\npod:\n  spec:\n    containers:\n      - name: p\n        image: x\n        resources: \"{{ values.res }}\"\n        ports: [{ containerPort: \"{{ values.port }}\" }]\n";
     let t = Template::compile("t", "t.yaml", source, DEFAULT_PREFIX).unwrap();
-    assert!(t.renderer.is_empty(), "values-only expressions render at load time");
+    assert!(!t.renders_per_pod(), "values-only expressions render at load time");
     // A values expression of the wrong type is caught by validation.
     let (_, reason) = refuse(&source.replace("port: 9000", "port: http"));
     assert!(reason.contains("containerPort"), "{reason}");

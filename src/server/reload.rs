@@ -1,0 +1,200 @@
+//! Template reload: the template directory (a mounted ConfigMap) is watched and, when its content changes, the
+//! whole set is compiled off the request path and published with one `ArcSwap::store`.
+//!
+//! The kubelet updates a ConfigMap volume by writing a new timestamped directory and renaming a `..data` symlink
+//! over the old one; the visible files are symlinks through `..data`. A watch on a file follows the old inode
+//! and dies, so the **directory** is watched, any event in it means "maybe changed", bursts are debounced, and
+//! the files are re-read through their stable paths and compared by content hash. Events can be missed (or
+//! inotify be unavailable), so the directory is also polled. A refused edit is remembered by hash: it is
+//! reported once, and the next different edit is tried.
+//!
+//! The task is supervised: if it ends or panics, it is logged, counted and restarted (a reload task that died
+//! silently left another webhook serving stale certificates: kubewarden/policy-server#1061).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use notify::Watcher;
+
+use super::telemetry::Metrics;
+use crate::{Engine, SetSources, Settings, TemplateError, TemplateSet};
+
+/// Where templates are reloaded from, and how.
+#[derive(Debug, Clone)]
+pub struct TemplateWatch {
+    /// The directory (a mounted ConfigMap).
+    pub dir: PathBuf,
+    /// The template of pods that do not name one.
+    pub default_template: String,
+    /// The engine settings every reloaded set is served with.
+    pub settings: Settings,
+    /// How often the directory is read even without an event.
+    pub poll_interval: Duration,
+    /// How long to wait after an event for the burst to end.
+    pub debounce: Duration,
+}
+
+impl TemplateWatch {
+    /// Compiles the set in `sources` into an engine.
+    pub fn compile(&self, sources: SetSources) -> Result<Engine, TemplateError> {
+        let set = TemplateSet::compile(sources, &self.default_template, &self.settings.annotation_prefix).map_err(
+            |e| match e {
+                TemplateError::Directory { reason, .. } => {
+                    TemplateError::Directory { dir: self.dir.display().to_string(), reason }
+                }
+                other => other,
+            },
+        )?;
+        Ok(Engine::new(set, &self.settings))
+    }
+}
+
+/// What `/readyz` and the metrics say about templates: the generation serving and the newest refused edit.
+#[derive(Debug)]
+pub(crate) struct ReloadState {
+    generation: AtomicU64,
+    /// The hash of the newest directory content seen, applied or refused.
+    seen: ArcSwap<String>,
+    /// Why the newest edit was refused; cleared by a good edit.
+    refused: ArcSwapOption<String>,
+}
+
+impl ReloadState {
+    pub(crate) fn new(engine: &Engine) -> Self {
+        ReloadState {
+            generation: AtomicU64::new(1),
+            seen: ArcSwap::from_pointee(engine.set().hash().to_owned()),
+            refused: ArcSwapOption::empty(),
+        }
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn refused(&self) -> Option<Arc<String>> {
+        self.refused.load_full()
+    }
+}
+
+/// Compiles a directory's sources into an engine: [`TemplateWatch::compile`], replaceable in tests.
+pub(crate) type Compile = fn(&TemplateWatch, SetSources) -> Result<Engine, TemplateError>;
+
+/// One reloader: the watch configuration, the engine it swaps and the state it reports.
+#[derive(Clone)]
+pub(crate) struct Reloader {
+    pub watch: TemplateWatch,
+    pub engine: Arc<ArcSwap<Engine>>,
+    pub state: Arc<ReloadState>,
+    pub metrics: Metrics,
+    pub compile: Compile,
+}
+
+impl Reloader {
+    /// Watches and reloads forever; restarted if it ever stops.
+    pub(crate) async fn run(self) {
+        let metrics = self.metrics.clone();
+        super::supervise(
+            "template reload",
+            Duration::from_secs(1),
+            move || metrics.template_reload(false),
+            move || self.clone().watch(),
+        )
+        .await;
+    }
+
+    async fn watch(self) {
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let _watcher = self.start_watcher(wake.clone());
+        let mut ticks = tokio::time::interval(self.watch.poll_interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await; // the first tick is immediate; the directory was just loaded
+        loop {
+            tokio::select! {
+                () = wake.notified() => tokio::time::sleep(self.watch.debounce).await,
+                _ = ticks.tick() => {}
+            }
+            self.check().await;
+        }
+    }
+
+    /// An inotify watch on the directory that wakes the loop on any event; `None` (polling only) when
+    /// inotify is unavailable (`fs.inotify.max_user_instances` reached, an exotic filesystem).
+    fn start_watcher(&self, wake: Arc<tokio::sync::Notify>) -> Option<notify::RecommendedWatcher> {
+        let started = notify::recommended_watcher(move |_event: notify::Result<notify::Event>| wake.notify_one())
+            .and_then(|mut watcher| {
+                watcher.watch(&self.watch.dir, notify::RecursiveMode::NonRecursive)?;
+                Ok(watcher)
+            });
+        match started {
+            Ok(watcher) => Some(watcher),
+            Err(e) => {
+                tracing::warn!(dir = %self.watch.dir.display(), error = %e,
+                    interval = ?self.watch.poll_interval, "cannot watch the template directory; polling only");
+                None
+            }
+        }
+    }
+
+    /// Reads the directory and, if its content changed, compiles and publishes it: on a blocking thread, since
+    /// it reads files and compiling takes a while. A panic there is caught, counted and retried at the next tick.
+    pub(crate) async fn check(&self) {
+        let this = self.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || this.check_blocking()).await {
+            let reason = if e.is_panic() { super::panic_message(e.into_panic()) } else { e.to_string() };
+            self.state.seen.store(Arc::new(String::new())); // so the same content is tried again
+            self.metrics.template_reload(false);
+            tracing::error!(reason, "template reload panicked; the current templates keep serving");
+        }
+    }
+
+    fn check_blocking(&self) {
+        let sources = match SetSources::read_dir(&self.watch.dir) {
+            Ok(sources) => sources,
+            Err(e) => return self.refuse(&e),
+        };
+        let hash = sources.hash();
+        if **self.state.seen.load() == hash {
+            return;
+        }
+        self.state.seen.store(Arc::new(hash));
+        match (self.compile)(&self.watch, sources) {
+            Ok(engine) => self.publish(engine),
+            Err(e) => self.refuse(&e),
+        }
+    }
+
+    fn publish(&self, engine: Engine) {
+        let previous = self.engine.load().set().hash().to_owned();
+        let set = engine.set();
+        let names = set.templates().map(|t| t.name()).collect::<Vec<_>>().join(", ");
+        let hash = set.hash().to_owned();
+        if !set.ignored().is_empty() {
+            tracing::warn!(files = ?set.ignored(), "files in the template directory that are not templates were ignored");
+        }
+        self.engine.store(Arc::new(engine));
+        let generation = self.state.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        self.state.refused.store(None);
+        self.metrics.template_reload(true);
+        self.metrics.template_set(generation, &previous, &hash);
+        tracing::info!(generation, set = %hash, templates = %names, "templates reloaded");
+    }
+
+    fn refuse(&self, error: &TemplateError) {
+        let message = error.to_string();
+        let repeated = self.state.refused.load().as_deref().is_some_and(|m| *m == message);
+        self.state.refused.store(Some(Arc::new(message)));
+        self.metrics.template_reload(false);
+        if !repeated {
+            tracing::error!(
+                error = %error,
+                generation = self.state.generation(),
+                set = %self.engine.load().set().hash(),
+                "template edit refused; the last good templates keep serving"
+            );
+        }
+    }
+}

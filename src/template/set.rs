@@ -1,0 +1,304 @@
+//! A template set: every template of a directory (as Kubernetes mounts a ConfigMap), compiled together into one
+//! immutable snapshot. The engine serves one snapshot per request and a reload replaces it whole, so a response
+//! is always wholly the old set or wholly the new one.
+//!
+//! A directory holds one template per `NAME.yaml` (or `.yml`) file and, optionally, `values.yaml`: values shared
+//! by every template, which a template's own `values` refine. Hidden entries (the kubelet's `..data` and
+//! timestamped directories) are skipped; other files are reported as ignored.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use super::{BUILTIN_NAME, BUILTIN_SOURCE, Part, Template, TemplateError, set_hash, yaml};
+
+/// The name of the shared values file (with a `.yaml` or `.yml` extension).
+pub const VALUES_FILE: &str = "values";
+
+/// Combinations (`template: a,b`) compiled per snapshot; beyond this many, a new one is compiled for each pod.
+const MAX_COMBINATIONS: usize = 32;
+/// The most templates one pod may ask for.
+const MAX_TEMPLATES_PER_POD: usize = 8;
+
+/// The files of a template directory, read but not yet compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetSources {
+    /// `(name, file, source)` of each template, sorted by name.
+    pub templates: Vec<(String, String, String)>,
+    /// `(file, source)` of the shared values file.
+    pub values: Option<(String, String)>,
+    /// Files that are neither templates nor the values file.
+    pub ignored: Vec<String>,
+}
+
+impl SetSources {
+    /// Reads every template file of `dir` (following the kubelet's symlinks).
+    pub fn read_dir(dir: &Path) -> Result<SetSources, TemplateError> {
+        let label = dir.display().to_string();
+        let unreadable = |e: std::io::Error| TemplateError::Directory {
+            dir: label.clone(),
+            reason: format!("cannot read the template directory: {e}"),
+        };
+        let mut sources = SetSources { templates: Vec::new(), values: None, ignored: Vec::new() };
+        let mut errors = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(unreadable)? {
+            let path = entry.map_err(unreadable)?.path();
+            let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+            // `..data`, `..2026_11_21_...`: the kubelet's machinery; the files we want are symlinks beside them.
+            if file_name.starts_with('.') || path.is_dir() {
+                continue;
+            }
+            let (stem, extension) = file_name.rsplit_once('.').unwrap_or((file_name, ""));
+            if !matches!(extension, "yaml" | "yml") || stem.is_empty() {
+                sources.ignored.push(path.display().to_string());
+                continue;
+            }
+            let file = path.display().to_string();
+            match std::fs::read_to_string(&path) {
+                Ok(source) if stem == VALUES_FILE => sources.values = Some((file, source)),
+                Ok(source) => sources.templates.push((stem.to_owned(), file, source)),
+                Err(source) => errors.push(TemplateError::Read { file, source }),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(several(errors));
+        }
+        sources.templates.sort();
+        sources.ignored.sort();
+        Ok(sources)
+    }
+
+    /// The hash of the whole set: every template's name and source, and the shared values.
+    pub fn hash(&self) -> String {
+        set_hash(
+            self.templates.iter().map(|(n, _, s)| (n.as_str(), s.as_str())),
+            self.values.as_ref().map(|v| v.1.as_str()),
+        )
+    }
+}
+
+/// A compiled set of named templates.
+#[derive(Debug)]
+pub struct TemplateSet {
+    /// Sorted by name; `templates[i]` is `parts[i]` alone.
+    parts: Vec<Part>,
+    templates: Vec<Template>,
+    default: usize,
+    hash: String,
+    prefix: String,
+    ignored: Vec<String>,
+    /// Combinations pods asked for, compiled on first use, published lock-free; they live as long as the set.
+    combinations: ArcSwap<Vec<Arc<Template>>>,
+}
+
+/// The template(s) a pod asked for.
+#[derive(Debug)]
+pub enum Selection<'s> {
+    /// One template of the set.
+    One(&'s Template),
+    /// Several, applied in order.
+    Combined(Arc<Template>),
+}
+
+impl std::ops::Deref for Selection<'_> {
+    type Target = Template;
+    fn deref(&self) -> &Template {
+        match self {
+            Selection::One(t) => t,
+            Selection::Combined(t) => t,
+        }
+    }
+}
+
+/// Why a pod's template annotation could not be honoured.
+#[derive(Debug)]
+pub enum SelectError {
+    /// These names are not in the set.
+    Unknown(Vec<String>),
+    /// The combination could not be assembled, or asks for too many templates.
+    Combination(String),
+}
+
+impl TemplateSet {
+    /// The built-in template, alone, as `default`.
+    pub fn builtin(prefix: &str) -> Result<Self, TemplateError> {
+        let sources = SetSources {
+            templates: vec![(BUILTIN_NAME.into(), "templates/default.yaml (built in)".into(), BUILTIN_SOURCE.into())],
+            values: None,
+            ignored: Vec::new(),
+        };
+        Self::compile(sources, BUILTIN_NAME, prefix)
+    }
+
+    /// One template file, which is the set's default whatever its name.
+    pub fn from_file(path: &Path, prefix: &str) -> Result<Self, TemplateError> {
+        let (name, file, source) = super::read_template_file(path)?;
+        let sources = SetSources { templates: vec![(name.clone(), file, source)], values: None, ignored: Vec::new() };
+        Self::compile(sources, &name, prefix)
+    }
+
+    /// Every template of a directory; `default` names the template of pods that do not ask for one.
+    pub fn load_dir(dir: &Path, default: &str, prefix: &str) -> Result<Self, TemplateError> {
+        Self::compile(SetSources::read_dir(dir)?, default, prefix).map_err(|e| match e {
+            TemplateError::Directory { reason, .. } => {
+                TemplateError::Directory { dir: dir.display().to_string(), reason }
+            }
+            other => other,
+        })
+    }
+
+    /// Compiles a set from its sources. Every template is parsed, dry-rendered and validated; the errors of every
+    /// file are reported together.
+    pub fn compile(mut sources: SetSources, default: &str, prefix: &str) -> Result<Self, TemplateError> {
+        sources.templates.sort();
+        let directory = |reason: String| TemplateError::Directory { dir: "template set".into(), reason };
+        if sources.templates.is_empty() {
+            return Err(directory("no template files (NAME.yaml or NAME.yml)".into()));
+        }
+        let hash = sources.hash();
+        let shared = match &sources.values {
+            None => None,
+            Some((file, source)) => Some((source.as_str(), shared_values(file, source)?)),
+        };
+        let shared = shared.as_ref().map(|(source, values)| (*source, values));
+        let mut parts = Vec::with_capacity(sources.templates.len());
+        let mut templates = Vec::with_capacity(sources.templates.len());
+        let mut errors = Vec::new();
+        for (name, file, source) in &sources.templates {
+            match Part::parse(name, file, source, shared, prefix)
+                .and_then(|part| Template::assemble(&[&part], &hash, prefix).map(|t| (part, t)))
+            {
+                Ok((part, template)) => {
+                    parts.push(part);
+                    templates.push(template);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(several(errors));
+        }
+        let Some(default) = parts.iter().position(|p| p.name == default) else {
+            let found = parts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
+            return Err(directory(format!(
+                "no template named `{default}` (the template of pods that do not name one); found: {found}"
+            )));
+        };
+        Ok(TemplateSet {
+            parts,
+            templates,
+            default,
+            hash,
+            prefix: prefix.to_owned(),
+            ignored: sources.ignored,
+            combinations: ArcSwap::from_pointee(Vec::new()),
+        })
+    }
+
+    /// The hash of the set's sources.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    /// The templates, by name.
+    pub fn templates(&self) -> impl Iterator<Item = &Template> {
+        self.templates.iter()
+    }
+
+    /// The template of pods that do not name one.
+    pub fn default_template(&self) -> &Template {
+        &self.templates[self.default]
+    }
+
+    /// A template by name.
+    pub fn get(&self, name: &str) -> Option<&Template> {
+        self.templates.iter().find(|t| t.name() == name)
+    }
+
+    /// Files of the directory that were neither templates nor the values file.
+    pub fn ignored(&self) -> &[String] {
+        &self.ignored
+    }
+
+    /// The template(s) a pod's template annotation names (`a` or `a,b`), or the default without one.
+    pub fn select(&self, annotation: Option<&str>) -> Result<Selection<'_>, SelectError> {
+        let mut names: Vec<&str> = Vec::new();
+        for name in annotation.unwrap_or("").split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        let index = |name: &str| self.templates.iter().position(|t| t.name() == name);
+        match names.as_slice() {
+            [] => return Ok(Selection::One(&self.templates[self.default])),
+            [one] => return index(one).map(|i| Selection::One(&self.templates[i])).ok_or_else(|| unknown(&names)),
+            many if many.len() > MAX_TEMPLATES_PER_POD => {
+                return Err(SelectError::Combination(format!(
+                    "{} templates requested; at most {MAX_TEMPLATES_PER_POD} can be combined",
+                    many.len()
+                )));
+            }
+            _ => {}
+        }
+        let missing: Vec<&str> = names.iter().copied().filter(|n| index(n).is_none()).collect();
+        if !missing.is_empty() {
+            return Err(unknown(&missing));
+        }
+        let key = names.join(",");
+        if let Some(found) = self.combinations.load().iter().find(|t| t.name() == key) {
+            return Ok(Selection::Combined(found.clone()));
+        }
+        // First use of this combination in this snapshot: assemble it (a fraction of a millisecond), then publish it
+        // for every thread without a lock.
+        let parts: Vec<&Part> = names.iter().filter_map(|n| index(n)).filter_map(|i| self.parts.get(i)).collect();
+        if parts.len() != names.len() {
+            return Err(SelectError::Combination("this template cannot be combined with others".into()));
+        }
+        let combined = Arc::new(
+            Template::assemble(&parts, &self.hash, &self.prefix)
+                .map_err(|e| SelectError::Combination(e.to_string()))?,
+        );
+        self.combinations.rcu(|current| {
+            let mut next = Vec::clone(current);
+            if next.len() < MAX_COMBINATIONS && !next.iter().any(|t| t.name() == key) {
+                next.push(combined.clone());
+            }
+            next
+        });
+        Ok(Selection::Combined(combined))
+    }
+}
+
+impl From<Template> for TemplateSet {
+    /// A set of one template that is not backed by parts (so it cannot be combined with others).
+    fn from(template: Template) -> Self {
+        TemplateSet {
+            parts: Vec::new(),
+            hash: template.set_hash().to_owned(),
+            templates: vec![template],
+            default: 0,
+            prefix: String::new(),
+            ignored: Vec::new(),
+            combinations: ArcSwap::from_pointee(Vec::new()),
+        }
+    }
+}
+
+fn unknown(names: &[&str]) -> SelectError {
+    SelectError::Unknown(names.iter().map(|n| (*n).to_owned()).collect())
+}
+
+fn several(mut errors: Vec<TemplateError>) -> TemplateError {
+    if errors.len() == 1 { errors.remove(0) } else { TemplateError::Several(errors) }
+}
+
+/// Parses the shared values file: a mapping.
+fn shared_values(file: &str, source: &str) -> Result<serde_json::Value, TemplateError> {
+    let invalid = |line: usize, reason: String| TemplateError::Invalid { file: file.to_owned(), line, reason };
+    let root = yaml::parse(source).map_err(|p| invalid(p.line, p.reason))?;
+    if !matches!(root.value, yaml::YValue::Map(_)) {
+        return Err(invalid(root.line, "the values file is a mapping of names to values".into()));
+    }
+    Ok(yaml::to_json(&root, &mut |_| serde_json::Value::Null))
+}

@@ -1,0 +1,227 @@
+//! Template sets: selection by annotation, combinations, shared values, overrides, error policies, warnings and
+//! audit annotations, as the engine answers them.
+
+mod common;
+
+use common::{answer, apply, review};
+use serde_json::{Value, json};
+use sidecar_injector::{Engine, Policy, SetSources, Settings, TemplateError, TemplateSet, Verdict};
+
+const MESH: &str = r#"
+values:
+  image: mesh:1
+  cpu: 50m
+overrides:
+  proxy-cpu: { value: cpu, type: quantity }
+  log-level: { value: level, type: string, oneOf: [info, debug] }
+pod:
+  spec:
+    containers:
+      - name: proxy
+        image: "{{ values.image }}"
+        args: ["--level={{ values.level }}", "--service={{ pod.labels.app | default(pod.name) }}"]
+        resources: { requests: { cpu: "{{ values.cpu }}" } }
+    volumes:
+      - name: mesh
+        emptyDir: {}
+"#;
+
+const AGENT: &str = r#"
+onError: deny
+pod:
+  metadata:
+    labels: { agent: "on" }
+  spec:
+    containers:
+      - name: proxy
+        image: ignored-because-mesh-comes-first
+        env: [{ name: AGENT, value: "1" }]
+      - name: agent
+        image: "{{ values.agentImage }}"
+        args: ["--version={{ pod.labels.version }}"]
+    volumes:
+      - name: agent
+        emptyDir: {}
+"#;
+
+const VALUES: &str = "level: info\nagentImage: agent:7\n";
+
+fn sources(templates: &[(&str, &str)], values: Option<&str>) -> SetSources {
+    SetSources {
+        templates: templates.iter().map(|(n, s)| (n.to_string(), format!("{n}.yaml"), s.to_string())).collect(),
+        values: values.map(|v| ("values.yaml".to_owned(), v.to_owned())),
+        ignored: Vec::new(),
+    }
+}
+
+fn engine(settings: Settings) -> Engine {
+    let set = TemplateSet::compile(
+        sources(&[("default", MESH), ("agent", AGENT)], Some(VALUES)),
+        "default",
+        &settings.annotation_prefix,
+    )
+    .unwrap();
+    Engine::new(set, &settings)
+}
+
+fn pod(annotations: Value) -> Value {
+    json!({
+        "metadata": {"name": "web-1", "labels": {"app": "shop", "version": "v2"}, "annotations": annotations},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]}
+    })
+}
+
+fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    pod["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap()
+}
+
+fn status(pod: &Value) -> Value {
+    serde_json::from_str(pod["metadata"]["annotations"]["sidecar-injector.io/status"].as_str().unwrap()).unwrap()
+}
+
+#[test]
+fn pods_get_the_default_template_and_shared_values_reach_every_template() {
+    let engine = engine(Settings::default());
+    let (outcome, response, patch) = answer(&engine, &review(&pod(json!({}))));
+    assert!(matches!(outcome.verdict, Verdict::Injected { .. }));
+    let injected = apply(&pod(json!({})), &patch.unwrap());
+    assert_eq!(container(&injected, "proxy")["args"], json!(["--level=info", "--service=shop"]));
+    let status = status(&injected);
+    assert_eq!(status["template"], "default");
+    assert_eq!(status["set"], engine.set().hash());
+    assert_eq!(status["version"], engine.template().hash());
+    let audit = &response["response"]["auditAnnotations"];
+    assert_eq!(audit["template"], "default");
+    assert_eq!(audit["template-version"], engine.template().hash());
+    assert_eq!(audit["template-set"], engine.set().hash());
+}
+
+#[test]
+fn a_pod_can_combine_templates_in_order_and_the_result_is_idempotent() {
+    let engine = engine(Settings::default());
+    let asked = pod(json!({"sidecar-injector.io/template": " default , agent,default"}));
+    let (_, response, patch) = answer(&engine, &review(&asked));
+    let injected = apply(&asked, &patch.unwrap());
+    let proxy = container(&injected, "proxy");
+    assert_eq!(proxy["image"], "mesh:1", "the first template wins where both set a field");
+    assert_eq!(proxy["env"], json!([{"name": "AGENT", "value": "1"}]), "the second fills what the first lacks");
+    assert_eq!(container(&injected, "agent")["image"], "agent:7");
+    assert_eq!(container(&injected, "agent")["args"], json!(["--version=v2"]));
+    assert_eq!(injected["metadata"]["labels"]["agent"], "on");
+    let volumes: Vec<&str> =
+        injected["spec"]["volumes"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+    assert_eq!(volumes, ["mesh", "agent"]);
+    assert_eq!(status(&injected)["template"], "default,agent");
+    assert_eq!(response["response"]["auditAnnotations"]["template"], "default,agent");
+    // The combination is compiled once per snapshot and then served from it: the same answer again.
+    let (_, _, again) = answer(&engine, &review(&asked));
+    assert_eq!(apply(&asked, &again.unwrap()), injected);
+    let (outcome, _, none) = answer(&engine, &review(&injected));
+    assert_eq!(none, None, "injecting the combination into its own output adds nothing");
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::AlreadyInjected));
+    // Another order is another template version, and the pod is left alone with a warning.
+    let reordered = {
+        let mut p = injected.clone();
+        p["metadata"]["annotations"]["sidecar-injector.io/template"] = json!("agent,default");
+        p
+    };
+    let (outcome, _, none) = answer(&engine, &review(&reordered));
+    assert_eq!(none, None);
+    assert!(outcome.warnings[0].contains("another template version"), "{:?}", outcome.warnings);
+}
+
+#[test]
+fn an_unknown_template_is_reported_and_the_pod_admitted_or_denied_by_policy() {
+    let asked = pod(json!({"sidecar-injector.io/template": "default,mesh-v2"}));
+    let (outcome, response, patch) = answer(&engine(Settings::default()), &review(&asked));
+    assert_eq!(patch, None);
+    assert_eq!(response["response"]["allowed"], true);
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::UnknownTemplate));
+    let warning = response["response"]["warnings"][0].as_str().unwrap();
+    assert!(warning.contains("no template named mesh-v2 (known: agent, default)"), "{warning}");
+    assert!(response["response"].get("auditAnnotations").is_none());
+
+    let strict = Settings { on_unknown_template: Policy::Deny, ..Settings::default() };
+    let (outcome, response, _) = answer(&engine(strict), &review(&asked));
+    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::UnknownTemplate));
+    assert_eq!(response["response"]["allowed"], false);
+    assert_eq!(response["response"]["status"]["code"], 400);
+    assert!(response["response"]["status"]["message"].as_str().unwrap().contains("mesh-v2"));
+}
+
+#[test]
+fn a_render_failure_follows_the_templates_policy_then_the_servers() {
+    // `agent` reads pod.labels.version without a default (the sample pod has one; this pod does not) and says `onError: deny`.
+    let unlabelled = json!({
+        "metadata": {"name": "x", "annotations": {"sidecar-injector.io/template": "agent"}},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]}
+    });
+    let (outcome, response, _) = answer(&engine(Settings::default()), &review(&unlabelled));
+    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::RenderFailed));
+    let message = response["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.contains("template agent field pod.spec.containers[1].args[0] failed to render"), "{message}");
+    assert_eq!(response["response"]["auditAnnotations"]["template"], "agent");
+
+    // `default` has no policy of its own: the server's decides.
+    let mesh_only = "pod:\n  spec:\n    containers:\n      - name: p\n        image: \"{{ pod.labels.version }}\"\n";
+    let set = |policy| {
+        let settings = Settings { on_error: policy, ..Settings::default() };
+        let set = TemplateSet::compile(sources(&[("default", mesh_only)], None), "default", "sidecar-injector.io/");
+        Engine::new(set.unwrap(), &settings)
+    };
+    let bare = json!({"metadata": {"name": "x"}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}});
+    let (outcome, response, _) = answer(&set(Policy::Allow), &review(&bare));
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::RenderFailed));
+    assert!(response["response"]["warnings"][0].as_str().unwrap().contains("admitted without the sidecar"));
+    let (outcome, _, _) = answer(&set(Policy::Deny), &review(&bare));
+    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::RenderFailed));
+}
+
+#[test]
+fn overrides_land_when_valid_are_refused_with_a_warning_when_not_and_are_always_escaped() {
+    let engine = engine(Settings::default());
+    let asked = pod(json!({"sidecar-injector.io/proxy-cpu": "250m", "sidecar-injector.io/log-level": "debug"}));
+    let (outcome, _, patch) = answer(&engine, &review(&asked));
+    assert!(outcome.warnings.is_empty(), "{:?}", outcome.warnings);
+    let proxy = container(&apply(&asked, &patch.unwrap()), "proxy").clone();
+    assert_eq!(proxy["resources"]["requests"]["cpu"], "250m");
+    assert_eq!(proxy["args"][0], "--level=debug");
+
+    let hostile = "1\"}],\"x\":{\"y\":\"\u{2028}</script>";
+    let asked = pod(json!({"sidecar-injector.io/proxy-cpu": hostile, "sidecar-injector.io/log-level": "trace"}));
+    let (outcome, _, patch) = answer(&engine, &review(&asked));
+    let proxy = container(&apply(&asked, &patch.unwrap()), "proxy").clone();
+    assert_eq!(proxy["resources"]["requests"]["cpu"], "50m", "the template's value is used");
+    assert_eq!(proxy["args"][0], "--level=info");
+    assert_eq!(outcome.warnings.len(), 2, "{:?}", outcome.warnings);
+    assert!(outcome.warnings.iter().any(|w| w.contains("proxy-cpu") && w.contains("not a Kubernetes quantity")));
+    assert!(outcome.warnings.iter().any(|w| w.contains("log-level") && w.contains("one of info, debug")));
+
+    // A free-form string override carries any bytes, escaped into the patch as data.
+    let free = MESH.replace("oneOf: [info, debug]", "maxLength: 100");
+    let set = TemplateSet::compile(sources(&[("default", &free)], Some(VALUES)), "default", "sidecar-injector.io/");
+    let engine = Engine::new(set.unwrap(), &Settings::default());
+    let asked = pod(json!({"sidecar-injector.io/log-level": hostile}));
+    let (_, _, patch) = answer(&engine, &review(&asked));
+    let injected = apply(&asked, &patch.unwrap());
+    assert_eq!(container(&injected, "proxy")["args"][0], format!("--level={hostile}"));
+    assert!(injected.get("x").is_none() && container(&injected, "proxy").get("x").is_none());
+}
+
+#[test]
+fn a_set_without_its_default_template_or_with_broken_files_is_refused_naming_every_file() {
+    let err = TemplateSet::compile(sources(&[("mesh", MESH)], Some(VALUES)), "default", "p/").unwrap_err();
+    assert!(err.to_string().contains("no template named `default`"), "{err}");
+    let broken =
+        sources(&[("default", "pod: [\n"), ("agent", "pod:\n  spec:\n    containers:\n      - name: a\n")], None);
+    match TemplateSet::compile(broken, "default", "p/").unwrap_err() {
+        TemplateError::Several(errors) => {
+            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            assert!(text.iter().any(|e| e.starts_with("agent.yaml:4: ") && e.contains("needs an `image`")), "{text:?}");
+            assert!(text.iter().any(|e| e.starts_with("default.yaml:")), "{text:?}");
+        }
+        other => panic!("expected one error per file, got {other}"),
+    }
+    let err = TemplateSet::compile(sources(&[("default", MESH)], Some("- not\n- a map\n")), "default", "p/");
+    assert!(err.unwrap_err().to_string().starts_with("values.yaml:1: "));
+}
