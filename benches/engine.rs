@@ -6,12 +6,18 @@
 //! template reads, so the rendered leaves come from the thread's cache); `engine-unique-pod` changes the pod's name
 //! on every call, so every call renders its leaves.
 //!
+//! The `snapshot` group measures what template reload adds to a request: loading the engine from its `ArcSwap`
+//! (`arc-swap-load`), and the 2 KB review called on the engine directly (`engine-direct`) next to the same review
+//! through the snapshot while another thread publishes a new template set every millisecond (`engine-reloading`).
+//!
 //! Run: `cargo bench --bench engine`. Compare ratios within one run: the machine is shared.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use sidecar_injector::{Engine, Settings, Template, Verdict};
 use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 // The allocator the binary uses, so the numbers are the server's.
 #[global_allocator]
@@ -100,9 +106,53 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
+fn snapshot(c: &mut Criterion) {
+    let engines = [Arc::new(engine()), Arc::new(engine())];
+    let snapshot = Arc::new(arc_swap::ArcSwap::new(engines[0].clone()));
+    let body = review_of_size(2_000);
+    let mut out = Vec::with_capacity(16 * 1024);
+    let mut buf = Vec::with_capacity(body.len());
+    let mut group = c.benchmark_group("snapshot");
+
+    group.bench_function("arc-swap-load", |b| b.iter(|| black_box(snapshot.load().set().hash().len())));
+
+    group.bench_function("engine-direct", |b| {
+        b.iter(|| {
+            buf.clear();
+            buf.extend_from_slice(&body);
+            black_box(engines[0].review(&mut buf, &mut out).unwrap());
+        })
+    });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let publisher = {
+        let (snapshot, engines, stop) = (snapshot.clone(), engines.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                snapshot.store(engines[i % 2].clone());
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            i
+        })
+    };
+    group.bench_function("engine-reloading", |b| {
+        b.iter(|| {
+            buf.clear();
+            buf.extend_from_slice(&body);
+            let engine = snapshot.load();
+            black_box(engine.review(&mut buf, &mut out).unwrap());
+        })
+    });
+    stop.store(true, Ordering::Relaxed);
+    assert!(publisher.join().unwrap() > 0, "sets were published during the measurement");
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(3));
-    targets = bench
+    targets = bench, snapshot
 }
 criterion_main!(benches);

@@ -205,16 +205,8 @@ impl Engine {
         }
         let Work { rendered, ranges, overrides, path, staged, leaf_cache } = work;
         overrides.clear();
-        for spec in &template.overrides {
-            let Some(raw) = pod.annotation(&spec.annotation) else { continue };
-            match spec.accept(raw) {
-                Ok(value) => overrides.push((spec.value.clone(), value)),
-                Err(reason) => warnings.push(format!(
-                    "sidecar-injector: annotation {}={:?} refused: the value {reason}; the template's value is used",
-                    spec.annotation,
-                    shorten(raw)
-                )),
-            }
+        if !template.overrides.is_empty() {
+            self.read_overrides(template, pod, overrides, warnings);
         }
         if template.renders_per_pod() {
             let context = PodContext {
@@ -245,6 +237,28 @@ impl Engine {
         match response::patch(out, staged, |sink| merge::merge(template, pod, slots, path, sink)) {
             0 => Verdict::Skipped(SkipReason::AlreadyInjected),
             ops => Verdict::Injected { ops },
+        }
+    }
+
+    /// The pod's valid overrides of the template's values, in one pass over its annotations; a warning for
+    /// each invalid one.
+    fn read_overrides(
+        &self,
+        template: &Template,
+        pod: &PodView<'_, '_>,
+        overrides: &mut Vec<(String, serde_json::Value)>,
+        warnings: &mut Vec<String>,
+    ) {
+        let prefix = self.settings.annotation_prefix.as_str();
+        for (key, raw) in pod.annotation_entries().filter(|(key, _)| key.starts_with(prefix)) {
+            let Some(spec) = template.overrides.iter().find(|s| s.annotation == key) else { continue };
+            match spec.accept(raw) {
+                Ok(value) => overrides.push((spec.value.clone(), value)),
+                Err(reason) => warnings.push(format!(
+                    "sidecar-injector: annotation {key}={:?} refused: the value {reason}; the template's value is used",
+                    shorten(raw)
+                )),
+            }
         }
     }
 

@@ -68,6 +68,12 @@ impl<'t, 'i> PodView<'t, 'i> {
         self.annotations.and_then(|m| m.get(key)).and_then(|v| v.into_string())
     }
 
+    /// Every annotation whose value is a string, in the order the pod has them.
+    pub(crate) fn annotation_entries(&self) -> impl Iterator<Item = (&'i str, &'i str)> + use<'t, 'i> {
+        let object = self.annotations.and_then(|m| m.as_object());
+        object.into_iter().flat_map(|o| o.iter()).filter_map(|(k, v)| v.into_string().map(|v| (k, v)))
+    }
+
     pub(crate) fn label(&self, key: &str) -> Option<&'i str> {
         self.labels.and_then(|m| m.get(key)).and_then(|v| v.into_string())
     }

@@ -1,4 +1,4 @@
-//! The `sidecar-injector` binary (`review`, `serve`), run as a person would run it.
+//! The `sidecar-injector` binary (`review`, `serve`, `check`), run as a person would run it.
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -146,4 +146,59 @@ fn serve_starts_with_no_configuration_and_exits_cleanly_on_sigterm() {
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut log, &mut rest).unwrap();
     assert!(rest.contains("SIGTERM received"), "{rest}");
+}
+
+#[test]
+fn check_summarises_a_good_directory_and_lists_every_problem_of_a_bad_one() {
+    let output = run(&["check", "templates"], None);
+    assert!(output.status.success());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.contains("default template default"), "{stdout}");
+    assert!(stdout.contains("native-sidecar: version "), "{stdout}");
+    assert!(stdout.contains("override: sidecar-injector.io/proxy-cpu (quantity)"), "{stdout}");
+    assert!(stdout.ends_with("ok\n"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string("templates/default.yaml").unwrap();
+    std::fs::write(dir.path().join("default.yaml"), good.replace("proxyCPU: 50m", "proxyCPU: lots")).unwrap();
+    std::fs::write(dir.path().join("agent.yaml"), "pod:\n  spec:\n    containers:\n      - name: a\n").unwrap();
+    std::fs::write(dir.path().join("README.md"), "not a template").unwrap();
+    let output = run(&["check", dir.path().to_str().unwrap()], None);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("agent.yaml:4: pod.spec.containers[0]: a container needs an `image`"), "{stderr}");
+    assert!(stderr.contains("default.yaml:") && stderr.contains("not a valid quantity"), "{stderr}");
+    assert!(output.stdout.is_empty());
+
+    let output = run(&["check", "/nonexistent/t.yaml"], None);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8(output.stderr).unwrap().contains("/nonexistent/t.yaml"));
+}
+
+#[test]
+fn serve_refuses_to_start_without_a_valid_template_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("default.yaml"), "pod:\n  spec: [\n").unwrap();
+    let output = run(&["serve", "--template-dir", dir.path().to_str().unwrap(), "--listen", "127.0.0.1:0"], None);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("default.yaml:"), "{stderr}");
+
+    std::fs::write(dir.path().join("default.yaml"), "pod: {}\n").unwrap();
+    let output = run(&["serve", "--template-dir", dir.path().to_str().unwrap(), "--default-template", "mesh"], None);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8(output.stderr).unwrap().contains("no template named `mesh`"));
+}
+
+#[test]
+fn review_takes_a_template_directory_and_the_pods_template_annotation() {
+    let mut review: serde_json::Value = serde_json::from_slice(&std::fs::read(REVIEW).unwrap()).unwrap();
+    review["request"]["object"]["metadata"]["annotations"] =
+        serde_json::json!({"sidecar-injector.io/template": "native-sidecar"});
+    let output =
+        run(&["review", "--template-dir", "templates", "--explain"], Some(&serde_json::to_vec(&review).unwrap()));
+    assert!(output.status.success());
+    let stderr = String::from_utf8(output.stderr.clone()).unwrap();
+    assert!(stderr.contains("template: native-sidecar (version "), "{stderr}");
+    assert_eq!(response(&output)["response"]["auditAnnotations"]["template"], "native-sidecar");
 }

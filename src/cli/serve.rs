@@ -138,6 +138,7 @@ impl ServeArgs {
                 poll_interval: self.template_poll_interval,
                 // Long enough for the kubelet's writes of one update to land together, short next to a human edit.
                 debounce: Duration::from_millis(200),
+                events: true,
             }),
             ..ServeConfig::new(tls)
         }

@@ -129,7 +129,7 @@ impl Server {
     /// Loads the TLS material, installs the metrics recorder and binds both listeners. `engine` is shared so that
     /// a template reload can swap it while requests flow.
     pub async fn bind(config: ServeConfig, engine: Arc<ArcSwap<Engine>>) -> Result<Server, ServeError> {
-        let metrics = telemetry::Metrics::install().map_err(ServeError::Metrics)?;
+        let metrics = telemetry::Metrics::new().map_err(ServeError::Metrics)?;
         let tls = tls::Tls::load(&config, metrics.clone())?;
         let bind = |addr: SocketAddr| async move {
             TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })

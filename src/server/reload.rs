@@ -35,6 +35,8 @@ pub struct TemplateWatch {
     pub poll_interval: Duration,
     /// How long to wait after an event for the burst to end.
     pub debounce: Duration,
+    /// Watch for change events (inotify); `false` polls only, for filesystems that send none.
+    pub events: bool,
 }
 
 impl TemplateWatch {
@@ -108,7 +110,7 @@ impl Reloader {
 
     async fn watch(self) {
         let wake = Arc::new(tokio::sync::Notify::new());
-        let _watcher = self.start_watcher(wake.clone());
+        let _watcher = if self.watch.events { self.start_watcher(wake.clone()) } else { None };
         let mut ticks = tokio::time::interval(self.watch.poll_interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await; // the first tick is immediate; the directory was just loaded
@@ -196,5 +198,60 @@ impl Reloader {
                 "template edit refused; the last good templates keep serving"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    static PANIC_NEXT: AtomicBool = AtomicBool::new(true);
+
+    /// Panics on its first call, then compiles normally.
+    fn panics_once(watch: &TemplateWatch, sources: SetSources) -> Result<Engine, TemplateError> {
+        if PANIC_NEXT.swap(false, Ordering::SeqCst) {
+            panic!("a bug in compilation");
+        }
+        watch.compile(sources)
+    }
+
+    #[tokio::test]
+    async fn a_panicking_reload_is_counted_and_retried_while_the_old_set_serves() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = "pod:\n  spec:\n    containers:\n      - name: p\n        image: old\n";
+        std::fs::write(dir.path().join("default.yaml"), source).unwrap();
+        let settings = Settings::default();
+        let first = TemplateSet::load_dir(dir.path(), "default", &settings.annotation_prefix).unwrap();
+        let engine = Arc::new(ArcSwap::from_pointee(Engine::new(first, &settings)));
+        let reloader = Reloader {
+            watch: TemplateWatch {
+                dir: dir.path().to_owned(),
+                default_template: "default".into(),
+                settings,
+                poll_interval: Duration::from_secs(3600),
+                debounce: Duration::ZERO,
+                events: false,
+            },
+            engine: engine.clone(),
+            state: Arc::new(ReloadState::new(&engine.load())),
+            metrics: Metrics::new().unwrap(),
+            compile: panics_once,
+        };
+        let old = engine.load().set().hash().to_owned();
+        reloader.check().await;
+        assert_eq!(engine.load().set().hash(), old, "unchanged content is not compiled");
+
+        std::fs::write(dir.path().join("default.yaml"), source.replace("old", "new")).unwrap();
+        reloader.check().await;
+        assert_eq!(engine.load().set().hash(), old, "the panic left the old set serving");
+        assert_eq!(reloader.state.generation(), 1);
+        assert!(reloader.metrics.render().contains(r#"sidecar_injector_template_reloads_total{result="error"} 1"#));
+
+        reloader.check().await;
+        assert_ne!(engine.load().set().hash(), old, "the same content was tried again, and published");
+        assert_eq!(reloader.state.generation(), 2);
+        assert!(reloader.metrics.render().contains(r#"sidecar_injector_template_reloads_total{result="ok"} 1"#));
     }
 }

@@ -1,11 +1,11 @@
 //! Metrics: registered once at start as handles, so recording one on the request path is an atomic add, not a
 //! registry lookup. Rendered in the Prometheus text format on the admin listener.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 use crate::SkipReason;
 
@@ -45,9 +45,9 @@ impl ErrorReason {
     }
 }
 
-/// The metric handles. Cloning shares them.
+/// The metric handles, and the recorder for the few series made later (by template hash). Cloning shares them.
 #[derive(Clone)]
-pub(crate) struct Metrics(Arc<Handles>);
+pub(crate) struct Metrics(Arc<Handles>, Arc<PrometheusRecorder>);
 
 struct Handles {
     prometheus: PrometheusHandle,
@@ -75,27 +75,30 @@ const TEMPLATE_RELOADS: &str = "sidecar_injector_template_reloads_total";
 const TEMPLATE_SET: &str = "sidecar_injector_template_set_info";
 
 impl Metrics {
-    /// Installs the process-wide Prometheus recorder (once; later calls share it) and registers every metric.
-    pub(crate) fn install() -> Result<Metrics, String> {
-        static PROMETHEUS: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
-        let prometheus = PROMETHEUS
-            .get_or_init(|| {
-                PrometheusBuilder::new()
-                    // From 10 µs (a cached answer) to 1 s (something is very wrong).
-                    .set_buckets_for_metric(
-                        Matcher::Full(DURATION.to_owned()),
-                        &[1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 1e-1, 1.0],
-                    )
-                    .and_then(|b| {
-                        b.set_buckets_for_metric(
-                            Matcher::Full(BODY.to_owned()),
-                            &[1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0],
-                        )
-                    })
-                    .map_err(|e| e.to_string())
-                    .and_then(|b| b.install_recorder().map_err(|e| e.to_string()))
+    /// A recorder of this server's own (not the process-wide one, so that servers in one process, as in the
+    /// tests, keep separate counts) and every metric registered on it.
+    pub(crate) fn new() -> Result<Metrics, String> {
+        let recorder = PrometheusBuilder::new()
+            // From 10 µs (a cached answer) to 1 s (something is very wrong).
+            .set_buckets_for_metric(
+                Matcher::Full(DURATION.to_owned()),
+                &[1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 1e-1, 1.0],
+            )
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full(BODY.to_owned()),
+                    &[1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0],
+                )
             })
-            .clone()?;
+            .map_err(|e| e.to_string())?
+            .build_recorder();
+        let prometheus = recorder.handle();
+        let handles = metrics::with_local_recorder(&recorder, || Self::register(prometheus));
+        Ok(Metrics(Arc::new(handles), Arc::new(recorder)))
+    }
+
+    /// Registers every metric on the recorder in scope; the handles stay bound to it.
+    fn register(prometheus: PrometheusHandle) -> Handles {
         metrics::describe_counter!(REQUESTS, "Admission requests answered, by result and reason.");
         metrics::describe_histogram!(DURATION, metrics::Unit::Seconds, "Time to answer one admission request.");
         metrics::describe_histogram!(BODY, metrics::Unit::Bytes, "Size of admission request bodies.");
@@ -137,7 +140,7 @@ impl Metrics {
         );
         metrics::describe_gauge!(TEMPLATE_SET, "The template set serving (1) by hash.");
         metrics::gauge!("sidecar_injector_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-        Ok(Metrics(Arc::new(handles)))
+        handles
     }
 
     pub(crate) fn render(&self) -> String {
@@ -196,7 +199,7 @@ impl Metrics {
     pub(crate) fn template_start(&self, hash: &str) {
         self.0.template_generation.set(1.0);
         self.0.template_last_reload_ok.set(1.0);
-        metrics::gauge!(TEMPLATE_SET, "hash" => hash.to_owned()).set(1.0);
+        metrics::with_local_recorder(&*self.1, || metrics::gauge!(TEMPLATE_SET, "hash" => hash.to_owned()).set(1.0));
     }
 
     pub(crate) fn template_reload(&self, ok: bool) {
@@ -207,8 +210,10 @@ impl Metrics {
     /// A new set was published: its generation, and the info gauge moved from the previous hash to the new one.
     pub(crate) fn template_set(&self, generation: u64, previous: &str, hash: &str) {
         self.0.template_generation.set(generation as f64);
-        metrics::gauge!(TEMPLATE_SET, "hash" => previous.to_owned()).set(0.0);
-        metrics::gauge!(TEMPLATE_SET, "hash" => hash.to_owned()).set(1.0);
+        metrics::with_local_recorder(&*self.1, || {
+            metrics::gauge!(TEMPLATE_SET, "hash" => previous.to_owned()).set(0.0);
+            metrics::gauge!(TEMPLATE_SET, "hash" => hash.to_owned()).set(1.0);
+        });
     }
 }
 

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: build reviews, run the engine, decode and apply patches.
 #![allow(dead_code)]
 
+pub mod server;
+
 use base64::Engine as _;
 use serde_json::{Value, json};
 use sidecar_injector::{Engine, Outcome, Settings, Template};

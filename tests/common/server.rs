@@ -1,0 +1,171 @@
+//! A real server on 127.0.0.1 (random ports) and a real TLS client for it, HTTP/1.1 or HTTP/2.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use sidecar_injector::server::{ServeConfig, Server, TlsSource};
+use sidecar_injector::{Engine, Settings, Template};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+
+/// A running server and what a client needs to reach it.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub metrics: SocketAddr,
+    pub ca_pem: Vec<u8>,
+    pub stop: Option<oneshot::Sender<()>>,
+    pub done: tokio::task::JoinHandle<()>,
+    pub dir: tempfile::TempDir,
+}
+
+pub fn engine() -> Arc<ArcSwap<Engine>> {
+    let settings = Settings::default();
+    Arc::new(ArcSwap::from_pointee(Engine::new(Template::builtin(&settings.annotation_prefix).unwrap(), &settings)))
+}
+
+pub fn test_config(dir: &Path) -> ServeConfig {
+    ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_listen: "127.0.0.1:0".parse().unwrap(),
+        shutdown_delay: Duration::ZERO,
+        shutdown_timeout: Duration::from_secs(5),
+        ..ServeConfig::new(TlsSource::SelfSigned { ca_out: dir.join("ca.pem") })
+    }
+}
+
+pub async fn start(configure: impl FnOnce(&mut ServeConfig, &Path)) -> Running {
+    start_with(engine(), configure).await
+}
+
+/// Starts a server on `engine`, in a fresh temporary directory that `configure` may use.
+pub async fn start_with(engine: Arc<ArcSwap<Engine>>, configure: impl FnOnce(&mut ServeConfig, &Path)) -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    configure(&mut config, dir.path());
+    let ca_out = match &config.tls {
+        TlsSource::SelfSigned { ca_out } => ca_out.clone(),
+        TlsSource::Files { .. } => dir.path().join("ca.pem"),
+    };
+    let server = Server::bind(config, engine).await.unwrap();
+    let (addr, metrics) = (server.local_addr(), server.metrics_addr());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done = tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    let ca_pem = std::fs::read(ca_out).unwrap();
+    Running { addr, metrics, ca_pem, stop: Some(stop), done, dir }
+}
+
+pub fn client_config(ca_pem: &[u8], alpn: &[u8], identity: Option<(&str, &str)>) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<Vec<_>, _>>().unwrap();
+            builder.with_client_auth_cert(chain, PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap()).unwrap()
+        }
+    };
+    config.alpn_protocols = vec![alpn.to_vec()];
+    config
+}
+
+pub async fn tls_connect(
+    addr: SocketAddr,
+    config: rustls::ClientConfig,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await
+}
+
+/// One HTTP connection, either protocol.
+pub enum Conn {
+    H1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+impl Conn {
+    pub async fn open(addr: SocketAddr, ca_pem: &[u8], h2: bool) -> Conn {
+        let alpn: &[u8] = if h2 { b"h2" } else { b"http/1.1" };
+        Self::open_with(addr, client_config(ca_pem, alpn, None)).await.unwrap()
+    }
+
+    pub async fn open_with(addr: SocketAddr, config: rustls::ClientConfig) -> Result<Conn, String> {
+        let h2 = config.alpn_protocols == [b"h2".to_vec()];
+        let tls = tls_connect(addr, config).await.map_err(|e| e.to_string())?;
+        let io = TokioIo::new(tls);
+        if h2 {
+            let (send, conn) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await.map_err(|e| e.to_string())?;
+            tokio::spawn(conn);
+            Ok(Conn::H2(send))
+        } else {
+            let (send, conn) = hyper::client::conn::http1::handshake(io).await.map_err(|e| e.to_string())?;
+            tokio::spawn(conn);
+            Ok(Conn::H1(send))
+        }
+    }
+
+    pub async fn send(&mut self, req: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), String> {
+        // Wait until the connection can take a request: right after a response, an h1 connection may still be
+        // finishing the previous exchange, and sending then fails as "canceled" without reaching the server.
+        let response = match self {
+            Conn::H1(s) => {
+                s.ready().await.map_err(|e| e.to_string())?;
+                s.send_request(req).await
+            }
+            Conn::H2(s) => {
+                s.ready().await.map_err(|e| e.to_string())?;
+                s.send_request(req).await
+            }
+        }
+        .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok((status, body))
+    }
+
+    pub async fn review(&mut self, body: &[u8]) -> (StatusCode, Bytes) {
+        self.send(post("/mutate?timeout=10s", "application/json", body)).await.unwrap()
+    }
+}
+
+pub fn post(path: &str, content_type: &str, body: &[u8]) -> Request<Full<Bytes>> {
+    Request::post(format!("https://localhost{path}"))
+        .header("content-type", content_type)
+        .body(Full::new(Bytes::copy_from_slice(body)))
+        .unwrap()
+}
+
+/// A plain GET on the admin listener.
+pub async fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut text = String::new();
+    tcp.read_to_string(&mut text).await.unwrap();
+    let status = text[9..12].parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+pub fn counter(metrics: &str, series: &str) -> f64 {
+    metrics.lines().find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
+}

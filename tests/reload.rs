@@ -1,0 +1,243 @@
+//! Template reload as Kubernetes does it: a ConfigMap volume whose `..data` symlink the kubelet swaps by rename,
+//! under concurrent load, with broken edits refused while the last good set keeps serving.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use base64::Engine as _;
+use common::server::*;
+use hyper::StatusCode;
+use serde_json::Value;
+use sidecar_injector::server::reload::TemplateWatch;
+use sidecar_injector::{Engine, Settings, Template, TemplateSet};
+
+const REVIEW: &[u8] = include_bytes!("data/pod-create.json");
+
+/// A template whose every version is recognisable in the patch: the image and an env var carry `tag`.
+fn template(tag: &str) -> String {
+    format!(
+        "pod:\n  spec:\n    containers:\n      - name: proxy\n        image: proxy:{tag}\n        env:\n          - name: TAG\n            value: \"{tag}-{{{{ pod.namespace }}}}\"\n"
+    )
+}
+
+/// The version (hash) the set of one `default.yaml` holding `source` serves.
+fn version(source: &str) -> String {
+    Template::compile("default", "default.yaml", source, "sidecar-injector.io/").unwrap().hash().to_owned()
+}
+
+/// A directory laid out and updated exactly as the kubelet's atomic writer does it.
+struct ConfigMapVolume {
+    root: PathBuf,
+    generation: usize,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl ConfigMapVolume {
+    fn new(root: &Path, files: &[(&str, &str)]) -> Self {
+        let mut volume = ConfigMapVolume { root: root.to_owned(), generation: 0, _dir: None };
+        volume.update(files);
+        volume
+    }
+
+    /// Writes a new timestamped directory, points `..data_tmp` at it, renames that over `..data`, links new
+    /// keys, unlinks removed ones and deletes the old directory.
+    fn update(&mut self, files: &[(&str, &str)]) {
+        self.generation += 1;
+        let dir_name = format!("..2026_11_21_10_00_00.{:09}", self.generation);
+        let dir = self.root.join(&dir_name);
+        std::fs::create_dir(&dir).unwrap();
+        for (name, content) in files {
+            std::fs::write(dir.join(name), content).unwrap();
+        }
+        let old = std::fs::read_link(self.root.join("..data")).ok();
+        let tmp = self.root.join("..data_tmp");
+        std::os::unix::fs::symlink(&dir_name, &tmp).unwrap();
+        std::fs::rename(&tmp, self.root.join("..data")).unwrap();
+        for (name, _) in files {
+            let link = self.root.join(name);
+            if std::fs::symlink_metadata(&link).is_err() {
+                std::os::unix::fs::symlink(Path::new("..data").join(name), &link).unwrap();
+            }
+        }
+        for entry in std::fs::read_dir(&self.root).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if !name.starts_with('.') && !files.iter().any(|(f, _)| *f == name) {
+                std::fs::remove_file(self.root.join(name)).unwrap();
+            }
+        }
+        if let Some(old) = old {
+            std::fs::remove_dir_all(self.root.join(old)).unwrap();
+        }
+    }
+}
+
+/// A server watching a ConfigMap volume that starts with `default.yaml` = `initial`.
+async fn serve_volume(initial: &str, poll: Duration, events: bool) -> (Running, ConfigMapVolume) {
+    let volume_dir = tempfile::tempdir().unwrap();
+    let volume = ConfigMapVolume::new(volume_dir.path(), &[("default.yaml", initial)]);
+    let settings = Settings::default();
+    let set = TemplateSet::load_dir(volume_dir.path(), "default", &settings.annotation_prefix).unwrap();
+    let engine = Arc::new(ArcSwap::from_pointee(Engine::new(set, &settings)));
+    let watch = TemplateWatch {
+        dir: volume_dir.path().to_owned(),
+        default_template: "default".into(),
+        settings,
+        poll_interval: poll,
+        debounce: Duration::from_millis(50),
+        events,
+    };
+    let running = start_with(engine, |config, _| config.templates = Some(watch)).await;
+    (running, ConfigMapVolume { _dir: Some(volume_dir), ..volume })
+}
+
+/// The proxy image and the status annotation's version in one review's answer.
+fn served(body: &[u8]) -> (String, String, String) {
+    let answer: Value = serde_json::from_slice(body).unwrap();
+    let patch =
+        base64::engine::general_purpose::STANDARD.decode(answer["response"]["patch"].as_str().unwrap()).unwrap();
+    let patch: Value = serde_json::from_slice(&patch).unwrap();
+    let mut image = String::new();
+    let mut tag = String::new();
+    let mut status_version = String::new();
+    for op in patch.as_array().unwrap() {
+        assert_eq!(op["op"], "add");
+        let path = op["path"].as_str().unwrap();
+        if path.starts_with("/spec/containers") {
+            image = op["value"]["image"].as_str().unwrap().to_owned();
+            tag = op["value"]["env"][0]["value"].as_str().unwrap().to_owned();
+        }
+        if path.ends_with("sidecar-injector.io~1status") {
+            let status: Value = serde_json::from_str(op["value"].as_str().unwrap()).unwrap();
+            status_version = status["version"].as_str().unwrap().to_owned();
+        }
+        if path == "/metadata/annotations" {
+            let status = op["value"]["sidecar-injector.io/status"].as_str().unwrap();
+            status_version = serde_json::from_str::<Value>(status).unwrap()["version"].as_str().unwrap().to_owned();
+        }
+    }
+    (image, tag, status_version)
+}
+
+async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if check().await {
+            return start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what}: not within {limit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_is_served_within_the_poll_interval_even_without_events() {
+    let (server, mut volume) = serve_volume(&template("a"), Duration::from_millis(300), false).await;
+    let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+    assert_eq!(served(&conn.review(REVIEW).await.1).0, "proxy:a");
+    volume.update(&[("default.yaml", &template("b"))]);
+    let took = wait_for("the polled edit", Duration::from_secs(5), async || {
+        served(&conn.review(REVIEW).await.1).0 == "proxy:b"
+    })
+    .await;
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_is_served_at_once_through_directory_events() {
+    // Polling every hour: only the inotify watch on the directory can bring the edit in.
+    let (server, mut volume) = serve_volume(&template("a"), Duration::from_secs(3600), true).await;
+    let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+    tokio::time::sleep(Duration::from_millis(100)).await; // let the watch start
+    for tag in ["b", "c", "d"] {
+        volume.update(&[("default.yaml", &template(tag))]);
+        let image = format!("proxy:{tag}");
+        wait_for("the edit through events", Duration::from_secs(3), async || {
+            served(&conn.review(REVIEW).await.1).0 == image
+        })
+        .await;
+    }
+    let (_, metrics) = admin_get(server.metrics, "/metrics").await;
+    assert_eq!(counter(&metrics, "sidecar_injector_template_generation"), 4.0);
+    assert_eq!(counter(&metrics, r#"sidecar_injector_template_reloads_total{result="ok"}"#), 3.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_every_answer_is_wholly_one_template_version() {
+    let (a, b) = (template("a"), template("b"));
+    let versions = [(version(&a), "proxy:a", "a-shop"), (version(&b), "proxy:b", "b-shop")];
+    let (server, mut volume) = serve_volume(&a, Duration::from_millis(100), true).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for i in 0..6 {
+        let (addr, ca, stop) = (server.addr, server.ca_pem.clone(), stop.clone());
+        clients.push(tokio::spawn(async move {
+            let mut conn = Conn::open(addr, &ca, i % 3 == 2).await;
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let (status, body) = conn.review(REVIEW).await;
+                assert_eq!(status, StatusCode::OK);
+                seen.push(served(&body));
+            }
+            seen
+        }));
+    }
+    for round in 0..10 {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        volume.update(&[("default.yaml", if round % 2 == 0 { &b } else { &a })]);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut counts = [0usize; 2];
+    for client in clients {
+        for (image, tag, status_version) in client.await.unwrap() {
+            let which = versions.iter().position(|(v, _, _)| *v == status_version);
+            let which = which.unwrap_or_else(|| panic!("unknown version {status_version}"));
+            assert_eq!((image.as_str(), tag.as_str()), (versions[which].1, versions[which].2), "a mixed answer");
+            counts[which] += 1;
+        }
+    }
+    assert!(counts[0] > 0 && counts[1] > 0, "both versions were served: {counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_edits_are_refused_the_last_good_set_serves_and_a_later_good_edit_lands() {
+    let (server, mut volume) = serve_volume(&template("a"), Duration::from_millis(100), true).await;
+    let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+    let broken = [
+        ("bad YAML", "pod:\n  spec: [\n".to_owned(), "default.yaml:"),
+        ("fails to render", template("a").replace("pod.namespace", "pod.labels.nope"), "cannot render on a sample pod"),
+        ("no image", template("a").replace("        image: proxy:a\n", ""), "needs an `image`"),
+        ("no default", String::new(), "no template named `default`"),
+    ];
+    for (i, (what, source, reason)) in broken.iter().enumerate() {
+        let files: Vec<(&str, &str)> =
+            if source.is_empty() { vec![("other.yaml", template("x").leak())] } else { vec![("default.yaml", source)] };
+        volume.update(&files);
+        wait_for(what, Duration::from_secs(5), async || {
+            let (_, metrics) = admin_get(server.metrics, "/metrics").await;
+            counter(&metrics, r#"sidecar_injector_template_reloads_total{result="error"}"#) == (i + 1) as f64
+        })
+        .await;
+        assert_eq!(served(&conn.review(REVIEW).await.1).0, "proxy:a", "{what}: the last good set serves");
+        let (status, body) = admin_get(server.metrics, "/readyz").await;
+        assert_eq!(status, 200, "{what}: still ready");
+        assert!(body.contains("newest template edit refused") && body.contains(reason), "{what}: {body}");
+        let (_, metrics) = admin_get(server.metrics, "/metrics").await;
+        assert_eq!(counter(&metrics, "sidecar_injector_template_last_reload_success"), 0.0);
+        assert_eq!(counter(&metrics, "sidecar_injector_template_generation"), 1.0);
+    }
+    volume.update(&[("default.yaml", &template("b"))]);
+    wait_for("the good edit", Duration::from_secs(5), async || served(&conn.review(REVIEW).await.1).0 == "proxy:b")
+        .await;
+    let (_, body) = admin_get(server.metrics, "/readyz").await;
+    assert!(!body.contains("refused") && body.contains("generation 2"), "{body}");
+    let (_, metrics) = admin_get(server.metrics, "/metrics").await;
+    assert_eq!(counter(&metrics, "sidecar_injector_template_last_reload_success"), 1.0);
+    let hash = TemplateSet::load_dir(&volume.root, "default", "sidecar-injector.io/").unwrap().hash().to_owned();
+    assert_eq!(counter(&metrics, &format!("sidecar_injector_template_set_info{{hash=\"{hash}\"}}")), 1.0);
+}
