@@ -234,7 +234,8 @@ impl Engine {
         }
         response::allow(out);
         let slots = Rendered { buf: rendered, ranges };
-        match response::patch(out, staged, |sink| merge::merge(template, pod, slots, path, sink)) {
+        let overridden = !overrides.is_empty();
+        match response::patch(out, staged, |sink| merge::merge(template, overridden, pod, slots, path, sink)) {
             0 => Verdict::Skipped(SkipReason::AlreadyInjected),
             ops => Verdict::Injected { ops },
         }

@@ -30,9 +30,11 @@ struct Merge<'p, 'b, S: Sink> {
     init_position: InitPosition,
 }
 
-/// Writes the add-only patch that merges `template` into `pod`, returning the number of operations.
+/// Writes the add-only patch that merges `template` into `pod` (with or without per-pod overrides), returning the
+/// number of operations.
 pub(crate) fn merge(
     template: &Template,
+    overridden: bool,
     pod: &PodView<'_, '_>,
     rendered: Rendered<'_>,
     path: &mut Pointer,
@@ -40,10 +42,11 @@ pub(crate) fn merge(
 ) -> usize {
     path.clear();
     let mut cx = Merge { patch: PatchWriter::new(out), path, rendered, init_position: template.init_position };
+    let trees = template.trees(overridden);
     // Container defaults first: they address the pod's own containers by their original index, which the
     // appended sidecars below do not shift.
     if let (Some(defaults), Some(containers)) =
-        (template.container_defaults.as_ref(), pod.spec().and_then(|s| s.get("containers")).and_then(|c| c.as_array()))
+        (trees.container_defaults.as_ref(), pod.spec().and_then(|s| s.get("containers")).and_then(|c| c.as_array()))
     {
         let spec_mark = cx.path.push_token("spec");
         cx.path.push_token("containers");
@@ -58,7 +61,7 @@ pub(crate) fn merge(
         }
         cx.path.truncate(spec_mark);
     }
-    cx.present(&template.pod, pod.object, "", None);
+    cx.present(&trees.pod, pod.object, "", None);
     cx.patch.finish()
 }
 

@@ -44,7 +44,7 @@ pod:
         emptyDir: {}
 "#;
 
-const VALUES: &str = "level: info\nagentImage: agent:7\n";
+const VALUES: &str = "level: info\nagentImage: agent:7\nimage: mesh:2\n";
 
 fn sources(templates: &[(&str, &str)], values: Option<&str>) -> SetSources {
     SetSources {
@@ -80,12 +80,13 @@ fn status(pod: &Value) -> Value {
 }
 
 #[test]
-fn pods_get_the_default_template_and_shared_values_reach_every_template() {
+fn pods_get_the_default_template_and_shared_values_override_the_templates_own() {
     let engine = engine(Settings::default());
     let (outcome, response, patch) = answer(&engine, &review(&pod(json!({}))));
     assert!(matches!(outcome.verdict, Verdict::Injected { .. }));
     let injected = apply(&pod(json!({})), &patch.unwrap());
     assert_eq!(container(&injected, "proxy")["args"], json!(["--level=info", "--service=shop"]));
+    assert_eq!(container(&injected, "proxy")["image"], "mesh:2", "values.yaml overrides the template's default");
     let status = status(&injected);
     assert_eq!(status["template"], "default");
     assert_eq!(status["set"], engine.set().hash());
@@ -103,7 +104,7 @@ fn a_pod_can_combine_templates_in_order_and_the_result_is_idempotent() {
     let (_, response, patch) = answer(&engine, &review(&asked));
     let injected = apply(&asked, &patch.unwrap());
     let proxy = container(&injected, "proxy");
-    assert_eq!(proxy["image"], "mesh:1", "the first template wins where both set a field");
+    assert_eq!(proxy["image"], "mesh:2", "the first template wins where both set a field");
     assert_eq!(proxy["env"], json!([{"name": "AGENT", "value": "1"}]), "the second fills what the first lacks");
     assert_eq!(container(&injected, "agent")["image"], "agent:7");
     assert_eq!(container(&injected, "agent")["args"], json!(["--version=v2"]));
@@ -224,4 +225,19 @@ fn a_set_without_its_default_template_or_with_broken_files_is_refused_naming_eve
     }
     let err = TemplateSet::compile(sources(&[("default", MESH)], Some("- not\n- a map\n")), "default", "p/");
     assert!(err.unwrap_err().to_string().starts_with("values.yaml:1: "));
+}
+
+#[test]
+fn overriding_a_value_with_its_default_gives_the_same_patch_as_not_overriding_it() {
+    // Pods without overrides get a tree compiled with the defaults in place; pods with overrides get one that
+    // renders them. The two must agree.
+    let engine = engine(Settings::default());
+    let plain = pod(json!({"example.com/x": "1"}));
+    let overridden = pod(
+        json!({"example.com/x": "1", "sidecar-injector.io/proxy-cpu": "50m", "sidecar-injector.io/log-level": "info"}),
+    );
+    let (_, _, a) = answer(&engine, &review(&plain));
+    let (outcome, _, b) = answer(&engine, &review(&overridden));
+    assert!(outcome.warnings.is_empty());
+    assert_eq!(a.unwrap(), b.unwrap());
 }

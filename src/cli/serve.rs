@@ -175,7 +175,9 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
 
 fn init_logging(args: &ServeArgs) -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log).map_err(|e| format!("--log {:?}: {e}", args.log))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only for a person at a terminal, not in a container's log file.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match args.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -43,8 +43,26 @@ pub(crate) fn renumbered(node: &YNode, offset: usize) -> YNode {
     YNode { line: node.line, value }
 }
 
+/// `node` with the render slots in `fixed` replaced by their value.
+pub(crate) fn substituted(node: &YNode, fixed: &std::collections::HashMap<usize, serde_json::Value>) -> YNode {
+    match &node.value {
+        YValue::Dynamic(slot) => match fixed.get(slot) {
+            Some(value) => super::yaml::from_json(value.clone(), node.line),
+            None => node.clone(),
+        },
+        YValue::Seq(items) => {
+            YNode { line: node.line, value: YValue::Seq(items.iter().map(|i| substituted(i, fixed)).collect()) }
+        }
+        YValue::Map(members) => YNode {
+            line: node.line,
+            value: YValue::Map(members.iter().map(|(k, v)| (k.clone(), substituted(v, fixed))).collect()),
+        },
+        _ => node.clone(),
+    }
+}
+
 /// Lays `overlay` over `base`: maps are merged key by key, anything else in `overlay` replaces `base`'s. This is
-/// how a template's own `values` refine the set's shared values file.
+/// how the set's shared values file overrides a template's own `values`.
 pub(crate) fn overlay_json(base: &mut serde_json::Value, overlay: serde_json::Value) {
     match (base, overlay) {
         (serde_json::Value::Object(mine), serde_json::Value::Object(theirs)) => {

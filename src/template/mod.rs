@@ -131,6 +131,13 @@ pub(crate) struct Part {
     slot_paths: Vec<Vec<PathSeg>>,
 }
 
+/// The compiled `pod` and `containerDefaults` sections.
+#[derive(Debug)]
+pub(crate) struct Trees {
+    pub pod: TNode,
+    pub container_defaults: Option<TNode>,
+}
+
 /// A template ready to inject: one file, or several applied in order.
 #[derive(Debug)]
 pub struct Template {
@@ -138,8 +145,11 @@ pub struct Template {
     hash: String,
     set_hash: String,
     status: String,
-    pub(crate) pod: TNode,
-    pub(crate) container_defaults: Option<TNode>,
+    /// What is injected, with the leaves that read overridable values as per-pod slots.
+    overridable: Trees,
+    /// The same with those leaves rendered from the template's own values: what a pod without overrides gets,
+    /// so that it costs no more than a template without overrides. `None` when there are no such leaves.
+    plain: Option<Trees>,
     /// Names of the containers the template declares; `containerDefaults` leaves them to the template.
     pub(crate) injected_containers: Vec<String>,
     pub(crate) init_position: InitPosition,
@@ -242,12 +252,35 @@ impl Template {
             let full = [vec![PathSeg::Key(base.to_owned())], path].concat();
             invalid(root.line_of(&full), format!("{}: {reason}", display_path(&full)))
         };
-        let pod_tree = tree::compile(&pod, None, &mut Vec::new(), Some("")).map_err(|p| compile_problem("pod", p))?;
-        let defaults_tree = match &container_defaults {
-            Some(d) => Some(
-                tree::compile(d, None, &mut Vec::new(), None).map_err(|p| compile_problem("containerDefaults", p))?,
-            ),
-            None => None,
+        let compile = |pod: &YNode, defaults: Option<&YNode>| -> Result<Trees, TemplateError> {
+            Ok(Trees {
+                pod: tree::compile(pod, None, &mut Vec::new(), Some("")).map_err(|p| compile_problem("pod", p))?,
+                container_defaults: match defaults {
+                    Some(d) => Some(
+                        tree::compile(d, None, &mut Vec::new(), None)
+                            .map_err(|p| compile_problem("containerDefaults", p))?,
+                    ),
+                    None => None,
+                },
+            })
+        };
+        let overridable = compile(&pod, container_defaults.as_ref())?;
+        // Leaves that read only overridable values, with their output for a pod that overrides nothing.
+        let mut fixed = std::collections::HashMap::new();
+        let mut offset = 0;
+        for renderer in &renderers {
+            for (slot, json) in renderer.override_defaults() {
+                let value = serde_json::from_str(json).unwrap_or(serde_json::Value::Null);
+                fixed.insert(offset + slot, value);
+            }
+            offset += renderer.slots();
+        }
+        let plain = if fixed.is_empty() {
+            None
+        } else {
+            let pod = combine::substituted(&pod, &fixed);
+            let defaults = container_defaults.as_ref().map(|d| combine::substituted(d, &fixed));
+            Some(compile(&pod, defaults.as_ref())?)
         };
         let on_error = if parts.iter().any(|p| p.on_error == Some(Policy::Deny)) {
             Some(Policy::Deny)
@@ -260,8 +293,8 @@ impl Template {
             set_hash: set_hash.to_owned(),
             status,
             injected_containers: names_in(&pod, "containers"),
-            pod: pod_tree,
-            container_defaults: defaults_tree,
+            overridable,
+            plain,
             init_position: first.init_position,
             // A host-network pod is injected only if every part allows it.
             inject_host_network: parts.iter().all(|p| p.inject_host_network),
@@ -317,6 +350,14 @@ impl Template {
                 .is_ok_and(|w| w.template == self.name && w.version == self.hash)
     }
 
+    /// What to inject into a pod with (or without) overrides.
+    pub(crate) fn trees(&self, overridden: bool) -> &Trees {
+        match &self.plain {
+            Some(plain) if !overridden => plain,
+            _ => &self.overridable,
+        }
+    }
+
     /// True when the template has per-request leaves.
     pub(crate) fn renders_per_pod(&self) -> bool {
         self.renderers.iter().any(|r| !r.is_empty())
@@ -361,8 +402,8 @@ fn part_slots(part: &Part) -> usize {
 }
 
 impl Part {
-    /// Parses one template file. `shared` is the set's shared values file, as `(source, values)`, whose keys
-    /// the template's own `values` override.
+    /// Parses one template file. `shared` is the set's shared values file, as `(source, values)`, which
+    /// overrides the template's own `values` key by key.
     pub(crate) fn parse(
         name: &str,
         file: &str,
@@ -384,16 +425,14 @@ impl Part {
                 format!("unknown top-level key `{key}` (expected one of {})", TOP_LEVEL_KEYS.join(", ")),
             ));
         }
-        let mut values = match shared {
-            Some((_, shared)) => shared.clone(),
+        // The template's own values are defaults; the set's shared values file, the site's settings, wins.
+        let mut values = match root.map_get("values") {
             None => serde_json::Value::Object(Default::default()),
-        };
-        match root.map_get("values") {
-            None => {}
-            Some(v @ YNode { value: YValue::Map(_), .. }) => {
-                combine::overlay_json(&mut values, yaml::to_json(v, &mut |_| serde_json::Value::Null));
-            }
+            Some(v @ YNode { value: YValue::Map(_), .. }) => yaml::to_json(v, &mut |_| serde_json::Value::Null),
             Some(v) => return Err(invalid(v.line, "`values` must be a mapping".into())),
+        };
+        if let Some((_, shared)) = shared {
+            combine::overlay_json(&mut values, shared.clone());
         }
         let init_position = match root.map_get("initContainerPosition") {
             None => InitPosition::First,

@@ -198,6 +198,17 @@ impl Renderer {
         Ok(LeafKind::Dynamic(slot))
     }
 
+    /// The local slots of the leaves that read only overridable values, each with its output when no pod
+    /// overrides anything (JSON text).
+    pub(crate) fn override_defaults(&self) -> impl Iterator<Item = (usize, &str)> {
+        self.override_slots.iter().copied().zip(self.override_defaults.split(SEPARATOR))
+    }
+
+    /// The number of per-request slots.
+    pub(crate) fn slots(&self) -> usize {
+        self.leaves.len()
+    }
+
     /// True when the template has no per-request leaves at all.
     pub(crate) fn is_empty(&self) -> bool {
         self.leaves.is_empty()

@@ -3,7 +3,7 @@
 //! is always wholly the old set or wholly the new one.
 //!
 //! A directory holds one template per `NAME.yaml` (or `.yml`) file and, optionally, `values.yaml`: values shared
-//! by every template, which a template's own `values` refine. Hidden entries (the kubelet's `..data` and
+//! by every template, which override a template's own `values` (its defaults) key by key. Hidden entries (the kubelet's `..data` and
 //! timestamped directories) are skipped; other files are reported as ignored.
 
 use std::path::Path;
