@@ -154,7 +154,13 @@ impl Reloader {
     }
 
     fn check_blocking(&self) {
-        let sources = match SetSources::read_dir(&self.watch.dir) {
+        // A read can race the kubelet deleting the previous timestamped directory (a file resolved through the
+        // old `..data` vanishes before it is opened): read again once before calling it a failure.
+        let read = SetSources::read_dir(&self.watch.dir).or_else(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            SetSources::read_dir(&self.watch.dir)
+        });
+        let sources = match read {
             Ok(sources) => sources,
             Err(e) => return self.refuse(&e),
         };
@@ -217,28 +223,48 @@ mod tests {
         watch.compile(sources)
     }
 
-    #[tokio::test]
-    async fn a_panicking_reload_is_counted_and_retried_while_the_old_set_serves() {
-        let dir = tempfile::tempdir().unwrap();
-        let source = "pod:\n  spec:\n    containers:\n      - name: p\n        image: old\n";
-        std::fs::write(dir.path().join("default.yaml"), source).unwrap();
+    const SOURCE: &str = "pod:\n  spec:\n    containers:\n      - name: p\n        image: old\n";
+
+    /// A reloader over a new directory holding `default.yaml` = `SOURCE`.
+    fn reloader(dir: &std::path::Path, compile: Compile) -> Reloader {
+        std::fs::write(dir.join("default.yaml"), SOURCE).unwrap();
         let settings = Settings::default();
-        let first = TemplateSet::load_dir(dir.path(), "default", &settings.annotation_prefix).unwrap();
+        let first = TemplateSet::load_dir(dir, "default", &settings.annotation_prefix).unwrap();
         let engine = Arc::new(ArcSwap::from_pointee(Engine::new(first, &settings)));
-        let reloader = Reloader {
+        Reloader {
             watch: TemplateWatch {
-                dir: dir.path().to_owned(),
+                dir: dir.to_owned(),
                 default_template: "default".into(),
                 settings,
                 poll_interval: Duration::from_secs(3600),
                 debounce: Duration::ZERO,
                 events: false,
             },
-            engine: engine.clone(),
             state: Arc::new(ReloadState::new(&engine.load())),
+            engine,
             metrics: Metrics::new().unwrap(),
-            compile: panics_once,
-        };
+            compile,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_directory_is_reported_and_the_old_set_serves() {
+        let dir = tempfile::tempdir().unwrap();
+        let reloader = reloader(dir.path(), TemplateWatch::compile);
+        let old = reloader.engine.load().set().hash().to_owned();
+        std::fs::remove_dir_all(dir.path()).unwrap();
+        reloader.check().await;
+        assert_eq!(reloader.engine.load().set().hash(), old);
+        let refused = reloader.state.refused().expect("the failure is shown");
+        assert!(refused.contains("cannot read the template directory"), "{refused}");
+        assert!(reloader.metrics.render().contains("sidecar_injector_template_last_reload_success 0"));
+    }
+
+    #[tokio::test]
+    async fn a_panicking_reload_is_counted_and_retried_while_the_old_set_serves() {
+        let dir = tempfile::tempdir().unwrap();
+        let reloader = reloader(dir.path(), panics_once);
+        let (engine, source) = (reloader.engine.clone(), SOURCE);
         let old = engine.load().set().hash().to_owned();
         reloader.check().await;
         assert_eq!(engine.load().set().hash(), old, "unchanged content is not compiled");
