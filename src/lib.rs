@@ -8,6 +8,10 @@
 //!    `patch` as a minimal JSON Patch of `add` operations;
 //! 4. `response`: the `AdmissionReview` response bytes, the patch in base64.
 //!
+//! The engine injects from a [`TemplateSet`]: the templates of a directory (or one file), compiled together into
+//! one immutable snapshot. The server holds the engine in an `ArcSwap` that `server::reload` replaces whole when
+//! the directory changes, so a request sees one set from start to end.
+//!
 //! [`Engine`] runs them for one request, bytes in, bytes out:
 //!
 //! ```

@@ -2,8 +2,8 @@
 //! ALPN (hyper), the webhook handler, a plain-HTTP admin listener (metrics, health), limits and graceful shutdown.
 //!
 //! Layers, outermost first: [`Server::run`] accepts connections (bounded by a semaphore, so excess connections
-//! wait in the kernel's backlog), `tls` terminates TLS, hyper speaks HTTP, [`handler`] turns one request into
-//! one engine call, [`admin`] serves `/metrics`, `/healthz` and `/readyz`.
+//! wait in the kernel's backlog), `tls` terminates TLS, hyper speaks HTTP, `handler` turns one request into
+//! one engine call, `admin` serves `/metrics`, `/healthz` and `/readyz`.
 
 mod admin;
 mod handler;
