@@ -280,9 +280,10 @@ impl Engine {
     }
 
     fn unknown_template(&self, pod: &PodView<'_, '_>, error: SelectError) -> Failure {
-        let known = self.set.templates().map(Template::name).collect::<Vec<_>>().join(", ");
         let problem = match error {
-            SelectError::Unknown(names) => format!("no template named {} (known: {known})", names.join(", ")),
+            SelectError::Unknown(names) => {
+                format!("no template named {} (known: {})", names.join(", "), self.set.names())
+            }
             SelectError::Combination(reason) => format!("the templates cannot be combined: {reason}"),
         };
         Failure {

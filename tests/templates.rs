@@ -48,6 +48,7 @@ const VALUES: &str = "level: info\nagentImage: agent:7\nimage: mesh:2\n";
 
 fn sources(templates: &[(&str, &str)], values: Option<&str>) -> SetSources {
     SetSources {
+        origin: "test".into(),
         templates: templates.iter().map(|(n, s)| (n.to_string(), format!("{n}.yaml"), s.to_string())).collect(),
         values: values.map(|v| ("values.yaml".to_owned(), v.to_owned())),
         ignored: Vec::new(),

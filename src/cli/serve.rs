@@ -160,7 +160,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         workers,
-        templates = %engine.set().templates().map(|t| t.name()).collect::<Vec<_>>().join(", "),
+        templates = %engine.set().names(),
         template_set = engine.set().hash(),
         config = ?config,
         "starting"

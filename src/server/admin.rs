@@ -52,7 +52,7 @@ fn answer<B>(shared: &Shared, req: &Request<B>) -> Response<Full<Bytes>> {
                 "ready\ntemplates: generation {}, set {} ({})\n",
                 shared.templates.generation(),
                 set.hash(),
-                set.templates().map(|t| t.name()).collect::<Vec<_>>().join(", ")
+                set.names()
             );
             if let Some(refused) = shared.templates.refused() {
                 body.push_str(&format!("newest template edit refused: {}\n", refused.replace('\n', "\n  ")));

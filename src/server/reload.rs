@@ -42,14 +42,7 @@ pub struct TemplateWatch {
 impl TemplateWatch {
     /// Compiles the set in `sources` into an engine.
     pub fn compile(&self, sources: SetSources) -> Result<Engine, TemplateError> {
-        let set = TemplateSet::compile(sources, &self.default_template, &self.settings.annotation_prefix).map_err(
-            |e| match e {
-                TemplateError::Directory { reason, .. } => {
-                    TemplateError::Directory { dir: self.dir.display().to_string(), reason }
-                }
-                other => other,
-            },
-        )?;
+        let set = TemplateSet::compile(sources, &self.default_template, &self.settings.annotation_prefix)?;
         Ok(Engine::new(set, &self.settings))
     }
 }
@@ -178,7 +171,7 @@ impl Reloader {
     fn publish(&self, engine: Engine) {
         let previous = self.engine.load().set().hash().to_owned();
         let set = engine.set();
-        let names = set.templates().map(|t| t.name()).collect::<Vec<_>>().join(", ");
+        let names = set.names();
         let hash = set.hash().to_owned();
         if !set.ignored().is_empty() {
             tracing::warn!(files = ?set.ignored(), "files in the template directory that are not templates were ignored");

@@ -235,7 +235,7 @@ impl Template {
                     reason: format!("{}: cannot render on a sample pod: {}", display_path(path), e.reason),
                 });
             }
-            debug_assert_eq!(ranges.len() - base, part_slots(parts[i]));
+            debug_assert_eq!(ranges.len() - base, parts[i].slot_paths.len());
         }
         let root = &first.root;
         let mut rendered =
@@ -268,12 +268,12 @@ impl Template {
         // Leaves that read only overridable values, with their output for a pod that overrides nothing.
         let mut fixed = std::collections::HashMap::new();
         let mut offset = 0;
-        for renderer in &renderers {
-            for (slot, json) in renderer.override_defaults() {
+        for part in parts {
+            for (slot, json) in part.renderer.override_defaults() {
                 let value = serde_json::from_str(json).unwrap_or(serde_json::Value::Null);
                 fixed.insert(offset + slot, value);
             }
-            offset += renderer.slots();
+            offset += part.slot_paths.len();
         }
         let plain = if fixed.is_empty() {
             None
@@ -395,10 +395,6 @@ impl Template {
     pub(crate) fn slot_path(&self, slot: usize) -> &str {
         self.slot_paths.get(slot).map_or("", String::as_str)
     }
-}
-
-fn part_slots(part: &Part) -> usize {
-    part.slot_paths.len()
 }
 
 impl Part {

@@ -204,11 +204,6 @@ impl Renderer {
         self.override_slots.iter().copied().zip(self.override_defaults.split(SEPARATOR))
     }
 
-    /// The number of per-request slots.
-    pub(crate) fn slots(&self) -> usize {
-        self.leaves.len()
-    }
-
     /// True when the template has no per-request leaves at all.
     pub(crate) fn is_empty(&self) -> bool {
         self.leaves.is_empty()

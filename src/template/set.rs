@@ -24,6 +24,8 @@ const MAX_TEMPLATES_PER_POD: usize = 8;
 /// The files of a template directory, read but not yet compiled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetSources {
+    /// Where they come from (the directory), for messages about the set as a whole.
+    pub origin: String,
     /// `(name, file, source)` of each template, sorted by name.
     pub templates: Vec<(String, String, String)>,
     /// `(file, source)` of the shared values file.
@@ -40,7 +42,8 @@ impl SetSources {
             dir: label.clone(),
             reason: format!("cannot read the template directory: {e}"),
         };
-        let mut sources = SetSources { templates: Vec::new(), values: None, ignored: Vec::new() };
+        let mut sources =
+            SetSources { origin: label.clone(), templates: Vec::new(), values: None, ignored: Vec::new() };
         let mut errors = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(unreadable)? {
             let path = entry.map_err(unreadable)?.path();
@@ -123,8 +126,10 @@ pub enum SelectError {
 impl TemplateSet {
     /// The built-in template, alone, as `default`.
     pub fn builtin(prefix: &str) -> Result<Self, TemplateError> {
+        let file = "templates/default.yaml (built in)";
         let sources = SetSources {
-            templates: vec![(BUILTIN_NAME.into(), "templates/default.yaml (built in)".into(), BUILTIN_SOURCE.into())],
+            origin: file.into(),
+            templates: vec![(BUILTIN_NAME.into(), file.into(), BUILTIN_SOURCE.into())],
             values: None,
             ignored: Vec::new(),
         };
@@ -134,25 +139,26 @@ impl TemplateSet {
     /// One template file, which is the set's default whatever its name.
     pub fn from_file(path: &Path, prefix: &str) -> Result<Self, TemplateError> {
         let (name, file, source) = super::read_template_file(path)?;
-        let sources = SetSources { templates: vec![(name.clone(), file, source)], values: None, ignored: Vec::new() };
+        let sources = SetSources {
+            origin: file.clone(),
+            templates: vec![(name.clone(), file, source)],
+            values: None,
+            ignored: Vec::new(),
+        };
         Self::compile(sources, &name, prefix)
     }
 
     /// Every template of a directory; `default` names the template of pods that do not ask for one.
     pub fn load_dir(dir: &Path, default: &str, prefix: &str) -> Result<Self, TemplateError> {
-        Self::compile(SetSources::read_dir(dir)?, default, prefix).map_err(|e| match e {
-            TemplateError::Directory { reason, .. } => {
-                TemplateError::Directory { dir: dir.display().to_string(), reason }
-            }
-            other => other,
-        })
+        Self::compile(SetSources::read_dir(dir)?, default, prefix)
     }
 
     /// Compiles a set from its sources. Every template is parsed, dry-rendered and validated; the errors of every
     /// file are reported together.
     pub fn compile(mut sources: SetSources, default: &str, prefix: &str) -> Result<Self, TemplateError> {
         sources.templates.sort();
-        let directory = |reason: String| TemplateError::Directory { dir: "template set".into(), reason };
+        let origin = sources.origin.clone();
+        let directory = |reason: String| TemplateError::Directory { dir: origin.clone(), reason };
         if sources.templates.is_empty() {
             return Err(directory("no template files (NAME.yaml or NAME.yml)".into()));
         }
@@ -211,9 +217,9 @@ impl TemplateSet {
         &self.templates[self.default]
     }
 
-    /// A template by name.
-    pub fn get(&self, name: &str) -> Option<&Template> {
-        self.templates.iter().find(|t| t.name() == name)
+    /// The templates' names, for messages: `default, native-sidecar`.
+    pub fn names(&self) -> String {
+        self.templates.iter().map(Template::name).collect::<Vec<_>>().join(", ")
     }
 
     /// Files of the directory that were neither templates nor the values file.
@@ -223,13 +229,21 @@ impl TemplateSet {
 
     /// The template(s) a pod's template annotation names (`a` or `a,b`), or the default without one.
     pub fn select(&self, annotation: Option<&str>) -> Result<Selection<'_>, SelectError> {
+        let index = |name: &str| self.templates.iter().position(|t| t.name() == name);
+        let requested = annotation.map_or("", str::trim);
+        // Most pods name no template or one: answered without collecting names.
+        if !requested.contains(',') {
+            return match requested {
+                "" => Ok(Selection::One(&self.templates[self.default])),
+                one => index(one).map(|i| Selection::One(&self.templates[i])).ok_or_else(|| unknown(&[one])),
+            };
+        }
         let mut names: Vec<&str> = Vec::new();
-        for name in annotation.unwrap_or("").split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        for name in requested.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             if !names.contains(&name) {
                 names.push(name);
             }
         }
-        let index = |name: &str| self.templates.iter().position(|t| t.name() == name);
         match names.as_slice() {
             [] => return Ok(Selection::One(&self.templates[self.default])),
             [one] => return index(one).map(|i| Selection::One(&self.templates[i])).ok_or_else(|| unknown(&names)),
