@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::{TemplateError, TemplateSet};
 use clap::Args;
-use sidecar_injector::{TemplateError, TemplateSet};
 
 /// Arguments of `check`.
 #[derive(Debug, Args)]
@@ -13,12 +13,12 @@ pub struct CheckArgs {
     pub path: PathBuf,
 
     /// For a directory: the template of pods that do not name one (it must exist).
-    #[arg(long, value_name = "NAME", default_value = sidecar_injector::template::BUILTIN_NAME,
+    #[arg(long, value_name = "NAME", default_value = crate::template::BUILTIN_NAME,
           env = "SIDECAR_INJECTOR_DEFAULT_TEMPLATE")]
     pub default_template: String,
 
     /// The annotation prefix the templates will be served with.
-    #[arg(long, value_name = "PREFIX", default_value = sidecar_injector::template::DEFAULT_PREFIX,
+    #[arg(long, value_name = "PREFIX", default_value = crate::template::DEFAULT_PREFIX,
           env = "SIDECAR_INJECTOR_ANNOTATION_PREFIX")]
     pub annotation_prefix: String,
 }

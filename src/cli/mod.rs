@@ -1,5 +1,8 @@
-//! The command line: every subcommand and flag in one place. Each flag can also be set from the environment
-//! (`SIDECAR_INJECTOR_*`), the way a Deployment configures a container.
+//! The command line of the `sidecar-injector` binary: every subcommand and flag in one place. Each flag can also
+//! be set from the environment (`SIDECAR_INJECTOR_*`), the way a Deployment configures a container.
+//!
+//! It lives in the library so that the load harness (`loadtest --start`) can run this very `serve` in a child
+//! process of its own, always built from the same source as the harness.
 
 pub mod check;
 pub mod review;
@@ -16,6 +19,28 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Parses `args` (the first one is the program's name) and runs the subcommand: the whole `sidecar-injector`
+/// binary. Exit codes: 0 success; 1 the input or a template was refused (the reason is on stderr); 2 usage error.
+pub fn main<I, T>(args: I) -> std::process::ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = Cli::parse_from(args);
+    let result = match &cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Review(args) => review::run(args),
+        Command::Check(args) => check::run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("sidecar-injector: {message}");
+            std::process::ExitCode::from(1)
+        }
+    }
 }
 
 /// The subcommands.
@@ -43,7 +68,7 @@ pub struct TemplateArgs {
     pub template_dir: Option<PathBuf>,
 
     /// With --template-dir: the template of pods that do not name one with the `<prefix>template` annotation.
-    #[arg(long, value_name = "NAME", default_value = sidecar_injector::template::BUILTIN_NAME,
+    #[arg(long, value_name = "NAME", default_value = crate::template::BUILTIN_NAME,
           env = "SIDECAR_INJECTOR_DEFAULT_TEMPLATE")]
     pub default_template: String,
 
@@ -59,7 +84,7 @@ pub struct TemplateArgs {
 
     /// The prefix of the annotations the injector reads and writes (`<prefix>inject`, `<prefix>status`,
     /// `<prefix>template`, overrides).
-    #[arg(long, value_name = "PREFIX", default_value = sidecar_injector::template::DEFAULT_PREFIX,
+    #[arg(long, value_name = "PREFIX", default_value = crate::template::DEFAULT_PREFIX,
           env = "SIDECAR_INJECTOR_ANNOTATION_PREFIX")]
     pub annotation_prefix: String,
 }
@@ -73,19 +98,19 @@ pub enum PolicyArg {
     Deny,
 }
 
-impl From<PolicyArg> for sidecar_injector::Policy {
+impl From<PolicyArg> for crate::Policy {
     fn from(policy: PolicyArg) -> Self {
         match policy {
-            PolicyArg::Allow => sidecar_injector::Policy::Allow,
-            PolicyArg::Deny => sidecar_injector::Policy::Deny,
+            PolicyArg::Allow => crate::Policy::Allow,
+            PolicyArg::Deny => crate::Policy::Deny,
         }
     }
 }
 
 impl TemplateArgs {
     /// The engine settings these options describe.
-    pub fn settings(&self) -> sidecar_injector::Settings {
-        sidecar_injector::Settings {
+    pub fn settings(&self) -> crate::Settings {
+        crate::Settings {
             annotation_prefix: self.annotation_prefix.clone(),
             on_error: self.on_error.into(),
             on_unknown_template: self.unknown_template.into(),
@@ -93,14 +118,14 @@ impl TemplateArgs {
     }
 
     /// Loads the templates and builds the engine these options describe.
-    pub fn engine(&self) -> Result<sidecar_injector::Engine, sidecar_injector::TemplateError> {
-        use sidecar_injector::TemplateSet;
+    pub fn engine(&self) -> Result<crate::Engine, crate::TemplateError> {
+        use crate::TemplateSet;
         let prefix = &self.annotation_prefix;
         let set = match (&self.template, &self.template_dir) {
             (Some(file), _) => TemplateSet::from_file(file, prefix)?,
             (None, Some(dir)) => TemplateSet::load_dir(dir, &self.default_template, prefix)?,
             (None, None) => TemplateSet::builtin(prefix)?,
         };
-        Ok(sidecar_injector::Engine::new(set, &self.settings()))
+        Ok(crate::Engine::new(set, &self.settings()))
     }
 }

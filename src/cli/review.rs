@@ -3,9 +3,9 @@
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
+use crate::Verdict;
 use base64::Engine as _;
 use clap::Args;
-use sidecar_injector::Verdict;
 
 use super::TemplateArgs;
 
@@ -20,6 +20,7 @@ pub struct ReviewArgs {
     #[arg(long)]
     pub explain: bool,
 
+    /// Which templates, and how to apply them.
     #[command(flatten)]
     pub template: TemplateArgs,
 }
@@ -50,12 +51,7 @@ fn read_stdin() -> Result<Vec<u8>, String> {
 }
 
 /// The human-readable account of a decision.
-fn explain(
-    engine: &sidecar_injector::Engine,
-    request: &[u8],
-    outcome: &sidecar_injector::Outcome,
-    response: &[u8],
-) -> String {
+fn explain(engine: &crate::Engine, request: &[u8], outcome: &crate::Outcome, response: &[u8]) -> String {
     let request: serde_json::Value = serde_json::from_slice(request).unwrap_or_default();
     let object = &request["request"]["object"];
     let namespace = object["metadata"]["namespace"].as_str().or(request["request"]["namespace"].as_str()).unwrap_or("");

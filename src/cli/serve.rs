@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::server::reload::TemplateWatch;
+use crate::server::{ServeConfig, Server, TlsSource};
 use arc_swap::ArcSwap;
 use clap::{Args, ValueEnum};
-use sidecar_injector::server::reload::TemplateWatch;
-use sidecar_injector::server::{ServeConfig, Server, TlsSource};
 
 use super::TemplateArgs;
 
@@ -93,6 +93,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "info", env = "SIDECAR_INJECTOR_LOG")]
     pub log: String,
 
+    /// Which templates, and how to apply them.
     #[command(flatten)]
     pub template: TemplateArgs,
 }

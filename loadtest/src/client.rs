@@ -1,0 +1,205 @@
+//! HTTPS connections to one webhook: TLS by rustls, HTTP/1.1 or HTTP/2 by hyper's connection-level client, so
+//! the harness decides exactly how many connections there are and which request goes on which.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::{http1, http2};
+use hyper::{Request, StatusCode, Uri};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+/// A webhook URL, resolved, with the TLS settings to reach it.
+pub struct Target {
+    /// `sidecar-injector`, `baseline`, or the URL.
+    pub label: String,
+    /// The URL as given.
+    pub url: String,
+    addr: SocketAddr,
+    authority: String,
+    path_and_query: String,
+    server_name: ServerName<'static>,
+    tls: TlsConnector,
+    http2: bool,
+}
+
+/// Why a request got no answer (a transport error, as opposed to a wrong answer).
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// TCP connect failed.
+    #[error("connect to {addr}: {source}")]
+    Connect { addr: SocketAddr, source: std::io::Error },
+    /// The TLS handshake failed.
+    #[error("TLS handshake with {addr}: {source}")]
+    Tls { addr: SocketAddr, source: std::io::Error },
+    /// The server did not agree to the protocol we asked for.
+    #[error("the server negotiated {negotiated:?} by ALPN, not {wanted}")]
+    Alpn { wanted: &'static str, negotiated: Option<String> },
+    /// HTTP failed (connection closed, protocol error).
+    #[error("HTTP: {0}")]
+    Http(#[from] hyper::Error),
+    /// No answer in time.
+    #[error("no answer within {0:?}")]
+    Timeout(std::time::Duration),
+}
+
+/// Why a target cannot be used at all.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// The URL is not an https URL with a host.
+    #[error("{0:?}: expected an https:// URL with a host, such as https://127.0.0.1:8443/mutate")]
+    Url(String),
+    /// The host does not resolve.
+    #[error("{url}: cannot resolve the host: {reason}")]
+    Resolve { url: String, reason: String },
+    /// The CA file cannot be used.
+    #[error("{path}: {reason}")]
+    Ca { path: String, reason: String },
+}
+
+/// A client TLS configuration trusting the CA certificates of `ca_pem` (PEM), asking for `h2` or `http/1.1`.
+pub fn tls_config(ca_pem: &[u8], ca_name: &Path, http2: bool) -> Result<Arc<rustls::ClientConfig>, TargetError> {
+    let ca_error = |reason: String| TargetError::Ca { path: ca_name.display().to_string(), reason };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
+        let cert = cert.map_err(|e| ca_error(format!("not a PEM certificate bundle: {e}")))?;
+        roots.add(cert).map_err(|e| ca_error(format!("not a usable CA certificate: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(ca_error("no certificate in this file".into()));
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ca_error(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![if http2 { b"h2".to_vec() } else { b"http/1.1".to_vec() }];
+    Ok(Arc::new(config))
+}
+
+impl Target {
+    /// Resolves `url` (https only).
+    pub async fn new(
+        label: &str,
+        url: &str,
+        tls: Arc<rustls::ClientConfig>,
+        http2: bool,
+    ) -> Result<Target, TargetError> {
+        let bad_url = || TargetError::Url(url.to_owned());
+        let uri: Uri = url.parse().map_err(|_| bad_url())?;
+        if uri.scheme_str() != Some("https") {
+            return Err(bad_url());
+        }
+        let host = uri.host().ok_or_else(bad_url)?.trim_matches(['[', ']']).to_owned();
+        let port = uri.port_u16().unwrap_or(443);
+        let resolve_error = |reason: String| TargetError::Resolve { url: url.to_owned(), reason };
+        let addr = tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .map_err(|e| resolve_error(e.to_string()))?
+            .next()
+            .ok_or_else(|| resolve_error("no address".into()))?;
+        let server_name = ServerName::try_from(host).map_err(|_| bad_url())?;
+        Ok(Target {
+            label: label.to_owned(),
+            url: url.to_owned(),
+            addr,
+            authority: uri.authority().map_or_else(String::new, |a| a.to_string()),
+            path_and_query: uri.path_and_query().map_or_else(|| "/".to_owned(), |p| p.to_string()),
+            server_name,
+            tls: TlsConnector::from(tls),
+            http2,
+        })
+    }
+
+    /// A new connection: TCP (no Nagle), TLS, then the HTTP handshake.
+    pub async fn connect(&self) -> Result<Connection, TransportError> {
+        let tcp = TcpStream::connect(self.addr)
+            .await
+            .map_err(|source| TransportError::Connect { addr: self.addr, source })?;
+        // Without it, small HTTP/2 frames wait for delayed ACKs (40 ms).
+        tcp.set_nodelay(true).map_err(|source| TransportError::Connect { addr: self.addr, source })?;
+        let tls = self
+            .tls
+            .connect(self.server_name.clone(), tcp)
+            .await
+            .map_err(|source| TransportError::Tls { addr: self.addr, source })?;
+        let wanted: &'static str = if self.http2 { "h2" } else { "http/1.1" };
+        let negotiated = tls.get_ref().1.alpn_protocol();
+        if negotiated != Some(wanted.as_bytes()) {
+            let negotiated = negotiated.map(|p| String::from_utf8_lossy(p).into_owned());
+            return Err(TransportError::Alpn { wanted, negotiated });
+        }
+        let io = TokioIo::new(tls);
+        if self.http2 {
+            let (sender, connection) = http2::handshake(TokioExecutor::new(), io).await?;
+            tokio::spawn(connection);
+            Ok(Connection::H2(sender))
+        } else {
+            let (sender, connection) = http1::handshake(io).await?;
+            tokio::spawn(connection);
+            Ok(Connection::H1(sender))
+        }
+    }
+
+    /// The POST of `body` to this target's path.
+    fn request(&self, body: Bytes) -> Request<Full<Bytes>> {
+        let mut builder = Request::post(self.path_and_query.as_str()).header("content-type", "application/json");
+        if self.http2 {
+            builder = builder.uri(format!("https://{}{}", self.authority, self.path_and_query));
+        } else {
+            builder = builder.header("host", self.authority.as_str());
+        }
+        // Only static, valid parts go into the builder, so it cannot fail.
+        builder.body(Full::new(body)).unwrap()
+    }
+}
+
+/// One HTTP connection (HTTP/2: shared by several senders).
+pub enum Connection {
+    /// HTTP/1.1: one request at a time.
+    H1(http1::SendRequest<Full<Bytes>>),
+    /// HTTP/2: streams multiplexed.
+    H2(http2::SendRequest<Full<Bytes>>),
+}
+
+impl Connection {
+    /// Sends `body` to `target` and reads the whole answer.
+    pub async fn send(&mut self, target: &Target, body: Bytes) -> Result<(StatusCode, Bytes), TransportError> {
+        let request = target.request(body);
+        let response = match self {
+            Connection::H1(sender) => {
+                sender.ready().await?;
+                sender.send_request(request).await?
+            }
+            Connection::H2(sender) => {
+                sender.ready().await?;
+                sender.send_request(request).await?
+            }
+        };
+        let status = response.status();
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok((status, body))
+    }
+
+    /// Another sender on the same connection: HTTP/2 only, HTTP/1.1 carries one request at a time.
+    pub fn share(&self) -> Option<Connection> {
+        match self {
+            Connection::H1(_) => None,
+            Connection::H2(sender) => Some(Connection::H2(sender.clone())),
+        }
+    }
+
+    /// Whether the connection can still carry requests.
+    pub fn is_open(&self) -> bool {
+        match self {
+            Connection::H1(sender) => !sender.is_closed(),
+            Connection::H2(sender) => !sender.is_closed(),
+        }
+    }
+}

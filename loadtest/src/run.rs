@@ -1,0 +1,400 @@
+//! One run: pin the CPUs, start the servers asked for, open the connections, warm up, then drive the targets
+//! (one phase, alternating slices, or a sweep), read the servers' CPU time around every measured phase, report.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::RunArgs;
+use crate::bodies::{self, human_bytes};
+use crate::client::{self, Target};
+use crate::drive::{Phase, Pool, Shared};
+use crate::report::{Ratios, Report, ServerFigures, SweepStep, TargetReport};
+use crate::server::{Kind, Launched, Probe};
+use crate::stats::Tally;
+
+/// Runs the load test of `args`; prints the report; exit code 1 on any error.
+pub fn main(args: &RunArgs) -> ExitCode {
+    let (server_cpus, client_cpus) = match pinning(args) {
+        Ok(pinning) => pinning,
+        Err(e) => return fail(&e),
+    };
+    let workers =
+        client_cpus.as_ref().map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |c| c.len());
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(&format!("cannot start the runtime: {e}")),
+    };
+    let report = match runtime.block_on(run(args, server_cpus.as_deref())) {
+        Ok(report) => report,
+        Err(e) => return fail(&e),
+    };
+    if args.json {
+        // A Report is numbers and strings only.
+        println!("{}", serde_json::to_string_pretty(&report).unwrap());
+    } else {
+        print!("{}", report.table());
+    }
+    if let Some(path) = &args.html {
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        let page = if path.extension().is_some_and(|e| e == "svg") { report.svg() } else { report.html(&command) };
+        match page.and_then(|page| std::fs::write(path, page).map_err(|e| e.to_string())) {
+            Ok(()) => eprintln!("loadtest: wrote {}", path.display()),
+            Err(e) => return fail(&format!("{}: {e}", path.display())),
+        }
+    }
+    match report.errors() {
+        0 => ExitCode::SUCCESS,
+        n => fail(&format!("{n} requests failed (wrong answers or transport errors); see above")),
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("loadtest: {message}");
+    ExitCode::from(1)
+}
+
+/// Where the servers and the harness run: `--server-cpus`/`--client-cpus`, or, when the harness starts a server
+/// on a machine with two or more CPUs, the server on the first and the harness on the rest, so that neither
+/// steals the other's CPU. Pins the harness itself; returns the servers' list for `taskset`.
+fn pinning(args: &RunArgs) -> Result<(Option<String>, Option<Vec<usize>>), String> {
+    use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
+    use nix::unistd::Pid;
+    let starts = args.start || args.start_baseline;
+    if args.no_pin || (!starts && args.client_cpus.is_none()) {
+        return Ok((None, None));
+    }
+    let allowed = sched_getaffinity(Pid::from_raw(0)).map_err(|e| format!("cannot read the CPU affinity: {e}"))?;
+    let allowed: Vec<usize> = (0..CpuSet::count()).filter(|&c| allowed.is_set(c).unwrap_or(false)).collect();
+    let (server, client) = match (&args.server_cpus, &args.client_cpus) {
+        (None, None) if allowed.len() < 2 => return Ok((None, None)),
+        (None, None) => (Some(allowed[0].to_string()), allowed[1..].to_vec()),
+        (server, Some(client)) => (server.clone(), cpu_list(client)?),
+        (Some(server), None) => {
+            let taken = cpu_list(server)?;
+            (Some(server.clone()), allowed.iter().copied().filter(|c| !taken.contains(c)).collect())
+        }
+    };
+    if client.is_empty() {
+        return Err("no CPU is left for the harness; give --client-cpus".into());
+    }
+    let mut set = CpuSet::new();
+    for &cpu in &client {
+        set.set(cpu).map_err(|e| format!("CPU {cpu}: {e}"))?;
+    }
+    // Pinning the main thread before the runtime starts pins every thread the harness creates.
+    sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| format!("cannot pin the harness to CPUs {client:?}: {e}"))?;
+    Ok((server, Some(client)))
+}
+
+/// A `taskset` CPU list: `1`, `0,2`, `2-3`.
+fn cpu_list(list: &str) -> Result<Vec<usize>, String> {
+    let bad = || format!("{list:?}: expected a CPU list such as 1, 0,2 or 2-3");
+    let mut cpus = Vec::new();
+    for part in list.split(',') {
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        let (first, last): (usize, usize) =
+            (first.trim().parse().map_err(|_| bad())?, last.trim().parse().map_err(|_| bad())?);
+        cpus.extend(first..=last);
+    }
+    if cpus.is_empty() { Err(bad()) } else { Ok(cpus) }
+}
+
+/// One target as driven: its connections, the probe of its server, and what it measured.
+struct Driven {
+    pool: Pool,
+    probe: Option<Probe>,
+    rss_idle: Option<u64>,
+    tally: Tally,
+    cpu: Duration,
+    answered: u64,
+    sweep: Vec<SweepStep>,
+    best: Option<(f64, Tally, Option<f64>)>,
+    finished: bool,
+}
+
+impl Driven {
+    /// Runs one measured phase, with the server's CPU time read around it.
+    async fn measure(&mut self, shared: &Arc<Shared>, phase: Phase, progress: &ProgressBar) -> (Tally, Option<f64>) {
+        progress.set_prefix(format!("{} {}", self.pool.target().label, phase_label(&phase)));
+        let before = self.probe.as_ref().and_then(|p| p.cpu_time().ok());
+        let tally = self.pool.run(shared, phase).await;
+        let after = self.probe.as_ref().and_then(|p| p.cpu_time().ok());
+        let answered = tally.ok + tally.wrong;
+        let cpu = before.zip(after).map(|(b, a)| a.saturating_sub(b));
+        if let Some(cpu) = cpu {
+            self.cpu += cpu;
+            self.answered += answered;
+        }
+        let per_request = cpu.filter(|_| answered > 0).map(|c| c.as_secs_f64() * 1e6 / answered as f64);
+        (tally, per_request)
+    }
+
+    fn report(&self, server: ServerFigures) -> TargetReport {
+        let target = self.pool.target();
+        match &self.best {
+            Some((rate, tally, cpu)) if !self.sweep.is_empty() => {
+                let mut report = TargetReport::new(
+                    &target.label,
+                    &target.url,
+                    tally,
+                    ServerFigures { cpu_us_per_req: *cpu, ..server },
+                );
+                report.max_sustainable_rate = Some(*rate);
+                report.sweep = Some(self.sweep.clone());
+                report
+            }
+            _ => {
+                let mut report = TargetReport::new(&target.label, &target.url, &self.tally, server);
+                if !self.sweep.is_empty() {
+                    report.sweep = Some(self.sweep.clone());
+                }
+                report
+            }
+        }
+    }
+
+    fn server_figures(&self) -> ServerFigures {
+        let cpu_us_per_req = (self.answered > 0).then(|| self.cpu.as_secs_f64() * 1e6 / self.answered as f64);
+        let peak = self.probe.as_ref().and_then(|p| p.memory().ok()).map(|(_, peak)| peak);
+        ServerFigures { cpu_us_per_req: cpu_us_per_req.filter(|_| self.probe.is_some()), rss: self.rss_idle.zip(peak) }
+    }
+}
+
+fn phase_label(phase: &Phase) -> String {
+    phase.rate.map_or_else(|| "closed loop".to_owned(), |r| format!("{r:.0} req/s"))
+}
+
+/// A target before it is driven.
+struct Spec {
+    label: String,
+    url: String,
+    ca_pem: Vec<u8>,
+    ca_name: String,
+    pid: Option<u32>,
+}
+
+async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String> {
+    let corpus = args.corpus.clone().unwrap_or_else(bodies::default_corpus);
+    let pods = args.pods.clone().unwrap_or_else(|| corpus.join("pods"));
+    let (bodies, skipped) = bodies::load(&args.bodies, &pods, &corpus).map_err(|e| e.to_string())?;
+    for pod in &skipped {
+        eprintln!("loadtest: left out {pod}");
+    }
+    let body_count = bodies.len();
+    let mean_body_bytes = bodies.iter().map(|b| b.len()).sum::<usize>() / body_count;
+    let shared = Arc::new(Shared::new(bodies));
+
+    let injector = match args.start {
+        true => {
+            let kind = Kind::Injector { binary: args.server_bin.as_deref(), extra: &args.server_arg };
+            Some(Launched::start(kind, server_cpus).await.map_err(|e| e.to_string())?)
+        }
+        false => None,
+    };
+    let baseline = match args.start_baseline {
+        true => Some(Launched::start(Kind::Baseline, server_cpus).await.map_err(|e| e.to_string())?),
+        false => None,
+    };
+    let file_ca = match &args.ca {
+        Some(path) => {
+            Some((std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?, path.display().to_string()))
+        }
+        None => None,
+    };
+    let external = |label: &str, url: &String, pid: Option<u32>| -> Result<Spec, String> {
+        let (ca_pem, ca_name) = file_ca.clone().ok_or_else(|| {
+            format!("{url}: give --ca FILE, the CA certificate that signed this webhook's certificate")
+        })?;
+        Ok(Spec { label: label.to_owned(), url: url.clone(), ca_pem, ca_name, pid })
+    };
+    let launched = |label: &str, l: &Launched| Spec {
+        label: label.to_owned(),
+        url: l.url.clone(),
+        ca_pem: l.ca_pem.clone(),
+        ca_name: "<generated CA>".to_owned(),
+        pid: Some(l.pid()),
+    };
+    let mut specs = vec![match (&injector, &args.url) {
+        (Some(l), _) => launched("sidecar-injector", l),
+        (None, Some(url)) => external("target", url, args.server_pid)?,
+        // clap requires --url unless --start.
+        (None, None) => return Err("give --url URL or --start".into()),
+    }];
+    match (&baseline, &args.compare) {
+        (Some(l), _) => specs.push(launched("baseline", l)),
+        (None, Some(url)) => specs.push(external("compare", url, args.compare_pid)?),
+        (None, None) => {}
+    }
+
+    let streams = if args.http2 { usize::from(args.streams) } else { 1 };
+    let mut driven = Vec::new();
+    for spec in specs {
+        let tls = client::tls_config(&spec.ca_pem, Path::new(&spec.ca_name), args.http2).map_err(|e| e.to_string())?;
+        let target = Target::new(&spec.label, &spec.url, tls, args.http2).await.map_err(|e| e.to_string())?;
+        let pool = Pool::connect(target, usize::from(args.connections), streams, body_count)
+            .await
+            .map_err(|e| format!("{}: {e}", spec.url))?;
+        let probe = spec.pid.map(Probe::new).transpose()?;
+        let rss_idle = probe.as_ref().and_then(|p| p.memory().ok()).map(|(rss, _)| rss);
+        driven.push(Driven {
+            pool,
+            probe,
+            rss_idle,
+            tally: Tally::default(),
+            cpu: Duration::ZERO,
+            answered: 0,
+            sweep: Vec::new(),
+            best: None,
+            finished: false,
+        });
+    }
+
+    let progress = progress_line(&shared);
+    if !args.warmup.is_zero() {
+        for d in &mut driven {
+            progress.set_prefix(format!("{} warm-up", d.pool.target().label));
+            let warmup =
+                d.pool.run(&shared, Phase { rate: args.rate, duration: Some(args.warmup), requests: None }).await;
+            if warmup.errors() > 0 {
+                d.tally.merge(&warmup);
+            }
+        }
+    }
+    if args.sweep {
+        sweep(args, &shared, &mut driven, &progress).await;
+    } else {
+        alternate(args, &shared, &mut driven, &progress).await;
+    }
+    progress.finish_and_clear();
+
+    let mut reports: Vec<TargetReport> = driven.iter().map(|d| d.report(d.server_figures())).collect();
+    let compare = (reports.len() > 1).then(|| reports.remove(1));
+    let primary = reports.remove(0);
+    let ratios = compare.as_ref().map(|c| Ratios::of(&primary, c));
+    Ok(Report {
+        mode: if args.sweep {
+            "sweep"
+        } else if args.rate.is_some() {
+            "open"
+        } else {
+            "closed"
+        },
+        protocol: if args.http2 { "h2" } else { "http/1.1" },
+        rate: args.rate,
+        connections: usize::from(args.connections),
+        streams,
+        bodies: match &args.bodies {
+            bodies::BodySpec::Corpus => format!("corpus {}", pods.display()),
+            bodies::BodySpec::Size(n) => format!("generated ~{}", human_bytes(*n)),
+        },
+        body_count,
+        mean_body_bytes,
+        primary,
+        compare,
+        ratios,
+    })
+}
+
+/// Drives every target for --duration (or --requests), in turns of --slice when there are two.
+async fn alternate(args: &RunArgs, shared: &Arc<Shared>, driven: &mut [Driven], progress: &ProgressBar) {
+    let slice = if driven.len() > 1 { args.slice.max(Duration::from_millis(100)) } else { args.duration };
+    let mut left: Vec<(Duration, Option<u64>)> = driven.iter().map(|_| (args.duration, args.requests)).collect();
+    while left.iter().any(|(time, requests)| !time.is_zero() && requests != &Some(0)) {
+        for (d, (time, requests)) in driven.iter_mut().zip(left.iter_mut()) {
+            if time.is_zero() || requests == &Some(0) {
+                continue;
+            }
+            let phase = Phase { rate: args.rate, duration: Some(slice.min(*time)), requests: *requests };
+            let (tally, _) = d.measure(shared, phase, progress).await;
+            *time = time.saturating_sub(tally.elapsed.max(slice.min(*time)));
+            *requests = requests.map(|r| r.saturating_sub(tally.requests()));
+            let elapsed = d.tally.elapsed + tally.elapsed;
+            d.tally.merge(&tally);
+            d.tally.elapsed = elapsed;
+        }
+    }
+}
+
+/// Steps the rate up until a target's p99 exceeds --max-p99, a request fails, or it answers less than 95% of
+/// the rate; each target stops at its own limit.
+async fn sweep(args: &RunArgs, shared: &Arc<Shared>, driven: &mut [Driven], progress: &ProgressBar) {
+    // clap requires --rate with --sweep.
+    let start = args.rate.unwrap_or(1000.0);
+    let step = args.sweep_step.unwrap_or(start);
+    let bound = args.max_p99.as_micros() as u64;
+    for i in 0..args.max_steps {
+        let rate = start + step * f64::from(i);
+        for d in driven.iter_mut().filter(|d| !d.finished) {
+            let phase = Phase { rate: Some(rate), duration: Some(args.duration), requests: args.requests };
+            let (tally, cpu) = d.measure(shared, phase, progress).await;
+            let sustained = tally.errors() == 0 && tally.quantile_us(0.99) <= bound && tally.rps() >= 0.95 * rate;
+            d.sweep.push(SweepStep {
+                rate,
+                rps: tally.rps(),
+                p99_us: tally.quantile_us(0.99),
+                errors: tally.errors(),
+                server_cpu_us_per_req: cpu,
+                sustained,
+            });
+            // Errors anywhere in the sweep count; latencies are reported at the best step.
+            let (wrong, transport, examples) = (tally.wrong, tally.transport, tally.examples.clone());
+            d.tally.wrong += wrong;
+            d.tally.transport += transport;
+            d.tally.examples.extend(examples);
+            if sustained {
+                let mut best = tally;
+                (best.wrong, best.transport) = (d.tally.wrong, d.tally.transport);
+                best.examples = d.tally.examples.clone();
+                d.best = Some((rate, best, cpu));
+            } else {
+                d.finished = true;
+                if d.best.is_none() {
+                    let (wrong, transport, examples) = (d.tally.wrong, d.tally.transport, d.tally.examples.clone());
+                    d.tally = tally;
+                    (d.tally.wrong, d.tally.transport, d.tally.examples) = (wrong, transport, examples);
+                }
+            }
+        }
+        if driven.iter().all(|d| d.finished) {
+            break;
+        }
+    }
+}
+
+/// The live line on stderr (hidden when stderr is not a terminal): answers, rate and errors, every 250 ms.
+fn progress_line(shared: &Arc<Shared>) -> ProgressBar {
+    let bar = ProgressBar::new_spinner();
+    // A fixed, valid template.
+    bar.set_style(ProgressStyle::with_template("{spinner} {elapsed:>4} {prefix}: {msg}").unwrap());
+    let (line, shared) = (bar.clone(), shared.clone());
+    tokio::spawn(async move {
+        let mut last = 0;
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        while !line.is_finished() {
+            tick.tick().await;
+            let done = shared.done.load(Ordering::Relaxed);
+            let errors = shared.errors.load(Ordering::Relaxed);
+            line.set_message(format!("{done} answered, {} req/s, {errors} errors", (done - last) * 4));
+            last = done;
+            line.tick();
+        }
+    });
+    bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_list;
+
+    #[test]
+    fn cpu_lists_parse_like_taskset() {
+        assert_eq!(cpu_list("1"), Ok(vec![1]));
+        assert_eq!(cpu_list("0,2-4"), Ok(vec![0, 2, 3, 4]));
+        assert!(cpu_list("one").unwrap_err().contains("CPU list"));
+    }
+}

@@ -1,0 +1,133 @@
+//! What a run measured for one target: an HDR histogram of latencies (µs) and the counts of answers and errors.
+//! Each worker keeps its own `Tally`; they are merged when a phase ends.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+/// Latencies from 1 µs to 60 s, 3 significant figures (1 µs resolution below 1 ms).
+fn histogram() -> Histogram<u64> {
+    // Fixed, valid bounds: 1 <= low, high >= 2 * low, 3 significant figures.
+    Histogram::new_with_bounds(1, 60_000_000, 3).unwrap()
+}
+
+/// How many distinct error messages are kept to show.
+const EXAMPLES: usize = 5;
+
+/// Counts and latencies of requests to one target.
+#[derive(Clone)]
+pub struct Tally {
+    /// Latency of every correct answer, in µs.
+    pub latency: Histogram<u64>,
+    /// Correct answers.
+    pub ok: u64,
+    /// Correct answers that carried a patch.
+    pub patched: u64,
+    /// Answers that came back wrong (status, uid, allowed, patch).
+    pub wrong: u64,
+    /// Requests that got no answer (connect, TLS, HTTP, timeout).
+    pub transport: u64,
+    /// The first few distinct error messages.
+    pub examples: Vec<String>,
+    /// Wall time of the phases measured.
+    pub elapsed: Duration,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally {
+            latency: histogram(),
+            ok: 0,
+            patched: 0,
+            wrong: 0,
+            transport: 0,
+            examples: Vec::new(),
+            elapsed: Duration::ZERO,
+        }
+    }
+}
+
+impl Tally {
+    /// A correct answer after `latency`.
+    pub fn answer(&mut self, latency: Duration, patched: bool) {
+        self.ok += 1;
+        self.patched += u64::from(patched);
+        self.latency.saturating_record(latency.as_micros().max(1) as u64);
+    }
+
+    /// A wrong answer.
+    pub fn wrong(&mut self, reason: String) {
+        self.wrong += 1;
+        self.example(format!("wrong answer: {reason}"));
+    }
+
+    /// A request without an answer.
+    pub fn transport(&mut self, reason: String) {
+        self.transport += 1;
+        self.example(format!("transport: {reason}"));
+    }
+
+    fn example(&mut self, message: String) {
+        if self.examples.len() < EXAMPLES && !self.examples.contains(&message) {
+            self.examples.push(message);
+        }
+    }
+
+    /// Wrong answers and transport errors.
+    pub fn errors(&self) -> u64 {
+        self.wrong + self.transport
+    }
+
+    /// All requests, answered or not.
+    pub fn requests(&self) -> u64 {
+        self.ok + self.errors()
+    }
+
+    /// Correct answers per second of measured time.
+    pub fn rps(&self) -> f64 {
+        if self.elapsed.is_zero() { 0.0 } else { self.ok as f64 / self.elapsed.as_secs_f64() }
+    }
+
+    /// The latency at `quantile` (0.99 for p99), in µs.
+    pub fn quantile_us(&self, quantile: f64) -> u64 {
+        self.latency.value_at_quantile(quantile)
+    }
+
+    /// Adds another tally's counts and latencies (the elapsed time is the caller's to set).
+    pub fn merge(&mut self, other: &Tally) {
+        // Both histograms have the same bounds, so adding cannot fail.
+        self.latency.add(&other.latency).unwrap();
+        self.ok += other.ok;
+        self.patched += other.patched;
+        self.wrong += other.wrong;
+        self.transport += other.transport;
+        for message in &other.examples {
+            self.example(message.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merging_keeps_every_count_and_sample() {
+        let mut a = Tally::default();
+        for us in 1..=99 {
+            a.answer(Duration::from_micros(us), us % 2 == 0);
+        }
+        let mut b = Tally::default();
+        b.answer(Duration::from_millis(250), true);
+        b.wrong("uid".into());
+        b.transport("reset".into());
+        b.transport("reset".into());
+        a.merge(&b);
+        a.elapsed = Duration::from_secs(2);
+        assert_eq!((a.ok, a.patched, a.wrong, a.transport, a.errors(), a.requests()), (100, 50, 1, 2, 3, 103));
+        assert_eq!(a.quantile_us(0.5), 50);
+        assert!(a.quantile_us(1.0) >= 249_900, "the slow answer is the max: {}", a.quantile_us(1.0));
+        assert_eq!(a.rps(), 50.0);
+        assert_eq!(a.examples, ["wrong answer: uid", "transport: reset"]);
+    }
+}
