@@ -10,11 +10,17 @@
 //! (`arc-swap-load`), and the 2 KB review called on the engine directly (`engine-direct`) next to the same review
 //! through the snapshot while another thread publishes a new template set every millisecond (`engine-reloading`).
 //!
-//! Run: `cargo bench --bench engine`. Compare ratios within one run: the machine is shared.
+//! The `stages` group runs each size class (2 KB, 8 KB, 60 KB, 1 MB) through the engine up to each stage
+//! (`Engine::review_until`: parse, read, decide, render, merge, respond); the stages stream into each other, so a
+//! stage's own cost is the difference between two of these. The parameter is the review's size in bytes, so
+//! `cargo run -p loadtest --release -- plot-bench` can draw cost against size from criterion's estimates.
+//!
+//! Run: `cargo bench --bench engine` (`-- stages` for that group alone). Compare ratios within one run: the
+//! machine is shared.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
-use sidecar_injector::{Engine, Settings, Template, Verdict};
+use sidecar_injector::{Engine, Settings, Stage, Template, Verdict};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,20 +39,26 @@ fn review_of_size(target: usize) -> Vec<u8> {
     let mut review: Value = serde_json::from_slice(&base).unwrap();
     review["request"]["object"]["metadata"]["name"] = json!(UNIQUE_NAME);
     let mut i = 0;
-    while serde_json::to_vec(&review).unwrap().len() < target {
-        let object = &mut review["request"]["object"];
-        if i % 4 == 0 {
-            object["metadata"]["annotations"][format!("example.com/note-{i}")] =
-                json!(format!("a \"quoted\" note number {i}"));
+    // The size is tracked by what is added (serialising 1 MB at every step would take minutes), then checked.
+    let mut length = serde_json::to_vec(&review).unwrap().len();
+    let object = &mut review["request"]["object"];
+    let mut env = object["spec"]["containers"][0]["env"].as_array_mut().map(std::mem::take).unwrap_or_default();
+    while length < target {
+        if i % 4 == 0 && i < 400 {
+            let (key, value) = (format!("example.com/note-{i}"), format!("a \"quoted\" note number {i}"));
+            length += key.len() + value.len() + 8;
+            object["metadata"]["annotations"][key] = json!(value);
         } else {
-            let env = object["spec"]["containers"][0]["env"].as_array_mut().map(std::mem::take).unwrap_or_default();
-            let mut env = env;
-            env.push(json!({"name": format!("SETTING_{i}"), "value": format!("value-{i}-{}", "x".repeat(24))}));
-            object["spec"]["containers"][0]["env"] = Value::Array(env);
+            let var = json!({"name": format!("SETTING_{i}"), "value": format!("value-{i}-{}", "x".repeat(24))});
+            length += var.to_string().len() + 1;
+            env.push(var);
         }
         i += 1;
     }
-    serde_json::to_vec(&review).unwrap()
+    object["spec"]["containers"][0]["env"] = Value::Array(env);
+    let bytes = serde_json::to_vec(&review).unwrap();
+    assert!(bytes.len() >= target && bytes.len() < target + target / 20 + 300, "{target}: {}", bytes.len());
+    bytes
 }
 
 fn engine() -> Engine {
@@ -150,9 +162,47 @@ fn snapshot(c: &mut Criterion) {
     group.finish();
 }
 
+/// Each size class up to each stage, on a new pod name every call (so the per-pod leaves are rendered).
+fn stages(c: &mut Criterion) {
+    let engine = engine();
+    let mut group = c.benchmark_group("stages");
+    let stages = [
+        ("1-parse", Stage::Parse),
+        ("2-read", Stage::Read),
+        ("3-decide", Stage::Decide),
+        ("4-render", Stage::Render),
+        ("5-merge", Stage::Merge),
+        ("6-respond", Stage::Respond),
+    ];
+    for target in [2_000, 8_000, 60_000, 1_000_000] {
+        let body = review_of_size(target);
+        let digits = body.windows(UNIQUE_NAME.len()).position(|w| w == UNIQUE_NAME.as_bytes()).unwrap() + 5;
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        for (name, stage) in stages {
+            let mut buf = Vec::with_capacity(body.len());
+            let mut out = Vec::with_capacity(16 * 1024);
+            let mut n = 0u32;
+            group.bench_with_input(BenchmarkId::new(name, body.len()), &body, |b, body| {
+                b.iter(|| {
+                    buf.clear();
+                    buf.extend_from_slice(body);
+                    n = n.wrapping_add(1);
+                    for (i, digit) in buf[digits..digits + 8].iter_mut().enumerate() {
+                        *digit = b"0123456789abcdef"[(n >> (28 - 4 * i)) as usize & 15];
+                    }
+                    out.clear();
+                    engine.review_until(&mut buf, &mut out, stage).unwrap();
+                    black_box(out.len());
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(3));
-    targets = bench, snapshot
+    targets = bench, snapshot, stages
 }
 criterion_main!(benches);

@@ -39,6 +39,26 @@ pub enum Verdict {
     Denied(SkipReason),
 }
 
+/// How far [`Engine::review_until`] runs a request; each stage includes those before it. The stages stream into
+/// each other (the patch is base64-encoded into the response as it is written), so a stage's own cost is the
+/// difference between two prefixes. For the per-stage benchmarks (`benches/engine.rs`).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stage {
+    /// simd-json's tape of the request.
+    Parse,
+    /// The review's fields (uid, kind, operation, object) read from the tape.
+    Read,
+    /// Inject or skip: the pod's metadata read, the template selected, the injection checks made.
+    Decide,
+    /// The per-pod leaves of the template rendered.
+    Render,
+    /// The add-only merge written as a JSON Patch into a plain buffer.
+    Merge,
+    /// Everything: the patch written as base64 into the response.
+    Respond,
+}
+
 /// Engine settings that are not part of a template.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -134,6 +154,17 @@ impl Engine {
     /// Reviews one `AdmissionReview`. `body` is parsed in place (its contents are garbage afterwards) and the
     /// response is written to `out`. An `Err` means the body is not a readable review: answer 400.
     pub fn review(&self, body: &mut [u8], out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
+        // With `Stage::Respond` every stage runs and `run` always returns an outcome.
+        self.run(body, out, Stage::Respond).map(|outcome| outcome.expect("the last stage returns an outcome"))
+    }
+
+    /// Runs `body` through the stages up to `until` (see [`Stage`]): what the per-stage benchmarks measure.
+    #[doc(hidden)]
+    pub fn review_until(&self, body: &mut [u8], out: &mut Vec<u8>, until: Stage) -> Result<(), ReviewError> {
+        self.run(body, out, until).map(drop)
+    }
+
+    fn run(&self, body: &mut [u8], out: &mut Vec<u8>, until: Stage) -> Result<Option<Outcome>, ReviewError> {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Err(ReviewError::Empty);
         }
@@ -143,7 +174,8 @@ impl Engine {
             let Scratch { buffers, tape: tape_slot, work } = &mut *scratch;
             let mut tape = tape_slot.take().unwrap_or_else(Tape::null).reset();
             let result = match simd_json::fill_tape(body, buffers, &mut tape) {
-                Ok(()) => self.answer(tape.as_value(), work, out),
+                Ok(()) if until == Stage::Parse => Ok(None),
+                Ok(()) => self.answer(tape.as_value(), work, out, until),
                 Err(e) => Err(ReviewError::json(&e)),
             };
             *tape_slot = Some(tape.reset());
@@ -156,8 +188,12 @@ impl Engine {
         root: simd_json::tape::Value<'_, '_>,
         work: &mut Work,
         out: &mut Vec<u8>,
-    ) -> Result<Outcome, ReviewError> {
+        until: Stage,
+    ) -> Result<Option<Outcome>, ReviewError> {
         let review = review::read(root)?;
+        if until == Stage::Read {
+            return Ok(None);
+        }
         response::open(out, review.version, review.uid);
         let mut warnings = Vec::new();
         let pod = match decision::decide(&review, &self.keys) {
@@ -165,11 +201,14 @@ impl Engine {
             Err(reason) => {
                 response::allow(out);
                 response::close(out, &warnings, &[]);
-                return Ok(Outcome { version: review.version, verdict: Verdict::Skipped(reason), warnings });
+                return Ok(Some(Outcome { version: review.version, verdict: Verdict::Skipped(reason), warnings }));
             }
         };
         let (verdict, template) = match self.set.select(pod.annotation(&self.keys.template)) {
-            Ok(template) => (self.inject(&template, &pod, work, out, &mut warnings), Some(template)),
+            Ok(template) => match self.inject(&template, &pod, work, out, &mut warnings, until) {
+                Some(verdict) => (verdict, Some(template)),
+                None => return Ok(None),
+            },
             Err(e) => (self.fail(self.unknown_template(&pod, e), out, &mut warnings), None),
         };
         // The audit log records which template and version were applied (or failed to apply) to the pod.
@@ -184,10 +223,11 @@ impl Engine {
             .filter(|_| applied)
             .map(|t| [("template", t.name()), ("template-version", t.hash()), ("template-set", t.set_hash())]);
         response::close(out, &warnings, audit.as_ref().map_or(&[], |a| a.as_slice()));
-        Ok(Outcome { version: review.version, verdict, warnings })
+        Ok(Some(Outcome { version: review.version, verdict, warnings }))
     }
 
-    /// Injects `template` into `pod` if it takes it: renders the per-pod leaves and writes the patch.
+    /// Injects `template` into `pod` if it takes it: renders the per-pod leaves and writes the patch. `None`
+    /// when `until` stops it first.
     fn inject(
         &self,
         template: &Template,
@@ -195,18 +235,22 @@ impl Engine {
         work: &mut Work,
         out: &mut Vec<u8>,
         warnings: &mut Vec<String>,
-    ) -> Verdict {
+        until: Stage,
+    ) -> Option<Verdict> {
         if let Err(reason) = decision::admits(pod, &self.keys, template) {
             if reason == SkipReason::InjectedByOtherVersion {
                 warnings.push(self.other_version_warning(pod, template));
             }
             response::allow(out);
-            return Verdict::Skipped(reason);
+            return Some(Verdict::Skipped(reason));
         }
         let Work { rendered, ranges, overrides, path, staged, leaf_cache } = work;
         overrides.clear();
         if !template.overrides.is_empty() {
             self.read_overrides(template, pod, overrides, warnings);
+        }
+        if until == Stage::Decide {
+            return None;
         }
         if template.renders_per_pod() {
             let context = PodContext {
@@ -229,16 +273,25 @@ impl Engine {
                         e.reason
                     ),
                 };
-                return self.fail(failure, out, warnings);
+                return Some(self.fail(failure, out, warnings));
             }
         }
-        response::allow(out);
         let slots = Rendered { buf: rendered, ranges };
         let overridden = !overrides.is_empty();
-        match response::patch(out, staged, |sink| merge::merge(template, overridden, pod, slots, path, sink)) {
+        match until {
+            Stage::Render => return None,
+            Stage::Merge => {
+                staged.clear();
+                merge::merge(template, overridden, pod, slots, path, staged);
+                return None;
+            }
+            _ => {}
+        }
+        response::allow(out);
+        Some(match response::patch(out, staged, |sink| merge::merge(template, overridden, pod, slots, path, sink)) {
             0 => Verdict::Skipped(SkipReason::AlreadyInjected),
             ops => Verdict::Injected { ops },
-        }
+        })
     }
 
     /// The pod's valid overrides of the template's values, in one pass over its annotations; a warning for

@@ -42,6 +42,6 @@ pub mod server;
 pub mod template;
 
 pub use decision::SkipReason;
-pub use engine::{Engine, Outcome, Settings, Verdict};
+pub use engine::{Engine, Outcome, Settings, Stage, Verdict};
 pub use review::{ApiVersion, ReviewError};
 pub use template::{Policy, SelectError, Selection, SetSources, Template, TemplateError, TemplateSet};

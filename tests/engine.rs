@@ -413,3 +413,27 @@ fn reasonable_nesting_is_accepted() {
     pod["spec"]["x-deep"] = deep;
     assert!(patch_for(&small(), &pod).is_some());
 }
+
+#[test]
+fn review_until_stops_at_each_stage_and_the_last_one_is_the_whole_review() {
+    use sidecar_injector::Stage;
+    let body = std::fs::read("../shared/corpus/reviews/apiserver-1.20-pod-create.json").unwrap();
+    let engine = builtin();
+    let mut whole = Vec::new();
+    engine.review(&mut body.clone(), &mut whole).unwrap();
+    for stage in [Stage::Parse, Stage::Read, Stage::Decide, Stage::Render, Stage::Merge, Stage::Respond] {
+        let mut out = Vec::new();
+        engine.review_until(&mut body.clone(), &mut out, stage).unwrap();
+        match stage {
+            // Nothing of the response is written before the review is read.
+            Stage::Parse | Stage::Read => assert!(out.is_empty(), "{stage:?}"),
+            // The response is opened (uid) but carries no verdict yet.
+            Stage::Decide | Stage::Render | Stage::Merge => {
+                assert!(whole.starts_with(&out) && out.len() < whole.len() && !out.is_empty(), "{stage:?}")
+            }
+            Stage::Respond => assert_eq!(out, whole),
+        }
+    }
+    let mut not_json = b"{".to_vec();
+    assert!(engine.review_until(&mut not_json, &mut Vec::new(), Stage::Parse).is_err());
+}

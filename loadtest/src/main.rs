@@ -5,11 +5,13 @@
 //! cargo run -p loadtest --release -- --start --rate 5000 --duration 10s
 //! cargo run -p loadtest --release -- --start --start-baseline --bodies 6k            # closed loop, side by side
 //! cargo run -p loadtest --release -- --url https://10.0.0.5:8443/mutate --ca ca.pem --rate 200 --duration 30s
+//! cargo run -p loadtest --release -- plot-bench --out cost-by-size.svg   # after cargo bench --bench engine
 //! ```
 //!
 //! Exit codes: 0 every answer was correct; 1 errors (wrong answers or transport errors) or a failed setup; 2 usage.
 
 mod baseline;
+mod benchplot;
 mod bodies;
 mod check;
 mod client;
@@ -39,9 +41,11 @@ struct Cli {
     run: RunArgs,
 }
 
-/// The servers `--start` and `--start-baseline` run, in a child process of this binary.
+/// Other commands, and the servers `--start` and `--start-baseline` run in a child process of this binary.
 #[derive(Debug, Subcommand)]
 enum Internal {
+    /// Print the engine's cost by review size per stage (criterion's `stages` estimates) and plot it as SVG.
+    PlotBench(benchplot::PlotArgs),
     /// `sidecar-injector` itself (`loadtest __injector serve ...` is `sidecar-injector serve ...`).
     #[command(name = "__injector", hide = true)]
     Injector {
@@ -194,6 +198,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("baseline: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Some(Internal::PlotBench(args)) => match benchplot::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("loadtest: {e}");
                 ExitCode::from(1)
             }
         },
