@@ -45,7 +45,7 @@ struct AdmissionReview {
     request: Option<AdmissionRequest>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct AdmissionRequest {
     uid: String,
@@ -55,7 +55,7 @@ struct AdmissionRequest {
     object: Option<Pod>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct GroupVersionKind {
     kind: String,
 }
@@ -93,13 +93,7 @@ pub fn run(args: &BaselineArgs) -> Result<(), String> {
 }
 
 async fn mutate(Json(review): Json<AdmissionReview>) -> Json<AdmissionReviewResponse> {
-    let request = review.request.unwrap_or_else(|| AdmissionRequest {
-        uid: String::new(),
-        kind: GroupVersionKind { kind: String::new() },
-        operation: String::new(),
-        namespace: None,
-        object: None,
-    });
+    let request = review.request.unwrap_or_default();
     let patch = match (&request.object, request.kind.kind.as_str(), request.operation.as_str()) {
         (Some(pod), "Pod", "CREATE") => patch_for(pod, request.namespace.as_deref().unwrap_or("default")),
         _ => None,

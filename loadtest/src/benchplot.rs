@@ -4,8 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use plotters::prelude::*;
 use serde::Deserialize;
+
+use crate::plot::{Line, LogLog};
 
 /// Where criterion's estimates are and where the plot goes.
 #[derive(Debug, clap::Args)]
@@ -100,49 +101,26 @@ pub fn run(args: &PlotArgs) -> Result<(), String> {
         println!();
     }
 
-    let mut svg = String::new();
-    {
-        let (x_min, x_max) = (sizes[0] as f64 * 0.7, *sizes.last().unwrap_or(&1) as f64 * 1.4);
-        let y_min = series.iter().flat_map(|s| s.1.iter().map(|p| p.1)).fold(f64::MAX, f64::min) / 1e3 * 0.7;
-        let y_max = series.iter().flat_map(|s| s.1.iter().map(|p| p.1)).fold(0.0, f64::max) / 1e3 * 1.4;
-        let root = SVGBackend::with_string(&mut svg, (900, 560)).into_drawing_area();
-        let draw = |e: &dyn std::fmt::Display| e.to_string();
-        root.fill(&WHITE).map_err(|e| draw(&e))?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption("Engine cost by review size, per stage (criterion medians)", ("sans-serif", 20))
-            .margin(20)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d((x_min..x_max).log_scale(), (y_min..y_max).log_scale())
-            .map_err(|e| draw(&e))?;
-        chart
-            .configure_mesh()
-            .x_desc("review size")
-            .y_desc("µs per review")
-            .x_label_formatter(&|x| crate::bodies::human_bytes(*x as usize))
-            .draw()
-            .map_err(|e| draw(&e))?;
-        for (i, (name, points)) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            let line = points.iter().map(|p| (p.0 as f64, p.1 / 1e3));
-            chart
-                .draw_series(LineSeries::new(line, color.stroke_width(2)))
-                .map_err(|e| draw(&e))?
-                .label(name.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-            chart
-                .draw_series(points.iter().map(|p| Circle::new((p.0 as f64, p.1 / 1e3), 3, color.filled())))
-                .map_err(|e| draw(&e))?;
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| draw(&e))?;
-        root.present().map_err(|e| draw(&e))?;
+    let (x_min, x_max) = (sizes[0] as f64 * 0.7, *sizes.last().unwrap_or(&1) as f64 * 1.4);
+    let y_min = series.iter().flat_map(|s| s.1.iter().map(|p| p.1)).fold(f64::MAX, f64::min) / 1e3 * 0.7;
+    let y_max = series.iter().flat_map(|s| s.1.iter().map(|p| p.1)).fold(0.0, f64::max) / 1e3 * 1.4;
+    let lines: Vec<Line> = series
+        .iter()
+        .map(|(name, points)| Line {
+            label: name.clone(),
+            points: points.iter().map(|p| (p.0 as f64, p.1 / 1e3)).collect(),
+        })
+        .collect();
+    let svg = LogLog {
+        caption: "Engine cost by review size, per stage (criterion medians)",
+        x: x_min..x_max,
+        y: y_min..y_max,
+        x_desc: "review size",
+        y_desc: "µs per review",
+        x_label: &|x| crate::bodies::human_bytes(*x as usize),
+        dots: true,
     }
+    .svg(&lines)?;
     std::fs::write(&args.out, svg).map_err(|e| format!("{}: {e}", args.out.display()))?;
     eprintln!("loadtest: wrote {}", args.out.display());
     Ok(())

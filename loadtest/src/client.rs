@@ -8,6 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::{http1, http2};
+use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
 use hyper::{Request, StatusCode, Uri};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
@@ -21,8 +22,9 @@ pub struct Target {
     /// The URL as given.
     pub url: String,
     addr: SocketAddr,
-    authority: String,
-    path_and_query: String,
+    /// The request target: the path (HTTP/1.1, with a Host header) or the whole URL (HTTP/2's `:authority`).
+    uri: Uri,
+    host: HeaderValue,
     server_name: ServerName<'static>,
     tls: TlsConnector,
     http2: bool,
@@ -105,12 +107,18 @@ impl Target {
             .next()
             .ok_or_else(|| resolve_error("no address".into()))?;
         let server_name = ServerName::try_from(host).map_err(|_| bad_url())?;
+        // The authority of a parsed URI is a valid header value.
+        let host = HeaderValue::from_str(uri.authority().map_or("", |a| a.as_str())).map_err(|_| bad_url())?;
+        let uri = match http2 {
+            true => uri,
+            false => uri.path_and_query().map_or_else(|| Uri::from_static("/"), |p| Uri::from(p.clone())),
+        };
         Ok(Target {
             label: label.to_owned(),
             url: url.to_owned(),
             addr,
-            authority: uri.authority().map_or_else(String::new, |a| a.to_string()),
-            path_and_query: uri.path_and_query().map_or_else(|| "/".to_owned(), |p| p.to_string()),
+            uri,
+            host,
             server_name,
             tls: TlsConnector::from(tls),
             http2,
@@ -149,13 +157,12 @@ impl Target {
 
     /// The POST of `body` to this target's path.
     fn request(&self, body: Bytes) -> Request<Full<Bytes>> {
-        let mut builder = Request::post(self.path_and_query.as_str()).header("content-type", "application/json");
-        if self.http2 {
-            builder = builder.uri(format!("https://{}{}", self.authority, self.path_and_query));
-        } else {
-            builder = builder.header("host", self.authority.as_str());
+        let mut builder =
+            Request::post(self.uri.clone()).header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if !self.http2 {
+            builder = builder.header(HOST, self.host.clone());
         }
-        // Only static, valid parts go into the builder, so it cannot fail.
+        // Only parts validated in `new` go into the builder, so it cannot fail.
         builder.body(Full::new(body)).unwrap()
     }
 }

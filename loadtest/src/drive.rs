@@ -55,13 +55,12 @@ pub struct Phase {
 pub struct Pool {
     target: Arc<Target>,
     workers: Vec<Worker>,
-    /// Per body: whether an answer to it was already applied to the pod (done once per body and target).
-    applied: Arc<Vec<AtomicBool>>,
 }
 
 struct Worker {
     target: Arc<Target>,
     connection: Option<Connection>,
+    /// Per body: whether an answer to it was already applied to the pod (done once per body and target).
     applied: Arc<Vec<AtomicBool>>,
 }
 
@@ -84,7 +83,7 @@ impl Pool {
                 workers.push(Worker { target: target.clone(), connection: Some(connection), applied: applied.clone() });
             }
         }
-        Ok(Pool { target, workers, applied })
+        Ok(Pool { target, workers })
     }
 
     /// The target these workers drive.
@@ -114,12 +113,9 @@ impl Pool {
                     tally.merge(&worker_tally);
                     self.workers.push(worker);
                 }
-                // A worker only panics on a bug of ours; keep the other workers' numbers and say so.
+                // A worker only panics on a bug of ours; keep the other workers' numbers and fail the run.
                 Err(e) => tally.transport(format!("a worker failed: {e}")),
             }
-        }
-        if self.workers.is_empty() {
-            self.workers.push(Worker { target: self.target.clone(), connection: None, applied: self.applied.clone() });
         }
         tally.elapsed = started.elapsed();
         tally

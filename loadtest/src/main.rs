@@ -16,6 +16,7 @@ mod bodies;
 mod check;
 mod client;
 mod drive;
+mod plot;
 mod report;
 mod run;
 mod server;
@@ -201,13 +202,7 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Some(Internal::PlotBench(args)) => match benchplot::run(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("loadtest: {e}");
-                ExitCode::from(1)
-            }
-        },
+        Some(Internal::PlotBench(args)) => benchplot::run(&args).map_or_else(|e| run::fail(&e), |()| ExitCode::SUCCESS),
         None => run::main(&cli.run),
     }
 }

@@ -3,9 +3,9 @@
 
 use std::fmt::Write as _;
 
-use plotters::prelude::*;
 use serde::Serialize;
 
+use crate::plot::{Line, LogLog};
 use crate::stats::Tally;
 
 /// The results of one run.
@@ -124,7 +124,7 @@ pub struct Ratios {
 }
 
 /// What the server probe measured for a target.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct ServerFigures {
     /// CPU per answered request, µs.
     pub cpu_us_per_req: Option<f64>,
@@ -295,55 +295,35 @@ impl Report {
 
     /// The latency-by-percentile plot, SVG.
     pub fn svg(&self) -> Result<String, String> {
-        let mut svg = String::new();
         let max = self.targets().map(|t| t.max_us).max().unwrap_or(1).max(10) as f64;
         let min = self.targets().filter_map(|t| t.distribution.first().map(|d| d.1)).min().unwrap_or(1).max(1) as f64;
-        {
-            let root = SVGBackend::with_string(&mut svg, (900, 520)).into_drawing_area();
-            root.fill(&WHITE).map_err(|e| e.to_string())?;
-            let caption = match self.rate {
-                Some(rate) => format!("Latency by percentile, {rate:.0} req/s, {}", self.protocol),
-                None => format!("Latency by percentile, closed loop, {}", self.protocol),
-            };
-            // x is 1 / (1 - percentile): 10 is p90, 100 p99, 1000 p99.9, so the tail gets the room it needs.
-            let mut chart = ChartBuilder::on(&root)
-                .caption(caption, ("sans-serif", 20))
-                .margin(20)
-                .x_label_area_size(40)
-                .y_label_area_size(70)
-                .build_cartesian_2d((1f64..100_000f64).log_scale(), (min * 0.8..max * 1.25).log_scale())
-                .map_err(|e| e.to_string())?;
-            chart
-                .configure_mesh()
-                .x_desc("percentile")
-                .y_desc("latency (µs)")
-                .x_label_formatter(&|x| format!("{}%", 100.0 - 100.0 / x))
-                .y_label_formatter(&|y| format!("{y:.0}"))
-                .draw()
-                .map_err(|e| e.to_string())?;
-            for (i, t) in self.targets().enumerate() {
-                let color = Palette99::pick(i).to_rgba();
-                let points = t
+        let caption = match self.rate {
+            Some(rate) => format!("Latency by percentile, {rate:.0} req/s, {}", self.protocol),
+            None => format!("Latency by percentile, closed loop, {}", self.protocol),
+        };
+        // x is 1 / (1 - percentile): 10 is p90, 100 p99, 1000 p99.9, so the tail gets the room it needs.
+        let lines: Vec<Line> = self
+            .targets()
+            .map(|t| Line {
+                label: format!("{} (p99 {} µs)", t.target, t.p99_us),
+                points: t
                     .distribution
                     .iter()
                     .filter(|(p, _)| *p < 99.999)
-                    .map(|(p, v)| (100.0 / (100.0 - p), (*v).max(1) as f64));
-                chart
-                    .draw_series(LineSeries::new(points, color.stroke_width(2)))
-                    .map_err(|e| e.to_string())?
-                    .label(format!("{} (p99 {} µs)", t.target, t.p99_us))
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-            }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .background_style(WHITE.mix(0.8))
-                .border_style(BLACK)
-                .draw()
-                .map_err(|e| e.to_string())?;
-            root.present().map_err(|e| e.to_string())?;
+                    .map(|(p, v)| (100.0 / (100.0 - p), (*v).max(1) as f64))
+                    .collect(),
+            })
+            .collect();
+        LogLog {
+            caption: &caption,
+            x: 1.0..100_000.0,
+            y: min * 0.8..max * 1.25,
+            x_desc: "percentile",
+            y_desc: "latency (µs)",
+            x_label: &|x| format!("{}%", 100.0 - 100.0 / x),
+            dots: false,
         }
-        Ok(svg)
+        .svg(&lines)
     }
 
     /// An HTML page: the table, the plot and the command that produced them.

@@ -53,7 +53,8 @@ pub fn main(args: &RunArgs) -> ExitCode {
     }
 }
 
-fn fail(message: &str) -> ExitCode {
+/// Exit code 1, with the reason on stderr.
+pub fn fail(message: &str) -> ExitCode {
     eprintln!("loadtest: {message}");
     ExitCode::from(1)
 }
@@ -113,6 +114,7 @@ struct Driven {
     cpu: Duration,
     answered: u64,
     sweep: Vec<SweepStep>,
+    /// A sweep's highest sustained step: its rate, what it measured, and the server's CPU per request in it.
     best: Option<(f64, Tally, Option<f64>)>,
     finished: bool,
 }
@@ -134,34 +136,29 @@ impl Driven {
         (tally, per_request)
     }
 
-    fn report(&self, server: ServerFigures) -> TargetReport {
+    /// The report: of every measured phase, or for a sweep that held at some rate, of its highest such step
+    /// with the errors of the whole sweep (a sustained step has none of its own).
+    fn report(&self) -> TargetReport {
         let target = self.pool.target();
-        match &self.best {
-            Some((rate, tally, cpu)) if !self.sweep.is_empty() => {
-                let mut report = TargetReport::new(
-                    &target.label,
-                    &target.url,
-                    tally,
-                    ServerFigures { cpu_us_per_req: *cpu, ..server },
-                );
-                report.max_sustainable_rate = Some(*rate);
-                report.sweep = Some(self.sweep.clone());
-                report
-            }
-            _ => {
-                let mut report = TargetReport::new(&target.label, &target.url, &self.tally, server);
-                if !self.sweep.is_empty() {
-                    report.sweep = Some(self.sweep.clone());
-                }
-                report
-            }
-        }
-    }
-
-    fn server_figures(&self) -> ServerFigures {
+        // `answered` only grows when the probe read the CPU time around a phase.
         let cpu_us_per_req = (self.answered > 0).then(|| self.cpu.as_secs_f64() * 1e6 / self.answered as f64);
         let peak = self.probe.as_ref().and_then(|p| p.memory().ok()).map(|(_, peak)| peak);
-        ServerFigures { cpu_us_per_req: cpu_us_per_req.filter(|_| self.probe.is_some()), rss: self.rss_idle.zip(peak) }
+        let server = ServerFigures { cpu_us_per_req, rss: self.rss_idle.zip(peak) };
+        let mut report = match &self.best {
+            Some((rate, step, cpu)) => {
+                let mut figures = step.clone();
+                figures.merge_errors(&self.tally);
+                let server = ServerFigures { cpu_us_per_req: *cpu, ..server };
+                let mut report = TargetReport::new(&target.label, &target.url, &figures, server);
+                report.max_sustainable_rate = Some(*rate);
+                report
+            }
+            None => TargetReport::new(&target.label, &target.url, &self.tally, server),
+        };
+        if !self.sweep.is_empty() {
+            report.sweep = Some(self.sweep.clone());
+        }
+        report
     }
 }
 
@@ -260,9 +257,7 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
             progress.set_prefix(format!("{} warm-up", d.pool.target().label));
             let warmup =
                 d.pool.run(&shared, Phase { rate: args.rate, duration: Some(args.warmup), requests: None }).await;
-            if warmup.errors() > 0 {
-                d.tally.merge(&warmup);
-            }
+            d.tally.merge_errors(&warmup);
         }
     }
     if args.sweep {
@@ -272,7 +267,7 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
     }
     progress.finish_and_clear();
 
-    let mut reports: Vec<TargetReport> = driven.iter().map(|d| d.report(d.server_figures())).collect();
+    let mut reports: Vec<TargetReport> = driven.iter().map(Driven::report).collect();
     let compare = (reports.len() > 1).then(|| reports.remove(1));
     let primary = reports.remove(0);
     let ratios = compare.as_ref().map(|c| Ratios::of(&primary, c));
@@ -313,9 +308,7 @@ async fn alternate(args: &RunArgs, shared: &Arc<Shared>, driven: &mut [Driven], 
             let (tally, _) = d.measure(shared, phase, progress).await;
             *time = time.saturating_sub(tally.elapsed.max(slice.min(*time)));
             *requests = requests.map(|r| r.saturating_sub(tally.requests()));
-            let elapsed = d.tally.elapsed + tally.elapsed;
             d.tally.merge(&tally);
-            d.tally.elapsed = elapsed;
         }
     }
 }
@@ -341,23 +334,13 @@ async fn sweep(args: &RunArgs, shared: &Arc<Shared>, driven: &mut [Driven], prog
                 server_cpu_us_per_req: cpu,
                 sustained,
             });
-            // Errors anywhere in the sweep count; latencies are reported at the best step.
-            let (wrong, transport, examples) = (tally.wrong, tally.transport, tally.examples.clone());
-            d.tally.wrong += wrong;
-            d.tally.transport += transport;
-            d.tally.examples.extend(examples);
+            // Every step's errors count against the run. Latencies are reported at the best step, or, if the
+            // first step already failed, from it (the only step in `tally` then).
+            d.tally.merge(&tally);
             if sustained {
-                let mut best = tally;
-                (best.wrong, best.transport) = (d.tally.wrong, d.tally.transport);
-                best.examples = d.tally.examples.clone();
-                d.best = Some((rate, best, cpu));
+                d.best = Some((rate, tally, cpu));
             } else {
                 d.finished = true;
-                if d.best.is_none() {
-                    let (wrong, transport, examples) = (d.tally.wrong, d.tally.transport, d.tally.examples.clone());
-                    d.tally = tally;
-                    (d.tally.wrong, d.tally.transport, d.tally.examples) = (wrong, transport, examples);
-                }
             }
         }
         if driven.iter().all(|d| d.finished) {

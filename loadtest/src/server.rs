@@ -3,7 +3,6 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sidecar_injector::server::tls::DevCertificates;
@@ -148,16 +147,15 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 /// What /proc says about a server process.
-#[derive(Clone)]
 pub struct Probe {
-    process: Arc<procfs::process::Process>,
+    process: procfs::process::Process,
 }
 
 impl Probe {
     /// A probe of process `pid`.
     pub fn new(pid: u32) -> Result<Probe, String> {
         let process = procfs::process::Process::new(pid as i32).map_err(|e| format!("process {pid}: {e}"))?;
-        let probe = Probe { process: Arc::new(process) };
+        let probe = Probe { process };
         probe.cpu_time()?;
         Ok(probe)
     }

@@ -93,12 +93,19 @@ impl Tally {
         self.latency.value_at_quantile(quantile)
     }
 
-    /// Adds another tally's counts and latencies (the elapsed time is the caller's to set).
+    /// Adds another tally's counts, latencies and measured time.
     pub fn merge(&mut self, other: &Tally) {
         // Both histograms have the same bounds, so adding cannot fail.
         self.latency.add(&other.latency).unwrap();
         self.ok += other.ok;
         self.patched += other.patched;
+        self.elapsed += other.elapsed;
+        self.merge_errors(other);
+    }
+
+    /// Adds another tally's errors only: those of a warm-up, or of a sweep's steps, count against the run
+    /// without their latencies being reported.
+    pub fn merge_errors(&mut self, other: &Tally) {
         self.wrong += other.wrong;
         self.transport += other.transport;
         for message in &other.examples {
@@ -122,12 +129,17 @@ mod tests {
         b.wrong("uid".into());
         b.transport("reset".into());
         b.transport("reset".into());
+        (a.elapsed, b.elapsed) = (Duration::from_millis(1500), Duration::from_millis(500));
         a.merge(&b);
-        a.elapsed = Duration::from_secs(2);
         assert_eq!((a.ok, a.patched, a.wrong, a.transport, a.errors(), a.requests()), (100, 50, 1, 2, 3, 103));
         assert_eq!(a.quantile_us(0.5), 50);
         assert!(a.quantile_us(1.0) >= 249_900, "the slow answer is the max: {}", a.quantile_us(1.0));
         assert_eq!(a.rps(), 50.0);
         assert_eq!(a.examples, ["wrong answer: uid", "transport: reset"]);
+
+        let mut errors_only = Tally::default();
+        errors_only.merge_errors(&a);
+        assert_eq!((errors_only.ok, errors_only.errors(), errors_only.latency.len()), (0, 3, 0));
+        assert_eq!(errors_only.elapsed, Duration::ZERO);
     }
 }
