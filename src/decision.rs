@@ -149,7 +149,11 @@ pub(crate) fn admits(pod: &PodView<'_, '_>, keys: &Keys, template: &Template) ->
     Ok(())
 }
 
-/// The values that opt a pod out, compared without regard to case.
+/// The values of `<prefix>inject` that opt a pod out, compared without regard to case or surrounding space. The
+/// webhook configuration's objectSelector and matchConditions (`manifests/`) list the same values, so that the API
+/// server does not even call us for such pods.
+pub const OPT_OUT_VALUES: [&str; 5] = ["false", "no", "off", "0", "disabled"];
+
 fn is_false(value: &str) -> bool {
-    ["false", "no", "off", "0", "disabled"].iter().any(|f| value.trim().eq_ignore_ascii_case(f))
+    OPT_OUT_VALUES.iter().any(|f| value.trim().eq_ignore_ascii_case(f))
 }

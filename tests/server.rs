@@ -9,6 +9,7 @@ use bytes::Bytes;
 use common::server::*;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, StatusCode};
+use sidecar_injector::pki::Authority;
 use sidecar_injector::server::TlsSource;
 use sidecar_injector::server::tls::DevCertificates;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -182,9 +183,10 @@ async fn rotated_certificates_are_served_without_failing_a_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_client_ca_only_clients_with_a_certificate_are_served() {
-    let client_identity = DevCertificates::generate().unwrap();
+    let client_ca = Authority::generate("API server clients", Duration::from_secs(3600)).unwrap();
+    let client_identity = client_ca.issue_client("kube-apiserver", Duration::from_secs(3600)).unwrap();
     let server = start(|c, dir| {
-        std::fs::write(dir.join("client-ca.pem"), &client_identity.ca_pem).unwrap();
+        std::fs::write(dir.join("client-ca.pem"), client_ca.cert_pem()).unwrap();
         c.client_ca = Some(dir.join("client-ca.pem"));
     })
     .await;
@@ -195,6 +197,15 @@ async fn with_a_client_ca_only_clients_with_a_certificate_are_served() {
         Ok(mut conn) => conn.send(post("/mutate", "application/json", REVIEW)).await.is_err(),
     };
     assert!(refused, "a client without a certificate was served");
+    // A serving certificate of the same CA is not a client certificate.
+    let server_identity =
+        client_ca.issue_server("impostor", &["localhost".to_owned()], Duration::from_secs(3600)).unwrap();
+    let identity = Some((server_identity.cert_pem.as_str(), server_identity.key_pem.as_str()));
+    let refused = match Conn::open_with(server.addr, client_config(&server.ca_pem, b"http/1.1", identity)).await {
+        Err(_) => true,
+        Ok(mut conn) => conn.send(post("/mutate", "application/json", REVIEW)).await.is_err(),
+    };
+    assert!(refused, "a serving certificate was accepted as a client certificate");
     let identity = Some((client_identity.cert_pem.as_str(), client_identity.key_pem.as_str()));
     let mut conn = Conn::open_with(server.addr, client_config(&server.ca_pem, b"http/1.1", identity)).await.unwrap();
     assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK);
@@ -257,4 +268,86 @@ async fn metrics_move_after_requests() {
     assert!(metrics.contains("sidecar_injector_request_duration_seconds_bucket{le=\"0.00001\"}"), "{metrics}");
     assert!(counter(&metrics, r#"sidecar_injector_tls_handshakes_total{result="ok"}"#) >= 1.0);
     assert_eq!(admin_get(server.metrics, "/healthz").await, (200, "ok\n".to_owned()));
+}
+
+/// `sidecar-injector certs`: the serving certificate verifies against the CA for the Service's DNS names only,
+/// a server started with it is reachable by a client trusting only that CA (at the name the API server uses),
+/// and a second run keeps the CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certs_writes_a_certificate_the_api_server_will_accept_and_renewal_keeps_the_ca() {
+    use rustls::client::WebPkiServerVerifier;
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+
+    let out = tempfile::tempdir().unwrap();
+    let certs = |extra: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["certs", "--service", "hook", "--namespace", "infra", "--out"])
+            .arg(out.path())
+            .args(extra)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(output.status.success(), "{stderr}");
+        stderr
+    };
+    let stderr = certs(&[]);
+    assert!(
+        stderr.contains("the base deploys Service sidecar-injector"),
+        "non-default names are pointed out: {stderr}"
+    );
+    let read = |file: &str| std::fs::read(out.path().join(file)).unwrap();
+    #[cfg(unix)]
+    for key in ["ca.key", "tls.key"] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(out.path().join(key)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{key} is private: {mode:o}");
+    }
+    assert!(String::from_utf8(read(".gitignore")).unwrap().lines().any(|l| l == "*.key"), "keys stay out of git");
+    let patch = String::from_utf8(read("webhook-ca-patch.yaml")).unwrap();
+    use base64::Engine as _;
+    assert!(patch.contains(&base64::engine::general_purpose::STANDARD.encode(read("ca.crt"))), "{patch}");
+    let kustomization = String::from_utf8(read("kustomization.yaml")).unwrap();
+    assert!(kustomization.contains("manifests/base"), "the overlay builds on the base: {kustomization}");
+
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(&read("ca.crt")).unwrap()).unwrap();
+    let verifier = WebPkiServerVerifier::builder_with_provider(roots.into(), provider).build().unwrap();
+    let verify = |cert: &[u8], name: &str| {
+        let cert = CertificateDer::from_pem_slice(cert).unwrap();
+        let name = ServerName::try_from(name.to_owned()).unwrap();
+        verifier.verify_server_cert(&cert, &[], &name, &[], UnixTime::now()).map(drop)
+    };
+    let first = read("tls.crt");
+    for name in ["hook.infra.svc", "hook.infra.svc.cluster.local"] {
+        verify(&first, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    assert!(verify(&first, "hook.default.svc").is_err());
+    assert!(verify(&first, "localhost").is_err());
+
+    let (cert, key) = (out.path().join("tls.crt"), out.path().join("tls.key"));
+    let server = start(|c, dir| {
+        c.tls = TlsSource::Files { cert: cert.clone(), key: key.clone() };
+        std::fs::write(dir.join("ca.pem"), read("ca.crt")).unwrap();
+    })
+    .await;
+    let trusting = client_config(&read("ca.crt"), b"http/1.1", None);
+    let mut conn = Conn::open_as(server.addr, trusting, "hook.infra.svc").await.unwrap();
+    assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK);
+    let stranger = DevCertificates::generate().unwrap();
+    let distrusting = client_config(stranger.ca_pem.as_bytes(), b"http/1.1", None);
+    assert!(Conn::open_as(server.addr, distrusting, "hook.infra.svc").await.is_err());
+
+    // Renewal: the same CA, a new certificate it verifies.
+    let ca = read("ca.crt");
+    let stderr = certs(&["--days", "30"]);
+    assert!(stderr.contains("keeping the CA"), "{stderr}");
+    assert_eq!(read("ca.crt"), ca);
+    assert_ne!(read("tls.crt"), first);
+    verify(&read("tls.crt"), "hook.infra.svc").unwrap();
+    certs(&["--new-ca"]);
+    assert_ne!(read("ca.crt"), ca, "--new-ca replaces it");
 }

@@ -4,7 +4,9 @@
 //! It lives in the library so that the load harness (`loadtest --start`) can run this very `serve` in a child
 //! process of its own, always built from the same source as the harness.
 
+pub mod certs;
 pub mod check;
+pub mod inject;
 pub mod review;
 pub mod serve;
 
@@ -33,6 +35,8 @@ where
         Command::Serve(args) => serve::run(args),
         Command::Review(args) => review::run(args),
         Command::Check(args) => check::run(args),
+        Command::Inject(args) => inject::run(args),
+        Command::Certs(args) => certs::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -52,6 +56,12 @@ pub enum Command {
     Review(review::ReviewArgs),
     /// Validate and dry-render a template file or directory (what CI runs before a ConfigMap change).
     Check(check::CheckArgs),
+    /// Inject the sidecar into every pod template of YAML or JSON manifests (Pod, Deployment, StatefulSet,
+    /// DaemonSet, ReplicaSet, ReplicationController, Job, CronJob) and print them; other objects pass through.
+    Inject(inject::InjectArgs),
+    /// Write a CA, a serving certificate for the webhook's Service and a kustomize overlay that deploys them
+    /// (for clusters without cert-manager).
+    Certs(certs::CertsArgs),
 }
 
 /// Options shared by every command that injects.

@@ -85,6 +85,11 @@ pub struct ServeArgs {
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_TEMPLATE_POLL_INTERVAL")]
     pub template_poll_interval: Duration,
 
+    /// Worker threads [default: the CPUs this process may use, from affinity and the cgroup CPU quota]. Set it
+    /// in a container without a CPU limit, which would otherwise get one worker per node CPU.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..), env = "SIDECAR_INJECTOR_WORKERS")]
+    pub workers: Option<u16>,
+
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "SIDECAR_INJECTOR_LOG_FORMAT")]
     pub log_format: LogFormat,
@@ -151,7 +156,10 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     init_logging(args)?;
     let engine = args.template.engine().map_err(|e| e.to_string())?;
     // std reads the cgroup CPU quota, so a container limited to 2 CPUs gets 2 workers, not one per host core.
-    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let workers = match args.workers {
+        Some(n) => usize::from(n),
+        None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()

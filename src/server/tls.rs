@@ -248,26 +248,18 @@ pub struct DevCertificates {
 
 impl DevCertificates {
     /// A new CA and a certificate for localhost.
-    pub fn generate() -> Result<Self, rcgen::Error> {
+    pub fn generate() -> Result<Self, crate::pki::PkiError> {
         Self::generate_for(&[])
     }
 
     /// A new CA and a certificate for localhost and `extra_names` (DNS names or IP addresses).
-    pub fn generate_for(extra_names: &[String]) -> Result<Self, rcgen::Error> {
-        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
-        let mut ca = CertificateParams::new(Vec::<String>::new())?;
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name.push(DnType::CommonName, "sidecar-injector development CA");
-        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-        let ca_key = KeyPair::generate()?;
-        let ca_cert = ca.self_signed(&ca_key)?;
-
+    pub fn generate_for(extra_names: &[String]) -> Result<Self, crate::pki::PkiError> {
+        // A development certificate lives as long as the process that generated it; a year is plenty.
+        const VALIDITY: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+        let ca = crate::pki::Authority::generate("sidecar-injector development CA", VALIDITY)?;
         let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
         names.extend_from_slice(extra_names);
-        let mut leaf = CertificateParams::new(names)?;
-        leaf.distinguished_name.push(DnType::CommonName, "sidecar-injector");
-        let leaf_key = KeyPair::generate()?;
-        let leaf_cert = leaf.signed_by(&leaf_key, &Issuer::from_params(&ca, &ca_key))?;
-        Ok(DevCertificates { ca_pem: ca_cert.pem(), cert_pem: leaf_cert.pem(), key_pem: leaf_key.serialize_pem() })
+        let leaf = ca.issue_server("sidecar-injector", &names, VALIDITY)?;
+        Ok(DevCertificates { ca_pem: ca.cert_pem().to_owned(), cert_pem: leaf.cert_pem, key_pem: leaf.key_pem })
     }
 }

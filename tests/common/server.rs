@@ -91,9 +91,18 @@ pub async fn tls_connect(
     addr: SocketAddr,
     config: rustls::ClientConfig,
 ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    tls_connect_as(addr, config, "localhost").await
+}
+
+/// Connects to `addr` expecting a certificate for `server_name` (as the API server reaches `svc.ns.svc`).
+pub async fn tls_connect_as(
+    addr: SocketAddr,
+    config: rustls::ClientConfig,
+    server_name: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     let tcp = TcpStream::connect(addr).await?;
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await
+    connector.connect(ServerName::try_from(server_name.to_owned()).unwrap(), tcp).await
 }
 
 /// One HTTP connection, either protocol.
@@ -109,8 +118,12 @@ impl Conn {
     }
 
     pub async fn open_with(addr: SocketAddr, config: rustls::ClientConfig) -> Result<Conn, String> {
+        Self::open_as(addr, config, "localhost").await
+    }
+
+    pub async fn open_as(addr: SocketAddr, config: rustls::ClientConfig, server_name: &str) -> Result<Conn, String> {
         let h2 = config.alpn_protocols == [b"h2".to_vec()];
-        let tls = tls_connect(addr, config).await.map_err(|e| e.to_string())?;
+        let tls = tls_connect_as(addr, config, server_name).await.map_err(|e| e.to_string())?;
         let io = TokioIo::new(tls);
         if h2 {
             let (send, conn) =

@@ -1,0 +1,25 @@
+# syntax=docker/dockerfile:1
+# sidecar-injector's image: the binary alone on distroless (no shell, no package manager), as a non-root user.
+#   docker build -t sidecar-injector:dev .
+#   kind load docker-image sidecar-injector:dev        (kind; minikube: minikube image load sidecar-injector:dev)
+# Then deploy it (README, "Deploy"):
+#   sidecar-injector certs --image sidecar-injector:dev --out my-injector && kubectl apply -k my-injector
+
+# Build: the release profile (fat LTO, one codegen unit) of the injector only, not the load harness.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --package sidecar-injector --bin sidecar-injector \
+    && cp target/release/sidecar-injector /sidecar-injector
+
+# Run: glibc and libgcc (the `cc` flavour of distroless; mimalloc and aws-lc are linked in), nothing else.
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /sidecar-injector /sidecar-injector
+# distroless's `nonroot` user; the Deployment runs as the same uid (runAsUser: 65532).
+USER 65532:65532
+# 8443: the webhook (HTTPS); 9090: /metrics, /healthz, /readyz (plain HTTP).
+EXPOSE 8443 9090
+ENTRYPOINT ["/sidecar-injector"]
+CMD ["serve"]

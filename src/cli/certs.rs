@@ -1,0 +1,232 @@
+//! `sidecar-injector certs`: certificates for clusters without cert-manager. Writes a CA, a serving certificate
+//! for the webhook's Service and a kustomize overlay on `manifests/` that deploys them: the TLS Secret, and the
+//! CA as the `caBundle` of the webhook configuration.
+//!
+//! Run again on the same directory, it keeps the CA and issues a new serving certificate, so the `caBundle` the
+//! API server trusts does not change when the certificate is renewed.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine as _;
+use clap::Args;
+
+use crate::pki::Authority;
+
+/// The names `manifests/` gives the webhook's objects.
+pub mod names {
+    /// The Service (and Deployment, and ServiceAccount).
+    pub const SERVICE: &str = "sidecar-injector";
+    /// The namespace.
+    pub const NAMESPACE: &str = "sidecar-injector";
+    /// The Secret with the serving certificate, mounted by the Deployment.
+    pub const TLS_SECRET: &str = "sidecar-injector-tls";
+    /// The MutatingWebhookConfiguration.
+    pub const MUTATING_CONFIGURATION: &str = "sidecar-injector";
+    /// Its webhooks.
+    pub const MUTATING_WEBHOOKS: &[&str] = &["inject.sidecar-injector.io"];
+    /// The image the Deployment runs (without its tag), which kustomize `images:` entries replace.
+    pub const IMAGE: &str = "ghcr.io/sidecar-injector/sidecar-injector";
+}
+
+/// Arguments of `certs`.
+#[derive(Debug, Args)]
+pub struct CertsArgs {
+    /// The webhook's Service.
+    #[arg(long, value_name = "NAME", default_value = names::SERVICE)]
+    pub service: String,
+
+    /// The Service's namespace.
+    #[arg(long, value_name = "NS", default_value = names::NAMESPACE)]
+    pub namespace: String,
+
+    /// Where to write the certificates and the overlay (created if needed).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+
+    /// The kustomize base the overlay builds on: a directory (written relative to DIR) or a remote URL.
+    #[arg(long, value_name = "DIR|URL", default_value = "manifests/base")]
+    pub base: String,
+
+    /// The injector's image, `NAME[:TAG]` or `NAME@DIGEST`, set in the overlay [default: the base's].
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+
+    /// Days the serving certificate is valid.
+    #[arg(long, value_name = "DAYS", default_value_t = 365, value_parser = clap::value_parser!(u64).range(1..=3650))]
+    pub days: u64,
+
+    /// Make a new CA even if DIR holds one (the webhook configuration's caBundle then changes).
+    #[arg(long)]
+    pub new_ca: bool,
+}
+
+/// A new CA is valid for ten years; the serving certificates it signs are renewed far more often.
+const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Runs `certs`.
+pub fn run(args: &CertsArgs) -> Result<(), String> {
+    let out = &args.out;
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let (ca_cert, ca_key) = (out.join("ca.crt"), out.join("ca.key"));
+    let ca = if !args.new_ca && ca_cert.exists() && ca_key.exists() {
+        let ca = Authority::from_pem(&read(&ca_cert)?, &read(&ca_key)?).map_err(|e| {
+            format!("{} and {}: not a usable CA ({e}); use --new-ca to replace it", ca_cert.display(), ca_key.display())
+        })?;
+        eprintln!("sidecar-injector: keeping the CA in {} (the caBundle does not change)", ca_cert.display());
+        ca
+    } else {
+        let ca =
+            Authority::generate(&format!("{} webhook CA", args.service), CA_VALIDITY).map_err(|e| e.to_string())?;
+        write(&ca_cert, ca.cert_pem(), false)?;
+        write(&ca_key, &ca.key_pem(), true)?;
+        ca
+    };
+    let (service, namespace) = (&args.service, &args.namespace);
+    let dns_names = vec![
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+        format!("{service}.{namespace}"),
+        service.clone(),
+    ];
+    let validity = Duration::from_secs(args.days * 24 * 3600);
+    let leaf = ca.issue_server(&dns_names[0], &dns_names, validity).map_err(|e| e.to_string())?;
+    write(&out.join("tls.crt"), &leaf.cert_pem, false)?;
+    write(&out.join("tls.key"), &leaf.key_pem, true)?;
+    write(&out.join("webhook-ca-patch.yaml"), &ca_bundle_patch(ca.cert_pem()), false)?;
+    // The overlay may be committed; the private keys must not be.
+    write(
+        &out.join(".gitignore"),
+        "# Written by `sidecar-injector certs`: private keys stay out of git.\n*.key\n",
+        false,
+    )?;
+    let base = base_reference(&args.base, out)?;
+    write(&out.join("kustomization.yaml"), &kustomization(&base, namespace, args.image.as_deref()), false)?;
+    if service != names::SERVICE || namespace != names::NAMESPACE {
+        eprintln!(
+            "sidecar-injector: note: the base deploys Service {} in namespace {}; give the overlay a matching name \
+             and namespace (and the webhook configuration's clientConfig.service) before applying it",
+            names::SERVICE,
+            names::NAMESPACE
+        );
+    }
+    eprintln!(
+        "sidecar-injector: wrote a serving certificate for {} (valid {} days) and a kustomize overlay; deploy with \
+         `kubectl apply -k {}`",
+        dns_names[..2].join(", "),
+        args.days,
+        out.display()
+    );
+    Ok(())
+}
+
+/// The strategic-merge patch that gives every webhook the CA bundle.
+fn ca_bundle_patch(ca_pem: &str) -> String {
+    let bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let mut patch = format!(
+        "# Generated by `sidecar-injector certs`: the CA that signed the serving certificate, for the API server.\n\
+         apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata:\n  name: {}\nwebhooks:\n",
+        names::MUTATING_CONFIGURATION
+    );
+    for webhook in names::MUTATING_WEBHOOKS {
+        patch.push_str(&format!("  - name: {webhook}\n    clientConfig:\n      caBundle: {bundle}\n"));
+    }
+    patch
+}
+
+/// The overlay: the base, the TLS Secret from the files beside it, the caBundle patch, and the image.
+fn kustomization(base: &str, namespace: &str, image: Option<&str>) -> String {
+    let mut text = format!(
+        "# Generated by `sidecar-injector certs`. Deploy with `kubectl apply -k` on this directory.\n\
+         apiVersion: kustomize.config.k8s.io/v1beta1\n\
+         kind: Kustomization\n\
+         resources:\n  - {base}\n\
+         secretGenerator:\n\
+         \x20 - name: {secret}\n\
+         \x20   namespace: {namespace}\n\
+         \x20   type: kubernetes.io/tls\n\
+         \x20   files: [tls.crt, tls.key]\n\
+         \x20   options:\n\
+         \x20     # The injector reloads a renewed certificate from the mounted Secret: no rollout, no hash suffix.\n\
+         \x20     disableNameSuffixHash: true\n\
+         patches:\n  - path: webhook-ca-patch.yaml\n",
+        secret = names::TLS_SECRET,
+    );
+    if let Some(image) = image {
+        text.push_str(&format!("images:\n  - name: {}\n", names::IMAGE));
+        text.push_str(&image_fields(image));
+    }
+    text
+}
+
+/// `newName`, and `newTag` or `digest`, of an image reference (`registry:5000/name:tag`, `name@sha256:...`),
+/// quoted so that a tag such as `1.20` stays a string.
+fn image_fields(image: &str) -> String {
+    let field = |key: &str, value: &str| format!("    {key}: {}\n", serde_json::Value::from(value));
+    if let Some((name, digest)) = image.split_once('@') {
+        return field("newName", name) + &field("digest", digest);
+    }
+    let last_segment = image.rfind('/').map_or(0, |slash| slash + 1);
+    match image[last_segment..].rfind(':') {
+        Some(colon) => {
+            let (name, tag) = image.split_at(last_segment + colon);
+            field("newName", name) + &field("newTag", &tag[1..])
+        }
+        None => field("newName", image),
+    }
+}
+
+/// How the overlay in `out` refers to `base`: a local directory relative to `out`, anything else as given.
+fn base_reference(base: &str, out: &Path) -> Result<String, String> {
+    let path = Path::new(base);
+    if !path.is_dir() {
+        if base.contains("://") || base.starts_with("github.com/") {
+            return Ok(base.to_owned());
+        }
+        return Err(format!("--base {base}: no such directory (run from the repository, or give a path or URL)"));
+    }
+    let canonical = |p: &Path| p.canonicalize().map_err(|e| format!("{}: {e}", p.display()));
+    let relative = pathdiff::diff_paths(canonical(path)?, canonical(out)?)
+        .ok_or_else(|| format!("--base {base}: cannot be reached from {}", out.display()))?;
+    Ok(relative.to_string_lossy().into_owned())
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Writes `contents`; a private key is created readable by its owner only.
+fn write(path: &Path, contents: &str, private: bool) -> Result<(), String> {
+    use std::io::Write;
+    let error = |e: std::io::Error| format!("{}: {e}", path.display());
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        if private {
+            options.mode(0o600);
+            // `mode` applies to a new file only; an existing one is narrowed before the key is written to it.
+            if path.exists() {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(error)?;
+            }
+        }
+    }
+    options.open(path).and_then(|mut file| file.write_all(contents.as_bytes())).map_err(error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::image_fields;
+
+    #[test]
+    fn image_references_split_into_kustomize_fields() {
+        assert_eq!(image_fields("sidecar-injector:dev"), "    newName: \"sidecar-injector\"\n    newTag: \"dev\"\n");
+        assert_eq!(image_fields("registry:5000/team/injector"), "    newName: \"registry:5000/team/injector\"\n");
+        assert_eq!(
+            image_fields("registry:5000/team/injector:1.20"),
+            "    newName: \"registry:5000/team/injector\"\n    newTag: \"1.20\"\n"
+        );
+        assert_eq!(image_fields("ghcr.io/x@sha256:abc"), "    newName: \"ghcr.io/x\"\n    digest: \"sha256:abc\"\n");
+    }
+}

@@ -1,0 +1,83 @@
+//! `sidecar-injector inject`: manifests in, the same manifests with the sidecar injected on stdout, like
+//! `istioctl kube-inject`. Useful in CI and for a first look before deploying anything.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::TemplateArgs;
+use crate::Verdict;
+use crate::offline::{self, Format};
+
+/// Arguments of `inject`.
+#[derive(Debug, Args)]
+pub struct InjectArgs {
+    /// The manifests (YAML or JSON, one or many documents); `-` reads stdin.
+    #[arg(short = 'f', long = "filename", value_name = "FILE|-")]
+    pub file: PathBuf,
+
+    /// Output format [default: the input's].
+    #[arg(short = 'o', long, value_enum)]
+    pub output: Option<OutputFormat>,
+
+    /// The namespace of objects that do not name one (what `kubectl apply -n` would give them).
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+
+    /// Say nothing on stderr about pod templates that were not injected.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+
+    /// Which templates, and how to apply them.
+    #[command(flatten)]
+    pub template: TemplateArgs,
+}
+
+/// `yaml` or `json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// YAML documents separated by `---`.
+    Yaml,
+    /// JSON objects.
+    Json,
+}
+
+/// Runs `inject`. Nothing is printed unless every document could be injected.
+pub fn run(args: &InjectArgs) -> Result<(), String> {
+    let engine = args.template.engine().map_err(|e| e.to_string())?;
+    let (label, text) = if args.file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).map_err(|e| format!("reading stdin: {e}"))?;
+        ("stdin".to_owned(), text)
+    } else {
+        let label = args.file.display().to_string();
+        let text = std::fs::read_to_string(&args.file).map_err(|e| format!("{label}: {e}"))?;
+        (label, text)
+    };
+    let mut documents = offline::read_documents(&text).map_err(|e| format!("{label}: {e}"))?;
+    let mut notes = String::new();
+    for document in &mut documents {
+        let reports =
+            offline::inject_document(&engine, document, &args.namespace).map_err(|e| format!("{label}: {e}"))?;
+        for report in reports {
+            for warning in &report.warnings {
+                notes.push_str(&format!("{}: warning: {warning}\n", report.workload));
+            }
+            if let (Verdict::Skipped(reason), false) = (report.verdict, args.quiet) {
+                let (name, why) = (reason.as_str(), reason.explain());
+                notes.push_str(&format!("{}: not injected ({name}): {why}\n", report.workload));
+            }
+        }
+    }
+    let format = match args.output {
+        Some(OutputFormat::Yaml) => Format::Yaml,
+        Some(OutputFormat::Json) => Format::Json,
+        None => Format::detect(&text),
+    };
+    std::io::stdout()
+        .write_all(offline::write_documents(&documents, format).as_bytes())
+        .map_err(|e| format!("writing the manifests: {e}"))?;
+    eprint!("{notes}");
+    Ok(())
+}

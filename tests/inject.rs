@@ -1,0 +1,382 @@
+//! `sidecar-injector inject`: every workload kind's pod template injected once, other objects untouched, the
+//! output injected again unchanged, YAML read as kubectl reads it.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// One of every kind `inject` knows, and some it must leave alone.
+const MANIFESTS: &str = r#"# A namespace-less Service: passed through.
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+spec:
+  ports:
+  - port: 80
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+data:
+  enabled: "yes"
+  mode: "0644"
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: solo
+  namespace: shop
+spec:
+  containers:
+  - name: app
+    image: nginx
+    volumeMounts:
+    - name: config
+      mountPath: /etc/app
+  volumes:
+  - name: config
+    configMap:
+      name: settings
+      defaultMode: 0644
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  replicas: 3
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+        ports:
+        - containerPort: 8080
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: legacy
+spec:
+  selector:
+    matchLabels: {app: legacy}
+  template:
+    metadata:
+      labels: {app: legacy}
+      annotations:
+        sidecar-injector.io/inject: "false"
+    spec:
+      containers:
+      - name: legacy
+        image: legacy:1
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: db
+  namespace: data
+spec:
+  serviceName: db
+  selector:
+    matchLabels: {app: db}
+  template:
+    metadata:
+      labels: {app: db}
+    spec:
+      containers:
+      - name: postgres
+        image: postgres:17
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: agent
+spec:
+  selector:
+    matchLabels: {app: agent}
+  template:
+    metadata:
+      labels: {app: agent}
+    spec:
+      containers:
+      - name: agent
+        image: agent:2
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: rs
+spec:
+  selector:
+    matchLabels: {app: rs}
+  template:
+    metadata:
+      labels: {app: rs}
+    spec:
+      containers:
+      - name: rs
+        image: rs:1
+---
+apiVersion: v1
+kind: ReplicationController
+metadata:
+  name: rc
+spec:
+  selector: {app: rc}
+  template:
+    metadata:
+      labels: {app: rc}
+    spec:
+      containers:
+      - name: rc
+        image: rc:1
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: migrate
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: migrate
+        image: migrate:1
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: nightly
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers:
+          - name: report
+            image: report:1
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: listed
+  spec:
+    containers:
+    - name: app
+      image: busybox
+- apiVersion: v1
+  kind: Secret
+  metadata:
+    name: s
+  stringData:
+    password: "on"
+---
+# Another group's Job has no pod template where batch/v1's has one.
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata:
+  name: volcano
+spec:
+  tasks: []
+"#;
+
+fn run(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    eprintln!(
+        "$ sidecar-injector {}\nstatus: {}\nstderr: {}",
+        args.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn documents(text: &[u8]) -> Vec<Value> {
+    sidecar_injector::offline::read_documents(std::str::from_utf8(text).unwrap()).unwrap()
+}
+
+/// The pod template of a workload (the object itself for a Pod).
+fn template(object: &Value) -> Option<&Value> {
+    let group = object["apiVersion"].as_str()?.rsplit_once('/').map_or("", |(group, _)| group);
+    if !["", "apps", "batch"].contains(&group) {
+        return None;
+    }
+    match object["kind"].as_str()? {
+        "Pod" => Some(object),
+        "CronJob" => object.pointer("/spec/jobTemplate/spec/template"),
+        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "ReplicationController" | "Job" => {
+            object.pointer("/spec/template")
+        }
+        _ => None,
+    }
+}
+
+fn names(list: &Value) -> Vec<&str> {
+    list.as_array().map(|items| items.iter().filter_map(|c| c["name"].as_str()).collect()).unwrap_or_default()
+}
+
+fn all_objects(documents: &[Value]) -> Vec<&Value> {
+    documents
+        .iter()
+        .flat_map(|d| match d["kind"].as_str() {
+            Some("List") => d["items"].as_array().unwrap().iter().collect(),
+            _ => vec![d],
+        })
+        .collect()
+}
+
+#[test]
+fn every_pod_template_is_injected_once_and_everything_else_is_untouched() {
+    let output = run(&["inject", "-f", "-"], MANIFESTS);
+    assert!(output.status.success());
+    let before = documents(MANIFESTS.as_bytes());
+    let after = documents(&output.stdout);
+    assert_eq!(after.len(), before.len(), "one document out for each in");
+    let (before, after) = (all_objects(&before), all_objects(&after));
+
+    let mut injected = Vec::new();
+    for (old, new) in before.iter().zip(&after) {
+        let name = format!("{} {}", old["kind"].as_str().unwrap(), old["metadata"]["name"].as_str().unwrap_or(""));
+        let opted_out = name == "Deployment legacy";
+        match template(new) {
+            Some(pod) if !opted_out => {
+                let containers = names(&pod["spec"]["containers"]);
+                assert_eq!(containers.iter().filter(|n| **n == "proxy").count(), 1, "{name}: {containers:?}");
+                assert_eq!(names(&pod["spec"]["initContainers"]), ["proxy-init"], "{name}");
+                assert!(names(&pod["spec"]["volumes"]).contains(&"sidecar-injector-proxy"), "{name}");
+                assert_eq!(pod["metadata"]["labels"]["sidecar-injector.io/injected"], "true", "{name}");
+                assert!(pod["metadata"]["annotations"]["sidecar-injector.io/status"].is_string(), "{name}");
+                // The user's containers are kept, first and unchanged.
+                assert_eq!(pod["spec"]["containers"][0], template(old).unwrap()["spec"]["containers"][0], "{name}");
+                // What was injected is a valid Pod.
+                let as_pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"], "spec": pod["spec"]});
+                serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(as_pod)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                // Outside the template, nothing changed.
+                let (mut old_rest, mut new_rest) = ((*old).clone(), (*new).clone());
+                for rest in [&mut old_rest, &mut new_rest] {
+                    strip_template(rest);
+                }
+                assert_eq!(old_rest, new_rest, "{name}: only the pod template changes");
+                injected.push(name);
+            }
+            _ => assert_eq!(old, new, "{name} passes through"),
+        }
+    }
+    assert_eq!(
+        injected,
+        [
+            "Pod solo",
+            "Deployment web",
+            "StatefulSet db",
+            "DaemonSet agent",
+            "ReplicaSet rs",
+            "ReplicationController rc",
+            "Job migrate",
+            "CronJob nightly",
+            "Pod listed"
+        ]
+    );
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("Deployment default/legacy: not injected (opted-out)"), "{stderr}");
+
+    // YAML as kubectl reads it: the octal mode is 0644, quoted strings stay strings.
+    let solo = after.iter().find(|o| o["metadata"]["name"] == "solo").unwrap();
+    assert_eq!(solo["spec"]["volumes"][0]["configMap"]["defaultMode"], 0o644);
+    let settings = after.iter().find(|o| o["metadata"]["name"] == "settings").unwrap();
+    assert_eq!(settings["data"], serde_json::json!({"enabled": "yes", "mode": "0644"}));
+    // Per-pod values are rendered from the template's labels, namespace and the controller's name.
+    let web = after.iter().find(|o| o["metadata"]["name"] == "web" && o["kind"] == "Deployment").unwrap();
+    let proxy = &web["spec"]["template"]["spec"]["containers"][1];
+    let env =
+        |name: &str| proxy["env"].as_array().unwrap().iter().find(|e| e["name"] == name).unwrap()["value"].clone();
+    assert_eq!(env("PROXY_SERVICE_NAME"), "web");
+}
+
+fn strip_template(object: &mut Value) {
+    let path = match object["kind"].as_str() {
+        Some("Pod") => {
+            object["metadata"] = Value::Null;
+            object["spec"] = Value::Null;
+            return;
+        }
+        Some("CronJob") => "/spec/jobTemplate/spec/template",
+        _ => "/spec/template",
+    };
+    if let Some(template) = object.pointer_mut(path) {
+        *template = Value::Null;
+    }
+}
+
+#[test]
+fn injecting_the_output_again_changes_nothing() {
+    let first = run(&["inject", "-f", "-"], MANIFESTS);
+    assert!(first.status.success());
+    let second = run(&["inject", "-f", "-"], std::str::from_utf8(&first.stdout).unwrap());
+    assert!(second.status.success());
+    assert_eq!(String::from_utf8(second.stdout).unwrap(), String::from_utf8(first.stdout).unwrap());
+    let stderr = String::from_utf8(second.stderr).unwrap();
+    assert_eq!(stderr.matches("already-injected").count(), 9, "{stderr}");
+}
+
+#[test]
+fn json_in_json_out_and_files_work_like_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("workloads.yaml");
+    std::fs::write(&file, MANIFESTS).unwrap();
+    let from_file = run(&["inject", "-f", file.to_str().unwrap(), "-q"], "");
+    let from_stdin = run(&["inject", "--filename", "-", "--quiet"], MANIFESTS);
+    assert!(from_file.status.success());
+    assert_eq!(from_file.stdout, from_stdin.stdout);
+    assert!(from_file.stderr.is_empty(), "--quiet");
+
+    let pod = std::fs::read_to_string("../shared/corpus/pods/k8s-examples-AI_model-serving-tensorflow_deployment.json")
+        .unwrap();
+    let json = run(&["inject", "-f", "-"], &pod);
+    assert!(json.status.success());
+    let out: Value = serde_json::from_slice(&json.stdout).expect("JSON in, JSON out");
+    assert!(names(&out["spec"]["containers"]).contains(&"proxy"));
+    let yaml = run(&["inject", "-f", "-", "-o", "yaml"], &pod);
+    assert_eq!(documents(&yaml.stdout), [out]);
+}
+
+#[test]
+fn a_refused_pod_or_bad_yaml_fails_with_the_reason_and_prints_nothing() {
+    let asks = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations:\n    sidecar-injector.io/template: nope\nspec:\n  containers:\n  - {name: a, image: b}\n";
+    let refused = run(&["inject", "-f", "-", "--unknown-template", "deny"], asks);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(refused.stdout.is_empty());
+    let stderr = String::from_utf8(refused.stderr).unwrap();
+    assert!(stderr.contains("Pod default/p: refused:") && stderr.contains("no template named nope"), "{stderr}");
+
+    let allowed = run(&["inject", "-f", "-"], asks);
+    assert!(allowed.status.success(), "the default policy admits it without the sidecar");
+    assert!(String::from_utf8(allowed.stderr).unwrap().contains("warning"));
+
+    let broken = run(&["inject", "-f", "-"], "kind: Pod\nspec: [1, 2\nmetadata: {}\n");
+    assert_eq!(broken.status.code(), Some(1));
+    assert!(broken.stdout.is_empty());
+    let stderr = String::from_utf8(broken.stderr).unwrap();
+    assert!(stderr.starts_with("sidecar-injector: stdin: ") && stderr.contains("line"), "{stderr}");
+}

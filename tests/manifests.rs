@@ -1,0 +1,607 @@
+//! `manifests/`: every object deserialises into its Kubernetes type without losing a field, the kustomizations
+//! list every file, the webhook configuration has the safety properties the good-practice guide asks for, the
+//! Deployment is hardened and consistent with the binary's flags, and the ConfigMap carries `templates/`.
+//!
+//! The ConfigMap is generated from `templates/`: after editing a template, regenerate it with
+//! `SIDECAR_INJECTOR_BLESS=1 cargo test --test manifests`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
+use serde_json::Value;
+use sidecar_injector::cli::certs::names;
+use sidecar_injector::decision::OPT_OUT_VALUES;
+
+const BASE: &str = "manifests/base";
+const CERT_MANAGER: &str = "manifests/cert-manager";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The YAML documents of a file, read as kubectl reads them.
+fn documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    sidecar_injector::offline::read_documents(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every object of a kustomization directory, with the file it came from.
+fn objects(dir: &str) -> Vec<(String, Value)> {
+    let mut all = Vec::new();
+    for file in yaml_files(&root().join(dir)) {
+        if file == "kustomization.yaml" {
+            continue;
+        }
+        for doc in documents(&root().join(dir).join(&file)) {
+            all.push((file.clone(), doc));
+        }
+    }
+    all
+}
+
+fn yaml_files(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".yaml"))
+        .collect()
+}
+
+fn the<'a>(objects: &'a [(String, Value)], kind: &str) -> &'a Value {
+    let mut found = objects.iter().filter(|(_, o)| o["kind"] == kind);
+    let (_, object) = found.next().unwrap_or_else(|| panic!("no {kind}"));
+    assert!(found.next().is_none(), "one {kind}");
+    object
+}
+
+fn typed<T: serde::de::DeserializeOwned>(object: &Value) -> T {
+    serde_json::from_value(object.clone()).unwrap()
+}
+
+/// Deserialises `object` as `T` and serialises it back: any field `T` does not know (a typo) is lost on the way
+/// and shows as a difference, reported with its path.
+fn round_trips_as<T: serde::de::DeserializeOwned + serde::Serialize>(file: &str, object: &Value) {
+    let parsed: T = serde_json::from_value(object.clone())
+        .unwrap_or_else(|e| panic!("{file}: {} does not deserialise: {e}", object["kind"]));
+    let back = serde_json::to_value(&parsed).unwrap();
+    if let Some(difference) = first_difference(object, &back, String::new()) {
+        panic!("{file}: {} {difference}", object["kind"]);
+    }
+}
+
+fn first_difference(written: &Value, understood: &Value, path: String) -> Option<String> {
+    match (written, understood) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (key, value) in a {
+                let here = format!("{path}.{key}");
+                match b.get(key) {
+                    None => return Some(format!("{here}: unknown field (a typo, or not in this API version)")),
+                    Some(other) => {
+                        if let Some(d) = first_difference(value, other, here) {
+                            return Some(d);
+                        }
+                    }
+                }
+            }
+            None
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            a.iter().zip(b).enumerate().find_map(|(i, (x, y))| first_difference(x, y, format!("{path}[{i}]")))
+        }
+        _ if written == understood => None,
+        _ => Some(format!("{path}: written {written}, understood as {understood}")),
+    }
+}
+
+#[test]
+fn every_object_deserialises_into_its_kubernetes_type_without_losing_a_field() {
+    use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let base = objects(BASE);
+    let mut kinds = BTreeSet::new();
+    for (file, object) in &base {
+        let kind = object["kind"].as_str().unwrap_or_else(|| panic!("{file}: no kind"));
+        match kind {
+            "Namespace" => round_trips_as::<Namespace>(file, object),
+            "ServiceAccount" => round_trips_as::<ServiceAccount>(file, object),
+            "ConfigMap" => round_trips_as::<ConfigMap>(file, object),
+            "Deployment" => round_trips_as::<Deployment>(file, object),
+            "Service" => round_trips_as::<Service>(file, object),
+            "PodDisruptionBudget" => round_trips_as::<PodDisruptionBudget>(file, object),
+            "HorizontalPodAutoscaler" => round_trips_as::<HorizontalPodAutoscaler>(file, object),
+            "NetworkPolicy" => round_trips_as::<NetworkPolicy>(file, object),
+            "MutatingWebhookConfiguration" => round_trips_as::<MutatingWebhookConfiguration>(file, object),
+            other => panic!("{file}: unexpected kind {other}"),
+        }
+        kinds.insert(kind);
+    }
+    assert_eq!(kinds.len(), 9, "one of each: {kinds:?}");
+    for (file, object) in objects(CERT_MANAGER) {
+        match object["kind"].as_str().unwrap() {
+            "Issuer" => drop(serde_json::from_value::<cert_manager::Issuer>(object).unwrap()),
+            "Certificate" => drop(serde_json::from_value::<cert_manager::Certificate>(object).unwrap()),
+            "MutatingWebhookConfiguration" => round_trips_as::<MutatingWebhookConfiguration>(&file, &object),
+            other => panic!("{file}: unexpected kind {other}"),
+        }
+    }
+}
+
+#[test]
+fn the_round_trip_catches_a_misspelt_field() {
+    let base = objects(BASE);
+    let mut deployment = the(&base, "Deployment").clone();
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = serde_json::json!({});
+    let caught = std::panic::catch_unwind(|| round_trips_as::<Deployment>("deployment.yaml", &deployment));
+    let message = *caught.unwrap_err().downcast::<String>().unwrap();
+    assert!(message.contains(".spec.template.spec.containers[0].readinesProbe: unknown field"), "{message}");
+}
+
+#[test]
+fn each_kustomization_lists_every_file_beside_it() {
+    let base: Value = documents(&root().join(BASE).join("kustomization.yaml")).remove(0);
+    let listed: BTreeSet<String> =
+        base["resources"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_owned()).collect();
+    let mut present = yaml_files(&root().join(BASE));
+    present.remove("kustomization.yaml");
+    assert_eq!(listed, present, "{BASE}/kustomization.yaml resources");
+
+    let overlay: Value = documents(&root().join(CERT_MANAGER).join("kustomization.yaml")).remove(0);
+    let mut listed: BTreeSet<String> =
+        overlay["resources"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_owned()).collect();
+    assert!(listed.remove("../base"), "the cert-manager overlay builds on the base");
+    listed.extend(overlay["patches"].as_array().unwrap().iter().map(|p| p["path"].as_str().unwrap().to_owned()));
+    let mut present = yaml_files(&root().join(CERT_MANAGER));
+    present.remove("kustomization.yaml");
+    assert_eq!(listed, present, "{CERT_MANAGER}/kustomization.yaml resources and patches");
+}
+
+#[test]
+fn the_webhook_configuration_is_safe() {
+    let base = objects(BASE);
+    let configuration: MutatingWebhookConfiguration = typed(the(&base, "MutatingWebhookConfiguration"));
+    assert_eq!(configuration.metadata.name.as_deref(), Some(names::MUTATING_CONFIGURATION));
+    let webhooks = configuration.webhooks.unwrap();
+    let webhook_names: Vec<&str> = webhooks.iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(webhook_names, names::MUTATING_WEBHOOKS, "the names `certs` patches");
+    let webhook = &webhooks[0];
+
+    assert_eq!(webhook.admission_review_versions, ["v1", "v1beta1"]);
+    assert_eq!(webhook.side_effects, "None");
+    let timeout = webhook.timeout_seconds.unwrap();
+    assert!((2..=5).contains(&timeout), "timeoutSeconds {timeout}");
+    assert_eq!(webhook.failure_policy.as_deref(), Some("Ignore"), "fails open");
+    assert_eq!(webhook.reinvocation_policy.as_deref(), Some("IfNeeded"));
+    assert_eq!(webhook.match_policy.as_deref(), Some("Equivalent"));
+
+    let rules = webhook.rules.as_ref().unwrap();
+    assert_eq!(rules.len(), 1);
+    let rule = &rules[0];
+    assert_eq!(rule.operations.as_deref(), Some(&["CREATE".to_owned()][..]), "CREATE only");
+    assert_eq!(rule.api_groups.as_deref(), Some(&[String::new()][..]), "the core group only");
+    assert_eq!(rule.api_versions.as_deref(), Some(&["v1".to_owned()][..]));
+    assert_eq!(rule.resources.as_deref(), Some(&["pods".to_owned()][..]), "pods, no subresources");
+
+    // The namespace selector: opt-in by label, and never the system namespaces or our own.
+    let deployment: Deployment = typed(the(&base, "Deployment"));
+    let own_namespace = deployment.metadata.namespace.clone().unwrap();
+    let selector = webhook.namespace_selector.as_ref().unwrap();
+    assert!(selector.match_labels.is_none());
+    let expressions = selector.match_expressions.as_ref().unwrap();
+    let opt_in = expressions.iter().find(|e| e.key == "sidecar-injector.io/inject").expect("opt-in by label");
+    assert_eq!((opt_in.operator.as_str(), opt_in.values.as_deref()), ("In", Some(&["enabled".to_owned()][..])));
+    let excluded = expressions.iter().find(|e| e.key == "kubernetes.io/metadata.name").expect("exclusion by name");
+    assert_eq!(excluded.operator, "NotIn");
+    let excluded = excluded.values.as_ref().unwrap();
+    for namespace in ["kube-system", "kube-node-lease", own_namespace.as_str()] {
+        assert!(excluded.iter().any(|n| n == namespace), "{namespace} is excluded: {excluded:?}");
+    }
+
+    // Per-pod opt-out: the label and, through CEL, the annotation, with exactly the engine's values.
+    let object_selector = webhook.object_selector.as_ref().unwrap().match_expressions.as_ref().unwrap();
+    assert_eq!(object_selector.len(), 1);
+    assert_eq!(
+        (object_selector[0].key.as_str(), object_selector[0].operator.as_str()),
+        ("sidecar-injector.io/inject", "NotIn")
+    );
+    assert_eq!(object_selector[0].values.as_deref().unwrap(), OPT_OUT_VALUES);
+    let conditions = webhook.match_conditions.as_ref().unwrap();
+    let annotation = &conditions.iter().find(|c| c.name == "not-opted-out-by-annotation").unwrap().expression;
+    assert!(annotation.contains("object.metadata.annotations['sidecar-injector.io/inject']"), "{annotation}");
+    let quoted: Vec<String> = OPT_OUT_VALUES.iter().map(|v| format!("'{v}'")).collect();
+    assert!(annotation.contains(&format!("[{}]", quoted.join(", "))), "{annotation}");
+    assert!(conditions.iter().any(|c| c.expression.contains("'kubernetes.io/config.mirror'")));
+
+    // It calls our Service, on the port that leads to the container's webhook port, on serve's default path.
+    let service: Service = typed(the(&base, "Service"));
+    let client = webhook.client_config.service.as_ref().unwrap();
+    assert_eq!(client.name, service.metadata.name.clone().unwrap());
+    assert_eq!(Some(&client.namespace), service.metadata.namespace.as_ref());
+    assert_eq!(client.path.as_deref(), Some("/mutate"));
+    let port = service.spec.unwrap().ports.unwrap().into_iter().find(|p| Some(p.port) == client.port).unwrap();
+    assert_eq!(port.name.as_deref(), Some("https"));
+    assert!(webhook.client_config.ca_bundle.is_none(), "the caBundle comes from an overlay");
+}
+
+#[test]
+fn the_deployment_is_hardened_and_runs_what_it_mounts() {
+    use sidecar_injector::cli::{Cli, Command};
+    let base = objects(BASE);
+    let deployment: Deployment = typed(the(&base, "Deployment"));
+    let spec = deployment.spec.unwrap();
+    assert!(spec.replicas.unwrap() >= 2);
+    let pod = spec.template.spec.unwrap();
+    let spread = pod.topology_spread_constraints.unwrap();
+    assert!(spread.iter().any(|c| c.topology_key == "kubernetes.io/hostname"), "spread across nodes");
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    let pod_security = pod.security_context.unwrap();
+    assert_eq!(pod_security.run_as_non_root, Some(true));
+    assert_eq!(pod_security.seccomp_profile.unwrap().type_, "RuntimeDefault");
+
+    assert_eq!(pod.containers.len(), 1);
+    let container = &pod.containers[0];
+    let security = container.security_context.clone().unwrap();
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(security.run_as_non_root, Some(true));
+    assert_eq!(security.capabilities.unwrap().drop.unwrap(), ["ALL"]);
+    assert_eq!(security.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    let resources = container.resources.clone().unwrap();
+    for key in ["cpu", "memory"] {
+        assert!(resources.requests.as_ref().unwrap().contains_key(key), "a {key} request");
+    }
+    assert!(resources.limits.unwrap().contains_key("memory"), "a memory limit");
+    assert!(container.lifecycle.as_ref().unwrap().pre_stop.as_ref().unwrap().sleep.is_some(), "a preStop delay");
+
+    // The probes use the plain metrics port, on the paths `serve` answers.
+    let metrics_port = container.ports.as_ref().unwrap().iter().find(|p| p.name.as_deref() == Some("metrics")).unwrap();
+    for (probe, path) in [(&container.readiness_probe, "/readyz"), (&container.liveness_probe, "/healthz")] {
+        let http = probe.clone().unwrap().http_get.unwrap();
+        assert_eq!(http.path.as_deref(), Some(path));
+        assert_eq!(http.port, k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("metrics".into()));
+    }
+
+    let image = container.image.as_deref().unwrap();
+    assert!(image.starts_with(&format!("{}:", names::IMAGE)), "the image `certs --image` replaces: {image}");
+
+    // The arguments parse as `serve` and name files in the mounted Secret and ConfigMap, mounted as directories.
+    let args = container.args.clone().unwrap();
+    let cli =
+        <Cli as clap::Parser>::try_parse_from(std::iter::once("sidecar-injector".to_owned()).chain(args)).unwrap();
+    let Command::Serve(serve) = cli.command else { panic!("the container runs serve") };
+    assert_eq!(
+        serve.listen.port(),
+        container.ports.as_ref().unwrap().iter().find(|p| p.name.as_deref() == Some("https")).unwrap().container_port
+            as u16
+    );
+    assert_eq!(serve.metrics_listen.port(), metrics_port.container_port as u16);
+    let mounts = container.volume_mounts.clone().unwrap();
+    assert!(mounts.iter().all(|m| m.sub_path.is_none()), "subPath mounts never see updates");
+    let volumes = pod.volumes.unwrap();
+    let mounted = |volume_name: &str| {
+        let mount = mounts.iter().find(|m| m.name == volume_name).unwrap();
+        let volume = volumes.iter().find(|v| v.name == volume_name).unwrap();
+        (PathBuf::from(&mount.mount_path), volume.clone())
+    };
+    let (tls_dir, tls) = mounted("tls");
+    assert_eq!(tls.secret.unwrap().secret_name.as_deref(), Some(names::TLS_SECRET));
+    assert_eq!(serve.tls_cert.unwrap(), tls_dir.join("tls.crt"));
+    assert_eq!(serve.tls_key.unwrap(), tls_dir.join("tls.key"));
+    let (templates_dir, templates) = mounted("templates");
+    let configmap: ConfigMap = typed(the(&base, "ConfigMap"));
+    assert_eq!(templates.config_map.unwrap().name, configmap.metadata.name.unwrap());
+    assert_eq!(serve.template.template_dir.unwrap(), templates_dir);
+
+    // The injector's own pods are never injected, wherever they run.
+    let labels = spec.template.metadata.unwrap().labels.unwrap();
+    assert_eq!(labels.get("sidecar-injector.io/inject").map(String::as_str), Some("false"));
+}
+
+#[test]
+fn the_cert_manager_overlay_issues_the_secret_the_deployment_mounts_for_the_service() {
+    let overlay = objects(CERT_MANAGER);
+    let serving = overlay
+        .iter()
+        .map(|(_, o)| o)
+        .find(|o| o["kind"] == "Certificate" && o["spec"]["secretName"] == names::TLS_SECRET)
+        .expect("a Certificate for the TLS Secret");
+    let dns: Vec<&str> = serving["spec"]["dnsNames"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(dns.contains(&format!("{}.{}.svc", names::SERVICE, names::NAMESPACE).as_str()), "{dns:?}");
+    let injection = the(&overlay, "MutatingWebhookConfiguration");
+    let from = injection["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].as_str().unwrap();
+    assert_eq!(
+        from,
+        format!(
+            "{}/{}",
+            serving["metadata"]["namespace"].as_str().unwrap(),
+            serving["metadata"]["name"].as_str().unwrap()
+        )
+    );
+    assert_eq!(injection["metadata"]["name"], names::MUTATING_CONFIGURATION);
+}
+
+/// The ConfigMap `manifests/` deploys, as generated from `templates/`.
+fn expected_configmap() -> String {
+    let mut text = String::from(
+        "# Generated from templates/ by `SIDECAR_INJECTOR_BLESS=1 cargo test --test manifests`: edit the templates\n\
+         # there, not here (a test fails when the two differ). To change a running injector's templates, edit this\n\
+         # ConfigMap in the cluster after `sidecar-injector check` passes on the edited files (README).\n\
+         apiVersion: v1\n\
+         kind: ConfigMap\n\
+         metadata:\n  name: sidecar-injector-templates\n  namespace: sidecar-injector\n  labels:\n    app.kubernetes.io/name: sidecar-injector\n\
+         data:\n",
+    );
+    for file in yaml_files(&root().join("templates")) {
+        let source = std::fs::read_to_string(root().join("templates").join(&file)).unwrap();
+        assert!(
+            !source.starts_with([' ', '\n']) && source.ends_with('\n') && !source.ends_with("\n\n"),
+            "{file}: one trailing newline, no leading space"
+        );
+        text.push_str(&format!("  {file}: |\n"));
+        for line in source.lines() {
+            if line.is_empty() {
+                text.push('\n');
+            } else {
+                text.push_str(&format!("    {line}\n"));
+            }
+        }
+    }
+    text
+}
+
+#[test]
+fn the_configmap_carries_the_templates_and_they_pass_check() {
+    let path = root().join(BASE).join("configmap.yaml");
+    let expected = expected_configmap();
+    if std::env::var_os("SIDECAR_INJECTOR_BLESS").is_some() {
+        std::fs::write(&path, &expected).unwrap();
+    }
+    let actual = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        actual == expected,
+        "{} differs from templates/: run `SIDECAR_INJECTOR_BLESS=1 cargo test --test manifests`",
+        path.display()
+    );
+
+    // What the kubelet will write into the mounted directory is exactly the template files...
+    let configmap: ConfigMap = typed(&documents(&path)[0]);
+    let data = configmap.data.unwrap();
+    assert_eq!(data.keys().cloned().collect::<BTreeSet<_>>(), yaml_files(&root().join("templates")));
+    let dir = tempfile::tempdir().unwrap();
+    for (file, source) in &data {
+        assert_eq!(source, &std::fs::read_to_string(root().join("templates").join(file)).unwrap(), "{file}");
+        std::fs::write(dir.path().join(file), source).unwrap();
+    }
+    // ...and `check` accepts it as the injector will load it.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args(["check", dir.path().to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// `kubectl kustomize` builds the base and both overlays, when kubectl is installed (CI machines may lack it).
+#[test]
+fn kustomize_builds_the_base_and_the_overlays() {
+    let Some(kubectl) = kubectl() else {
+        eprintln!("skipped: kubectl is not installed");
+        return;
+    };
+    let build = |dir: &Path| -> Vec<Value> {
+        let output = std::process::Command::new(&kubectl).arg("kustomize").arg(dir).output().unwrap();
+        assert!(
+            output.status.success(),
+            "kubectl kustomize {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        sidecar_injector::offline::read_documents(std::str::from_utf8(&output.stdout).unwrap()).unwrap()
+    };
+    let base = build(&root().join(BASE));
+    assert_eq!(base.len(), objects(BASE).len());
+    let deployment = base.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        "ghcr.io/sidecar-injector/sidecar-injector:0.1.0"
+    );
+
+    let with_cert_manager = build(&root().join(CERT_MANAGER));
+    let webhook = with_cert_manager.iter().find(|o| o["kind"] == "MutatingWebhookConfiguration").unwrap();
+    assert!(webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].is_string());
+    assert_eq!(webhook["webhooks"][0]["failurePolicy"], "Ignore", "the patch keeps the base's webhooks");
+
+    // The overlay `certs` writes, built on the base.
+    let out = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .current_dir(root())
+        .args(["certs", "--image", "registry:5000/team/injector:1.20", "--out"])
+        .arg(out.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let with_certs = build(out.path());
+    let secret = with_certs.iter().find(|o| o["kind"] == "Secret").expect("the TLS Secret");
+    assert_eq!(secret["metadata"]["name"], names::TLS_SECRET);
+    assert_eq!(secret["metadata"]["namespace"], names::NAMESPACE);
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    // kustomize wraps long base64 lines; Go's decoder (the API server's) skips the newlines.
+    let cert: String = secret["data"]["tls.crt"].as_str().unwrap().split_whitespace().collect();
+    let cert = b64.decode(cert).unwrap();
+    assert_eq!(cert, std::fs::read(out.path().join("tls.crt")).unwrap());
+    let webhook = with_certs.iter().find(|o| o["kind"] == "MutatingWebhookConfiguration").unwrap();
+    let bundle = b64.decode(webhook["webhooks"][0]["clientConfig"]["caBundle"].as_str().unwrap()).unwrap();
+    assert_eq!(bundle, std::fs::read(out.path().join("ca.crt")).unwrap());
+    assert_eq!(webhook["webhooks"][0]["clientConfig"]["service"]["name"], names::SERVICE, "the patch keeps the rest");
+    assert_eq!(with_certs.len(), base.len() + 1);
+    let deployment = with_certs.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["image"], "registry:5000/team/injector:1.20");
+}
+
+fn kubectl() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join("kubectl")).find(|candidate| {
+        candidate.is_file()
+            && std::process::Command::new(candidate)
+                .args(["kustomize", "--help"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+    })
+}
+
+/// The cert-manager resources we write, as far as we use them: serde refuses a field it does not know. The
+/// fields are read by serde only.
+#[allow(dead_code)]
+mod cert_manager {
+    use serde::Deserialize;
+    use serde_json::Value;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct Issuer {
+        api_version: ApiVersion,
+        kind: String,
+        metadata: Value,
+        spec: IssuerSpec,
+    }
+
+    #[derive(Deserialize)]
+    enum ApiVersion {
+        #[serde(rename = "cert-manager.io/v1")]
+        V1,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    struct IssuerSpec {
+        self_signed: Option<Value>,
+        ca: Option<CaIssuer>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    struct CaIssuer {
+        secret_name: String,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct Certificate {
+        api_version: ApiVersion,
+        kind: String,
+        metadata: Value,
+        spec: CertificateSpec,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    struct CertificateSpec {
+        secret_name: String,
+        #[serde(default, rename = "isCA")]
+        is_ca: bool,
+        common_name: Option<String>,
+        #[serde(default)]
+        dns_names: Vec<String>,
+        duration: Option<String>,
+        renew_before: Option<String>,
+        #[serde(default)]
+        usages: Vec<String>,
+        private_key: Option<PrivateKey>,
+        issuer_ref: IssuerRef,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    struct PrivateKey {
+        algorithm: String,
+        size: u32,
+        rotation_policy: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct IssuerRef {
+        kind: String,
+        name: String,
+    }
+}
+
+/// The matchConditions, evaluated by an independent CEL interpreter with the strings extension the API server
+/// offers: an expression that fails to evaluate would skip the webhook (failurePolicy Ignore) for every pod.
+#[test]
+fn the_match_conditions_skip_exactly_the_pods_the_engine_skips() {
+    use std::sync::Arc;
+    let base = objects(BASE);
+    let configuration: MutatingWebhookConfiguration = typed(the(&base, "MutatingWebhookConfiguration"));
+    let conditions = configuration.webhooks.unwrap().remove(0).match_conditions.unwrap();
+    let mut env = cel::Env::stdlib();
+    env.add_extension(cel::extensions::strings).unwrap();
+    let env = Arc::new(env);
+    let programs: Vec<_> = conditions
+        .iter()
+        .map(|c| (c.name.clone(), env.compile(&c.expression).unwrap_or_else(|e| panic!("{}: {e:?}", c.name))))
+        .collect();
+    let called = |metadata: Value| -> bool {
+        let mut context = cel::Context::with_env(env.clone());
+        context.add_variable("object", serde_json::json!({"metadata": metadata, "spec": {}})).unwrap();
+        programs.iter().all(|(name, program)| match program.execute(&context) {
+            Ok(value) => value == cel::Value::from(true),
+            Err(e) => panic!("{name} fails on {metadata}: {e:?}"),
+        })
+    };
+    assert!(called(serde_json::json!({"name": "web"})), "no annotations at all");
+    assert!(called(serde_json::json!({"annotations": {"other": "x"}})));
+    for yes in ["true", "enabled", ""] {
+        assert!(called(serde_json::json!({"annotations": {"sidecar-injector.io/inject": yes}})), "{yes:?}");
+    }
+    for no in OPT_OUT_VALUES.iter().flat_map(|v| [v.to_string(), v.to_uppercase(), format!(" {v} ")]) {
+        assert!(!called(serde_json::json!({"annotations": {"sidecar-injector.io/inject": no}})), "{no:?}");
+    }
+    assert!(!called(serde_json::json!({"annotations": {"kubernetes.io/config.mirror": "abc"}})), "a mirror pod");
+}
+
+/// The Dockerfile builds the binary the Deployment runs, as the user the Deployment expects, from a context
+/// that holds everything cargo needs (it cannot be built here: no container daemon).
+#[test]
+fn the_dockerfile_matches_the_deployment_and_its_context_holds_the_sources() {
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let stages: Vec<&str> = dockerfile.lines().filter(|l| l.starts_with("FROM ")).collect();
+    assert_eq!(stages.len(), 2, "multi-stage: {stages:?}");
+    assert!(stages[1].contains("distroless"), "the final image is distroless: {}", stages[1]);
+    let copies: Vec<&str> = dockerfile.lines().filter(|l| l.starts_with("COPY --from")).collect();
+    assert_eq!(copies, ["COPY --from=build /sidecar-injector /sidecar-injector"], "the binary only");
+    assert!(dockerfile.contains("--bin sidecar-injector") && dockerfile.contains("--locked"));
+    assert!(dockerfile.contains(r#"ENTRYPOINT ["/sidecar-injector"]"#));
+
+    // The Rust image is at least the crate's rust-version.
+    let rust_image = stages[0].split_whitespace().nth(1).unwrap();
+    let image_version = rust_image.trim_start_matches("rust:").split('-').next().unwrap();
+    let cargo_toml = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let required = cargo_toml.lines().find_map(|l| l.strip_prefix("rust-version = ")).unwrap().trim_matches('"');
+    let version = |v: &str| v.split('.').map(|n| n.parse::<u32>().unwrap()).collect::<Vec<_>>();
+    assert!(version(image_version) >= version(required), "{rust_image} builds rust-version {required}");
+
+    // The user is the Deployment's.
+    let user = dockerfile.lines().find_map(|l| l.strip_prefix("USER ")).unwrap();
+    let deployment: Deployment = typed(the(&objects(BASE), "Deployment"));
+    let uid = deployment.spec.unwrap().template.spec.unwrap().security_context.unwrap().run_as_user.unwrap();
+    assert_eq!(user, format!("{uid}:{uid}"));
+
+    // .dockerignore leaves in what cargo reads to build the binary (the workspace's members and targets, and the
+    // built-in template compiled into it).
+    let ignored: Vec<String> = std::fs::read_to_string(root().join(".dockerignore"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.trim_start_matches("**/").trim_end_matches('/').to_owned())
+        .collect();
+    for needed in ["Cargo.toml", "Cargo.lock", "src", "templates", "benches", "loadtest/Cargo.toml", "loadtest/src"] {
+        assert!(root().join(needed).exists(), "{needed}");
+        let excluded = ignored.iter().any(|pattern| needed == pattern || needed.starts_with(&format!("{pattern}/")));
+        assert!(!excluded, ".dockerignore leaves out {needed}, which the build needs");
+    }
+}
