@@ -11,8 +11,8 @@ use crate::patch::Pointer;
 use crate::pod::PodView;
 use crate::review::{self, ApiVersion, ReviewError};
 use crate::template::tree::Rendered;
-use crate::template::{LeafCache, PodContext, Policy, SelectError, Template, TemplateSet};
-use crate::{merge, response};
+use crate::template::{LeafCache, PodContext, Policy, SelectError, Template, TemplateSet, Validation};
+use crate::{merge, response, validate};
 
 /// What the engine decided for one review. The response bytes are in the caller's buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +37,23 @@ pub enum Verdict {
     Skipped(SkipReason),
     /// Refused, because injection could not proceed and the error policy says `deny`.
     Denied(SkipReason),
+    /// Validation: the pod has everything its template injects.
+    Complete,
+    /// Validation: the pod lacks what this many patch operations would add. It was refused, or admitted with a
+    /// warning, as the template's validation policy says.
+    Incomplete {
+        /// Number of patch operations injection would still make.
+        missing: usize,
+        /// Whether the pod was refused (policy `deny`) rather than warned about.
+        refused: bool,
+    },
+}
+
+/// What the engine is asked: to inject (`/mutate`) or to check that injection is complete (`/validate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Mutate,
+    Validate,
 }
 
 /// How far [`Engine::review_until`] runs a request; each stage includes those before it. The stages stream into
@@ -68,6 +85,8 @@ pub struct Settings {
     pub on_error: Policy,
     /// What to do with a pod that names a template the set does not have.
     pub on_unknown_template: Policy,
+    /// What `/validate` answers for an incompletely injected pod, unless its template says otherwise.
+    pub validation: Validation,
 }
 
 impl Default for Settings {
@@ -76,6 +95,7 @@ impl Default for Settings {
             annotation_prefix: crate::template::DEFAULT_PREFIX.to_owned(),
             on_error: Policy::Allow,
             on_unknown_template: Policy::Allow,
+            validation: Validation::Deny,
         }
     }
 }
@@ -122,6 +142,8 @@ thread_local! {
 
 /// Status code of a refusal: the pod as sent cannot be injected.
 const DENY_CODE: u16 = 400;
+/// Status code of a validation refusal: the pod is well-formed but lacks what policy requires.
+const INCOMPLETE_CODE: u16 = 403;
 
 /// How injection of one pod could not proceed.
 struct Failure {
@@ -155,16 +177,32 @@ impl Engine {
     /// response is written to `out`. An `Err` means the body is not a readable review: answer 400.
     pub fn review(&self, body: &mut [u8], out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
         // With `Stage::Respond` every stage runs and `run` always returns an outcome.
-        self.run(body, out, Stage::Respond).map(|outcome| outcome.expect("the last stage returns an outcome"))
+        self.run(body, out, Stage::Respond, Mode::Mutate)
+            .map(|outcome| outcome.expect("the last stage returns an outcome"))
+    }
+
+    /// Validates one `AdmissionReview` (`/validate`): the pod is allowed if injecting it again would add nothing;
+    /// otherwise it is refused, or admitted with a warning, naming what is missing. Everything `review` skips is
+    /// allowed. Same buffers and errors as [`Engine::review`].
+    pub fn validate(&self, body: &mut [u8], out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
+        // As in `review`: the last stage always returns an outcome.
+        self.run(body, out, Stage::Respond, Mode::Validate)
+            .map(|outcome| outcome.expect("the last stage returns an outcome"))
     }
 
     /// Runs `body` through the stages up to `until` (see [`Stage`]): what the per-stage benchmarks measure.
     #[doc(hidden)]
     pub fn review_until(&self, body: &mut [u8], out: &mut Vec<u8>, until: Stage) -> Result<(), ReviewError> {
-        self.run(body, out, until).map(drop)
+        self.run(body, out, until, Mode::Mutate).map(drop)
     }
 
-    fn run(&self, body: &mut [u8], out: &mut Vec<u8>, until: Stage) -> Result<Option<Outcome>, ReviewError> {
+    fn run(
+        &self,
+        body: &mut [u8],
+        out: &mut Vec<u8>,
+        until: Stage,
+        mode: Mode,
+    ) -> Result<Option<Outcome>, ReviewError> {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Err(ReviewError::Empty);
         }
@@ -175,7 +213,7 @@ impl Engine {
             let mut tape = tape_slot.take().unwrap_or_else(Tape::null).reset();
             let result = match simd_json::fill_tape(body, buffers, &mut tape) {
                 Ok(()) if until == Stage::Parse => Ok(None),
-                Ok(()) => self.answer(tape.as_value(), work, out, until),
+                Ok(()) => self.answer(tape.as_value(), work, out, until, mode),
                 Err(e) => Err(ReviewError::json(&e)),
             };
             *tape_slot = Some(tape.reset());
@@ -189,6 +227,7 @@ impl Engine {
         work: &mut Work,
         out: &mut Vec<u8>,
         until: Stage,
+        mode: Mode,
     ) -> Result<Option<Outcome>, ReviewError> {
         let review = review::read(root)?;
         if until == Stage::Read {
@@ -205,7 +244,7 @@ impl Engine {
             }
         };
         let (verdict, template) = match self.set.select(pod.annotation(&self.keys.template)) {
-            Ok(template) => match self.inject(&template, &pod, work, out, &mut warnings, until) {
+            Ok(template) => match self.inject(&template, &pod, work, out, &mut warnings, until, mode) {
                 Some(verdict) => (verdict, Some(template)),
                 None => return Ok(None),
             },
@@ -215,6 +254,8 @@ impl Engine {
         let applied = matches!(
             verdict,
             Verdict::Injected { .. }
+                | Verdict::Complete
+                | Verdict::Incomplete { .. }
                 | Verdict::Skipped(SkipReason::AlreadyInjected | SkipReason::RenderFailed)
                 | Verdict::Denied(SkipReason::RenderFailed)
         );
@@ -226,8 +267,9 @@ impl Engine {
         Ok(Some(Outcome { version: review.version, verdict, warnings }))
     }
 
-    /// Injects `template` into `pod` if it takes it: renders the per-pod leaves and writes the patch. `None`
-    /// when `until` stops it first.
+    /// Injects `template` into `pod` if it takes it: renders the per-pod leaves and writes the patch (or, when
+    /// validating, judges the pod by it). `None` when `until` stops it first.
+    #[allow(clippy::too_many_arguments)] // The stages' shared state, passed down rather than bundled for one call.
     fn inject(
         &self,
         template: &Template,
@@ -236,6 +278,7 @@ impl Engine {
         out: &mut Vec<u8>,
         warnings: &mut Vec<String>,
         until: Stage,
+        mode: Mode,
     ) -> Option<Verdict> {
         if let Err(reason) = decision::admits(pod, &self.keys, template) {
             if reason == SkipReason::InjectedByOtherVersion {
@@ -278,6 +321,11 @@ impl Engine {
         }
         let slots = Rendered { buf: rendered, ranges };
         let overridden = !overrides.is_empty();
+        if mode == Mode::Validate {
+            staged.clear();
+            let missing = merge::merge(template, overridden, pod, slots, path, staged);
+            return Some(self.judge(template, pod, missing, staged, out, warnings));
+        }
         match until {
             Stage::Render => return None,
             Stage::Merge => {
@@ -292,6 +340,41 @@ impl Engine {
             0 => Verdict::Skipped(SkipReason::AlreadyInjected),
             ops => Verdict::Injected { ops },
         })
+    }
+
+    /// Answers a validation: complete pods are allowed; an incomplete one is refused or warned about, as the
+    /// template (or the server) says, naming what is missing. `patch` is the JSON Patch injection would send.
+    fn judge(
+        &self,
+        template: &Template,
+        pod: &PodView<'_, '_>,
+        missing: usize,
+        patch: &[u8],
+        out: &mut Vec<u8>,
+        warnings: &mut Vec<String>,
+    ) -> Verdict {
+        if missing == 0 {
+            response::allow(out);
+            return Verdict::Complete;
+        }
+        let message = format!(
+            "sidecar-injector: pod {} lacks what template {} (version {}) injects: {}",
+            pod.display_name(),
+            template.name(),
+            template.hash(),
+            validate::describe_missing(pod, patch)
+        );
+        match template.validation().unwrap_or(self.settings.validation) {
+            Validation::Deny => {
+                response::deny(out, INCOMPLETE_CODE, &message);
+                Verdict::Incomplete { missing, refused: true }
+            }
+            Validation::Warn => {
+                response::allow(out);
+                warnings.push(message);
+                Verdict::Incomplete { missing, refused: false }
+            }
+        }
     }
 
     /// The pod's valid overrides of the template's values, in one pass over its annotations; a warning for

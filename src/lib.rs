@@ -42,8 +42,9 @@ mod response;
 pub mod review;
 pub mod server;
 pub mod template;
+mod validate;
 
 pub use decision::SkipReason;
 pub use engine::{Engine, Outcome, Settings, Stage, Verdict};
 pub use review::{ApiVersion, ReviewError};
-pub use template::{Policy, SelectError, Selection, SetSources, Template, TemplateError, TemplateSet};
+pub use template::{Policy, SelectError, Selection, SetSources, Template, TemplateError, TemplateSet, Validation};

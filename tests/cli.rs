@@ -202,3 +202,19 @@ fn review_takes_a_template_directory_and_the_pods_template_annotation() {
     assert!(stderr.contains("template: native-sidecar (version "), "{stderr}");
     assert_eq!(response(&output)["response"]["auditAnnotations"]["template"], "native-sidecar");
 }
+
+#[test]
+fn review_validate_answers_as_the_validating_webhook() {
+    let output = run(&["review", "--validate", "-f", REVIEW, "--explain"], None);
+    assert!(output.status.success());
+    let answer = response(&output);
+    assert_eq!(answer["response"]["allowed"], false);
+    assert!(answer["response"]["status"]["message"].as_str().unwrap().contains("lacks what template default"));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("validation: refused,"), "{stderr}");
+
+    let output = run(&["review", "--validate", "--validation", "warn", "-f", REVIEW], None);
+    let answer = response(&output);
+    assert_eq!(answer["response"]["allowed"], true);
+    assert_eq!(answer["response"]["warnings"].as_array().unwrap().len(), 1);
+}

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
 use serde_json::Value;
@@ -17,6 +17,7 @@ use sidecar_injector::decision::OPT_OUT_VALUES;
 
 const BASE: &str = "manifests/base";
 const CERT_MANAGER: &str = "manifests/cert-manager";
+const AVAILABILITY_FIRST: &str = "manifests/availability-first";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -115,16 +116,18 @@ fn every_object_deserialises_into_its_kubernetes_type_without_losing_a_field() {
             "HorizontalPodAutoscaler" => round_trips_as::<HorizontalPodAutoscaler>(file, object),
             "NetworkPolicy" => round_trips_as::<NetworkPolicy>(file, object),
             "MutatingWebhookConfiguration" => round_trips_as::<MutatingWebhookConfiguration>(file, object),
+            "ValidatingWebhookConfiguration" => round_trips_as::<ValidatingWebhookConfiguration>(file, object),
             other => panic!("{file}: unexpected kind {other}"),
         }
         kinds.insert(kind);
     }
-    assert_eq!(kinds.len(), 9, "one of each: {kinds:?}");
+    assert_eq!(kinds.len(), 10, "one of each: {kinds:?}");
     for (file, object) in objects(CERT_MANAGER) {
         match object["kind"].as_str().unwrap() {
             "Issuer" => drop(serde_json::from_value::<cert_manager::Issuer>(object).unwrap()),
             "Certificate" => drop(serde_json::from_value::<cert_manager::Certificate>(object).unwrap()),
             "MutatingWebhookConfiguration" => round_trips_as::<MutatingWebhookConfiguration>(&file, &object),
+            "ValidatingWebhookConfiguration" => round_trips_as::<ValidatingWebhookConfiguration>(&file, &object),
             other => panic!("{file}: unexpected kind {other}"),
         }
     }
@@ -157,6 +160,46 @@ fn each_kustomization_lists_every_file_beside_it() {
     let mut present = yaml_files(&root().join(CERT_MANAGER));
     present.remove("kustomization.yaml");
     assert_eq!(listed, present, "{CERT_MANAGER}/kustomization.yaml resources and patches");
+
+    let component: Value = documents(&root().join(AVAILABILITY_FIRST).join("kustomization.yaml")).remove(0);
+    assert_eq!(component["kind"], "Component");
+    let listed: BTreeSet<String> =
+        component["patches"].as_array().unwrap().iter().map(|p| p["path"].as_str().unwrap().to_owned()).collect();
+    let mut present = yaml_files(&root().join(AVAILABILITY_FIRST));
+    present.remove("kustomization.yaml");
+    assert_eq!(listed, present, "{AVAILABILITY_FIRST}/kustomization.yaml patches");
+}
+
+#[test]
+fn the_validating_companion_fails_closed_on_exactly_the_pods_the_mutating_webhook_sees() {
+    let base = objects(BASE);
+    let mutating: MutatingWebhookConfiguration = typed(the(&base, "MutatingWebhookConfiguration"));
+    let validating: ValidatingWebhookConfiguration = typed(the(&base, "ValidatingWebhookConfiguration"));
+    assert_eq!(validating.metadata.name.as_deref(), Some(names::VALIDATING_CONFIGURATION));
+    let (mutating, validating) = (mutating.webhooks.unwrap().remove(0), validating.webhooks.unwrap());
+    let names_: Vec<&str> = validating.iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(names_, names::VALIDATING_WEBHOOKS, "the names `certs` patches");
+    let validating = &validating[0];
+    assert_eq!(mutating.failure_policy.as_deref(), Some("Ignore"), "the mutating webhook fails open");
+    assert_eq!(validating.failure_policy.as_deref(), Some("Fail"), "the validating one fails closed");
+    assert_eq!(validating.side_effects, "None");
+    assert!((2..=5).contains(&validating.timeout_seconds.unwrap()));
+    assert_eq!(validating.admission_review_versions, ["v1", "v1beta1"]);
+    assert_eq!(validating.client_config.service.as_ref().unwrap().path.as_deref(), Some("/validate"));
+    let service = |w: &Option<k8s_openapi::api::admissionregistration::v1::ServiceReference>| {
+        let s = w.clone().unwrap();
+        (s.name, s.namespace, s.port)
+    };
+    assert_eq!(service(&validating.client_config.service), service(&mutating.client_config.service));
+    // The same pods: rules, selectors and match conditions equal to the mutating webhook's.
+    fn json<T: serde::Serialize>(field: &T) -> Value {
+        serde_json::to_value(field).unwrap()
+    }
+    assert_eq!(json(&validating.rules), json(&mutating.rules));
+    assert_eq!(json(&validating.namespace_selector), json(&mutating.namespace_selector));
+    assert_eq!(json(&validating.object_selector), json(&mutating.object_selector));
+    assert_eq!(json(&validating.match_conditions), json(&mutating.match_conditions));
+    assert_eq!(validating.match_policy, mutating.match_policy);
 }
 
 #[test]
@@ -409,9 +452,11 @@ fn kustomize_builds_the_base_and_the_overlays() {
     );
 
     let with_cert_manager = build(&root().join(CERT_MANAGER));
-    let webhook = with_cert_manager.iter().find(|o| o["kind"] == "MutatingWebhookConfiguration").unwrap();
-    assert!(webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].is_string());
-    assert_eq!(webhook["webhooks"][0]["failurePolicy"], "Ignore", "the patch keeps the base's webhooks");
+    for (kind, policy) in [("MutatingWebhookConfiguration", "Ignore"), ("ValidatingWebhookConfiguration", "Fail")] {
+        let webhook = with_cert_manager.iter().find(|o| o["kind"] == kind).unwrap();
+        assert!(webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].is_string(), "{kind}");
+        assert_eq!(webhook["webhooks"][0]["failurePolicy"], policy, "the patch keeps the base's webhooks");
+    }
 
     // The overlay `certs` writes, built on the base.
     let out = tempfile::tempdir().unwrap();
@@ -433,13 +478,43 @@ fn kustomize_builds_the_base_and_the_overlays() {
     let cert: String = secret["data"]["tls.crt"].as_str().unwrap().split_whitespace().collect();
     let cert = b64.decode(cert).unwrap();
     assert_eq!(cert, std::fs::read(out.path().join("tls.crt")).unwrap());
-    let webhook = with_certs.iter().find(|o| o["kind"] == "MutatingWebhookConfiguration").unwrap();
-    let bundle = b64.decode(webhook["webhooks"][0]["clientConfig"]["caBundle"].as_str().unwrap()).unwrap();
-    assert_eq!(bundle, std::fs::read(out.path().join("ca.crt")).unwrap());
-    assert_eq!(webhook["webhooks"][0]["clientConfig"]["service"]["name"], names::SERVICE, "the patch keeps the rest");
+    for kind in ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"] {
+        let webhook = with_certs.iter().find(|o| o["kind"] == kind).unwrap();
+        let bundle = b64.decode(webhook["webhooks"][0]["clientConfig"]["caBundle"].as_str().unwrap()).unwrap();
+        assert_eq!(bundle, std::fs::read(out.path().join("ca.crt")).unwrap(), "{kind}");
+        assert_eq!(
+            webhook["webhooks"][0]["clientConfig"]["service"]["name"],
+            names::SERVICE,
+            "the patch keeps the rest"
+        );
+    }
     assert_eq!(with_certs.len(), base.len() + 1);
     let deployment = with_certs.iter().find(|o| o["kind"] == "Deployment").unwrap();
     assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["image"], "registry:5000/team/injector:1.20");
+
+    // The availability-first component, added to that overlay.
+    let kustomization = out.path().join("kustomization.yaml");
+    let mut text = std::fs::read_to_string(&kustomization).unwrap();
+    let component = root().join(AVAILABILITY_FIRST);
+    text.push_str(&format!("components:\n  - {}\n", pathdiff::diff_paths(&component, out.path()).unwrap().display()));
+    std::fs::write(&kustomization, text).unwrap();
+    let relaxed = build(out.path());
+    let validating = relaxed.iter().find(|o| o["kind"] == "ValidatingWebhookConfiguration").unwrap();
+    assert_eq!(validating["webhooks"][0]["failurePolicy"], "Ignore");
+    assert!(validating["webhooks"][0]["clientConfig"]["caBundle"].is_string(), "the rest of the webhook is kept");
+    let container =
+        &relaxed.iter().find(|o| o["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"]["containers"][0];
+    assert!(
+        container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "SIDECAR_INJECTOR_VALIDATION" && e["value"] == "warn")
+    );
+    assert!(
+        container["env"].as_array().unwrap().iter().any(|e| e["name"] == "SIDECAR_INJECTOR_WORKERS"),
+        "the env list is merged"
+    );
 }
 
 fn kubectl() -> Option<PathBuf> {

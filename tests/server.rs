@@ -351,3 +351,46 @@ async fn certs_writes_a_certificate_the_api_server_will_accept_and_renewal_keeps
     certs(&["--new-ca"]);
     assert_ne!(read("ca.crt"), ca, "--new-ca replaces it");
 }
+
+/// `POST /validate` beside `/mutate`: the mutated pod passes, the raw one is refused with the reason, and the
+/// validations are counted by result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_refuses_what_mutate_would_still_add_and_counts_it() {
+    use base64::Engine as _;
+    let server = start(|_, _| {}).await;
+    let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+    let validate = |body: Vec<u8>| post("/validate?timeout=5s", "application/json", &body);
+
+    let (status, body) = conn.send(validate(REVIEW.to_vec())).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["response"]["allowed"], false);
+    assert_eq!(answer["response"]["status"]["code"], 403);
+    assert!(answer["response"]["status"]["message"].as_str().unwrap().contains("container proxy"), "{answer}");
+
+    // The pod as /mutate leaves it passes /validate.
+    let (_, mutated) = conn.review(REVIEW).await;
+    let mutated: serde_json::Value = serde_json::from_slice(&mutated).unwrap();
+    let patch =
+        base64::engine::general_purpose::STANDARD.decode(mutated["response"]["patch"].as_str().unwrap()).unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+    let mut review: serde_json::Value = serde_json::from_slice(REVIEW).unwrap();
+    json_patch::patch(&mut review["request"]["object"], &patch).unwrap();
+    let (status, body) = conn.send(validate(serde_json::to_vec(&review).unwrap())).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+
+    let (status, body) = conn.send(post("/nope", "application/json", b"{}")).await.unwrap();
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body, "not found: the webhooks are at POST /mutate and POST /validate\n");
+
+    let metrics = admin_get(server.metrics, "/metrics").await.1;
+    assert_eq!(counter(&metrics, r#"sidecar_injector_validations_total{result="missing",reason="denied"}"#), 1.0);
+    assert_eq!(counter(&metrics, r#"sidecar_injector_validations_total{result="ok",reason=""}"#), 1.0);
+    assert_eq!(
+        counter(&metrics, r#"sidecar_injector_requests_total{result="injected",reason=""}"#),
+        1.0,
+        "validations are not injections"
+    );
+}

@@ -92,6 +92,11 @@ pub struct TemplateArgs {
     #[arg(long, value_enum, default_value_t = PolicyArg::Allow, env = "SIDECAR_INJECTOR_UNKNOWN_TEMPLATE")]
     pub unknown_template: PolicyArg,
 
+    /// What validation answers for a pod that lacks part of its injection: refuse it naming what is missing
+    /// (deny) or admit it with that as a warning (warn). A template's own `validation` takes precedence.
+    #[arg(long, value_enum, default_value_t = ValidationArg::Deny, env = "SIDECAR_INJECTOR_VALIDATION")]
+    pub validation: ValidationArg,
+
     /// The prefix of the annotations the injector reads and writes (`<prefix>inject`, `<prefix>status`,
     /// `<prefix>template`, overrides).
     #[arg(long, value_name = "PREFIX", default_value = crate::template::DEFAULT_PREFIX,
@@ -106,6 +111,24 @@ pub enum PolicyArg {
     Allow,
     /// Refuse the pod, saying why.
     Deny,
+}
+
+/// `deny` or `warn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ValidationArg {
+    /// Refuse the pod, naming what is missing.
+    Deny,
+    /// Admit the pod with a warning naming what is missing.
+    Warn,
+}
+
+impl From<ValidationArg> for crate::Validation {
+    fn from(policy: ValidationArg) -> Self {
+        match policy {
+            ValidationArg::Deny => crate::Validation::Deny,
+            ValidationArg::Warn => crate::Validation::Warn,
+        }
+    }
 }
 
 impl From<PolicyArg> for crate::Policy {
@@ -124,6 +147,7 @@ impl TemplateArgs {
             annotation_prefix: self.annotation_prefix.clone(),
             on_error: self.on_error.into(),
             on_unknown_template: self.unknown_template.into(),
+            validation: self.validation.into(),
         }
     }
 

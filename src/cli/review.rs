@@ -20,6 +20,10 @@ pub struct ReviewArgs {
     #[arg(long)]
     pub explain: bool,
 
+    /// Answer as the validating webhook (`/validate`) does: is the pod's injection complete?
+    #[arg(long)]
+    pub validate: bool,
+
     /// Which templates, and how to apply them.
     #[command(flatten)]
     pub template: TemplateArgs,
@@ -35,7 +39,9 @@ pub fn run(args: &ReviewArgs) -> Result<(), String> {
     };
     let original = args.explain.then(|| body.clone());
     let mut response = Vec::new();
-    let outcome = engine.review(&mut body, &mut response).map_err(|e| format!("{label}: {e}"))?;
+    let outcome =
+        if args.validate { engine.validate(&mut body, &mut response) } else { engine.review(&mut body, &mut response) }
+            .map_err(|e| format!("{label}: {e}"))?;
     response.push(b'\n');
     std::io::stdout().write_all(&response).map_err(|e| format!("writing the response: {e}"))?;
     if let Some(original) = original {
@@ -81,6 +87,14 @@ fn explain(engine: &crate::Engine, request: &[u8], outcome: &crate::Outcome, res
         Verdict::Denied(reason) => {
             let message = response["response"]["status"]["message"].as_str().unwrap_or("");
             text.push_str(&format!("decision: refused ({}): {message}\n", reason.as_str()));
+        }
+        Verdict::Complete => text.push_str("validation: complete, the pod has everything its template injects\n"),
+        Verdict::Incomplete { missing, refused: true } => {
+            let message = response["response"]["status"]["message"].as_str().unwrap_or("");
+            text.push_str(&format!("validation: refused, {missing} missing part(s): {message}\n"));
+        }
+        Verdict::Incomplete { missing, refused: false } => {
+            text.push_str(&format!("validation: admitted with a warning, {missing} missing part(s)\n"));
         }
     }
     for warning in &outcome.warnings {

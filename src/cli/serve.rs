@@ -27,6 +27,10 @@ pub struct ServeArgs {
     #[arg(long, default_value = "/mutate", env = "SIDECAR_INJECTOR_PATH")]
     pub path: String,
 
+    /// The validating webhook's path: refuses (or warns about) pods that lack part of their injection.
+    #[arg(long, default_value = "/validate", env = "SIDECAR_INJECTOR_VALIDATE_PATH")]
+    pub validate_path: String,
+
     /// Serving certificate chain (PEM), reloaded when it changes. Without it (and --tls-key), a development
     /// certificate for localhost is generated.
     #[arg(long, value_name = "FILE", requires = "tls_key", env = "SIDECAR_INJECTOR_TLS_CERT")]
@@ -127,6 +131,7 @@ impl ServeArgs {
             listen: self.listen,
             metrics_listen: self.metrics_listen,
             path: self.path.clone(),
+            validate_path: self.validate_path.clone(),
             client_ca: self.client_ca.clone(),
             tls13_only: self.tls13_only,
             tls_reload_interval: self.tls_reload_interval,

@@ -27,14 +27,31 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
     Ok(answer)
 }
 
+/// The two webhooks a server answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    /// Inject (`--path`, `/mutate`).
+    Mutate,
+    /// Check that injection is complete (`--validate-path`, `/validate`).
+    Validate,
+}
+
 async fn respond(shared: &Shared, req: Request<Incoming>) -> Answer {
     let config = &shared.config;
     let deadline = deadline(req.uri().query(), config.request_timeout);
-    let refusal = if req.uri().path() != config.path {
+    let path = req.uri().path();
+    let endpoint = if path == config.path {
+        Some(Endpoint::Mutate)
+    } else if path == config.validate_path {
+        Some(Endpoint::Validate)
+    } else {
+        None
+    };
+    let refusal = if endpoint.is_none() {
         Some((
             ErrorReason::NotFound,
             StatusCode::NOT_FOUND,
-            format!("not found: the webhook is at POST {}", config.path),
+            format!("not found: the webhooks are at POST {} and POST {}", config.path, config.validate_path),
         ))
     } else if req.method() != Method::POST {
         Some((ErrorReason::Method, StatusCode::METHOD_NOT_ALLOWED, "method not allowed: use POST".to_owned()))
@@ -56,7 +73,8 @@ async fn respond(shared: &Shared, req: Request<Incoming>) -> Answer {
                 }
                 answer
             }
-            None => read_and_review(shared, req.into_body()).await,
+            // `refusal` is `None` only when the path named an endpoint.
+            None => read_and_review(shared, req.into_body(), endpoint.unwrap_or(Endpoint::Mutate)).await,
         }
     };
     match tokio::time::timeout(deadline, work).await {
@@ -79,7 +97,7 @@ async fn discard(mut body: Incoming, max: usize) {
     }
 }
 
-async fn read_and_review(shared: &Shared, mut body: Incoming) -> Answer {
+async fn read_and_review(shared: &Shared, mut body: Incoming, endpoint: Endpoint) -> Answer {
     let max = shared.config.max_body_bytes;
     let too_large = || format!("request body larger than the limit of {max} bytes");
     let announced = body.size_hint().lower();
@@ -106,9 +124,13 @@ async fn read_and_review(shared: &Shared, mut body: Incoming) -> Answer {
     shared.metrics.body_bytes(buf.len());
     let engine = shared.engine.load();
     let mut out = Vec::with_capacity(8 * 1024);
-    match review_guarded(|| engine.review(&mut buf, &mut out)) {
+    let run = || match endpoint {
+        Endpoint::Mutate => engine.review(&mut buf, &mut out),
+        Endpoint::Validate => engine.validate(&mut buf, &mut out),
+    };
+    match review_guarded(run) {
         Ok(Ok(outcome)) => {
-            record(shared, &outcome);
+            record(shared, endpoint, &outcome);
             let mut answer = Response::new(Full::new(Bytes::from(out)));
             answer.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             answer
@@ -129,8 +151,20 @@ fn review_guarded(
     catch_unwind(AssertUnwindSafe(review)).map_err(super::panic_message)
 }
 
-fn record(shared: &Shared, outcome: &Outcome) {
+fn record(shared: &Shared, endpoint: Endpoint, outcome: &Outcome) {
     match outcome.verdict {
+        Verdict::Complete => {
+            shared.metrics.validated_ok();
+            tracing::debug!("validated: complete");
+        }
+        Verdict::Incomplete { missing, refused } => {
+            shared.metrics.validated_missing(refused);
+            tracing::debug!(missing, refused, "validated: incomplete");
+        }
+        Verdict::Skipped(reason) | Verdict::Denied(reason) if endpoint == Endpoint::Validate => {
+            shared.metrics.validated_skipped(reason);
+            tracing::debug!(reason = reason.as_str(), "validation skipped");
+        }
         Verdict::Injected { ops } => {
             shared.metrics.injected();
             tracing::debug!(ops, "injected");

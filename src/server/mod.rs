@@ -37,6 +37,8 @@ pub struct ServeConfig {
     pub metrics_listen: SocketAddr,
     /// The webhook's path (matched without the query string).
     pub path: String,
+    /// The validating webhook's path: is the pod's injection complete?
+    pub validate_path: String,
     /// Where the serving certificate comes from.
     pub tls: TlsSource,
     /// Require client certificates signed by this CA bundle.
@@ -71,6 +73,7 @@ impl ServeConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
             metrics_listen: SocketAddr::from(([0, 0, 0, 0], 9090)),
             path: "/mutate".to_owned(),
+            validate_path: "/validate".to_owned(),
             tls,
             client_ca: None,
             tls13_only: false,
@@ -197,6 +200,7 @@ impl Server {
             listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             metrics = %admin_addr,
             path = %config.path,
+            validate_path = %config.validate_path,
             "serving"
         );
 

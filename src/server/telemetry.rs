@@ -55,6 +55,10 @@ struct Handles {
     skipped: Vec<(SkipReason, Counter)>,
     denied: Vec<(SkipReason, Counter)>,
     errors: Vec<(ErrorReason, Counter)>,
+    validated_ok: Counter,
+    validated_missing_denied: Counter,
+    validated_missing_warned: Counter,
+    validated_skipped: Vec<(SkipReason, Counter)>,
     duration: Histogram,
     body_bytes: Histogram,
     in_flight: Gauge,
@@ -69,6 +73,7 @@ struct Handles {
 }
 
 const REQUESTS: &str = "sidecar_injector_requests_total";
+const VALIDATIONS: &str = "sidecar_injector_validations_total";
 const DURATION: &str = "sidecar_injector_request_duration_seconds";
 const BODY: &str = "sidecar_injector_request_body_bytes";
 const TEMPLATE_RELOADS: &str = "sidecar_injector_template_reloads_total";
@@ -100,6 +105,10 @@ impl Metrics {
     /// Registers every metric on the recorder in scope; the handles stay bound to it.
     fn register(prometheus: PrometheusHandle) -> Handles {
         metrics::describe_counter!(REQUESTS, "Admission requests answered, by result and reason.");
+        metrics::describe_counter!(
+            VALIDATIONS,
+            "Pods validated: ok (fully injected), missing (lacking part of the injection; denied or warned), skipped."
+        );
         metrics::describe_histogram!(DURATION, metrics::Unit::Seconds, "Time to answer one admission request.");
         metrics::describe_histogram!(BODY, metrics::Unit::Bytes, "Size of admission request bodies.");
         let handles = Handles {
@@ -116,6 +125,13 @@ impl Metrics {
             errors: ErrorReason::ALL
                 .iter()
                 .map(|r| (*r, metrics::counter!(REQUESTS, "result" => "error", "reason" => r.as_str())))
+                .collect(),
+            validated_ok: metrics::counter!(VALIDATIONS, "result" => "ok", "reason" => ""),
+            validated_missing_denied: metrics::counter!(VALIDATIONS, "result" => "missing", "reason" => "denied"),
+            validated_missing_warned: metrics::counter!(VALIDATIONS, "result" => "missing", "reason" => "warned"),
+            validated_skipped: SkipReason::ALL
+                .iter()
+                .map(|r| (*r, metrics::counter!(VALIDATIONS, "result" => "skipped", "reason" => r.as_str())))
                 .collect(),
             duration: metrics::histogram!(DURATION),
             body_bytes: metrics::histogram!(BODY),
@@ -159,6 +175,21 @@ impl Metrics {
 
     pub(crate) fn denied(&self, reason: SkipReason) {
         if let Some((_, counter)) = self.0.denied.iter().find(|(r, _)| *r == reason) {
+            counter.increment(1);
+        }
+    }
+
+    pub(crate) fn validated_ok(&self) {
+        self.0.validated_ok.increment(1);
+    }
+
+    pub(crate) fn validated_missing(&self, refused: bool) {
+        let counter = if refused { &self.0.validated_missing_denied } else { &self.0.validated_missing_warned };
+        counter.increment(1);
+    }
+
+    pub(crate) fn validated_skipped(&self, reason: SkipReason) {
+        if let Some((_, counter)) = self.0.validated_skipped.iter().find(|(r, _)| *r == reason) {
             counter.increment(1);
         }
     }

@@ -41,8 +41,16 @@ pub const BUILTIN_NAME: &str = "default";
 /// The default annotation prefix.
 pub const DEFAULT_PREFIX: &str = "sidecar-injector.io/";
 
-const TOP_LEVEL_KEYS: [&str; 7] =
-    ["values", "pod", "containerDefaults", "initContainerPosition", "injectHostNetwork", "onError", "overrides"];
+const TOP_LEVEL_KEYS: [&str; 8] = [
+    "values",
+    "pod",
+    "containerDefaults",
+    "initContainerPosition",
+    "injectHostNetwork",
+    "onError",
+    "validation",
+    "overrides",
+];
 
 /// Why a template (or a set of them) was refused.
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +108,26 @@ impl Policy {
     }
 }
 
+/// What `/validate` answers for a pod that lacks part of what its template injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Validation {
+    /// Refuse the pod, naming what is missing.
+    #[default]
+    Deny,
+    /// Admit the pod with a warning naming what is missing.
+    Warn,
+}
+
+impl Validation {
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "deny" => Some(Validation::Deny),
+            "warn" => Some(Validation::Warn),
+            _ => None,
+        }
+    }
+}
+
 /// Where missing init containers go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InitPosition {
@@ -125,6 +153,7 @@ pub(crate) struct Part {
     init_position: InitPosition,
     inject_host_network: bool,
     on_error: Option<Policy>,
+    validation: Option<Validation>,
     overrides: Vec<OverrideSpec>,
     renderer: Arc<Renderer>,
     /// For each render slot, where its expression sits.
@@ -155,6 +184,7 @@ pub struct Template {
     pub(crate) init_position: InitPosition,
     pub(crate) inject_host_network: bool,
     on_error: Option<Policy>,
+    validation: Option<Validation>,
     pub(crate) overrides: Vec<OverrideSpec>,
     /// The renderers of the parts, in order; their slots are numbered one after the other.
     renderers: Vec<Arc<Renderer>>,
@@ -287,6 +317,12 @@ impl Template {
         } else {
             parts.iter().find_map(|p| p.on_error)
         };
+        // The strictest part decides, as for onError.
+        let validation = if parts.iter().any(|p| p.validation == Some(Validation::Deny)) {
+            Some(Validation::Deny)
+        } else {
+            parts.iter().find_map(|p| p.validation)
+        };
         Ok(Template {
             name,
             hash,
@@ -299,6 +335,7 @@ impl Template {
             // A host-network pod is injected only if every part allows it.
             inject_host_network: parts.iter().all(|p| p.inject_host_network),
             on_error,
+            validation,
             overrides,
             renderers,
             slot_paths,
@@ -328,6 +365,11 @@ impl Template {
     /// The template's own error policy (`onError`), if it sets one.
     pub fn on_error(&self) -> Option<Policy> {
         self.on_error
+    }
+
+    /// The template's own validation policy (`validation`), if it sets one.
+    pub fn validation(&self) -> Option<Validation> {
+        self.validation
     }
 
     /// The annotations pods may set to override this template's values, with the type each must have.
@@ -450,6 +492,13 @@ impl Part {
                 None => return Err(invalid(n.line, "`onError` must be `allow` or `deny`".into())),
             },
         };
+        let validation = match root.map_get("validation") {
+            None => None,
+            Some(n) => match n.as_str().and_then(Validation::parse) {
+                Some(policy) => Some(policy),
+                None => return Err(invalid(n.line, "`validation` must be `deny` or `warn`".into())),
+            },
+        };
         let overrides = match root.map_get("overrides") {
             None => Vec::new(),
             Some(section) => overrides::parse(section, &values, prefix)
@@ -486,6 +535,7 @@ impl Part {
             init_position,
             inject_host_network,
             on_error,
+            validation,
             overrides,
             renderer: Arc::new(renderer),
             slot_paths,
