@@ -149,7 +149,9 @@ fn snapshot(c: &mut Criterion) {
             i
         })
     };
+    let mut measured = false;
     group.bench_function("engine-reloading", |b| {
+        measured = true;
         b.iter(|| {
             buf.clear();
             buf.extend_from_slice(&body);
@@ -158,7 +160,9 @@ fn snapshot(c: &mut Criterion) {
         })
     });
     stop.store(true, Ordering::Relaxed);
-    assert!(publisher.join().unwrap() > 0, "sets were published during the measurement");
+    let published = publisher.join().unwrap();
+    // A filter (`cargo bench -- review/`) may skip the measurement, and then nothing needed publishing.
+    assert!(!measured || published > 0, "sets were published during the measurement");
     group.finish();
 }
 

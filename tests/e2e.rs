@@ -1,0 +1,495 @@
+//! End to end against a real kube-apiserver (1.20, built by `tests/e2e/apiserver.sh` from Debian's source) and
+//! etcd: the API server's own TLS client calls `sidecar-injector serve` over HTTP/1.1 with `?timeout=`, applies
+//! our patch with its own JSON-patch library and validates the pod it stores.
+//!
+//! `E2E_APISERVER=1 cargo test --release --test e2e` (the first run builds the API server, about 9 minutes on 2
+//! cores, into `~/.cache/sidecar-injector-e2e`). Without the variable the suite says it is skipped and passes.
+//!
+//! One test runs the scenarios in order, because webhook configurations are cluster-wide: each scenario sets up
+//! the webhooks it needs.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::server::{Conn, client_config};
+use http_body_util::Full;
+use hyper::{Method, Request};
+use serde_json::{Value, json};
+use sidecar_injector::pki::Authority;
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/apiserver.sh");
+
+/// etcd and kube-apiserver, stopped on drop.
+struct Cluster {
+    dir: tempfile::TempDir,
+    addr: SocketAddr,
+    client: rustls::ClientConfig,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let status = Command::new(SCRIPT).arg("build").status().unwrap();
+        assert!(status.success(), "building kube-apiserver failed");
+        let dir = tempfile::tempdir().unwrap();
+        let status = Command::new(SCRIPT).arg("start").arg(dir.path()).status().unwrap();
+        assert!(status.success(), "starting kube-apiserver failed");
+        let env = std::fs::read_to_string(dir.path().join("env")).unwrap();
+        let port: u16 = env.lines().find_map(|l| l.strip_prefix("APISERVER_PORT=")).unwrap().parse().unwrap();
+        let read = |file: &str| std::fs::read_to_string(dir.path().join(file)).unwrap();
+        let client =
+            client_config(read("ca.crt").as_bytes(), b"http/1.1", Some((&read("admin.crt"), &read("admin.key"))));
+        Cluster { addr: SocketAddr::from(([127, 0, 0, 1], port)), client, dir }
+    }
+
+    /// One API call: the status and the JSON body.
+    async fn call(&self, method: Method, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let mut conn = Conn::open_as(self.addr, self.client.clone(), "127.0.0.1").await.unwrap();
+        let content_type = if method == Method::PATCH { "application/merge-patch+json" } else { "application/json" };
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("https://127.0.0.1{path}"))
+            .header("host", self.addr.to_string())
+            .header("content-type", content_type)
+            .body(Full::new(Bytes::from(body.map(|b| serde_json::to_vec(b).unwrap()).unwrap_or_default())))
+            .unwrap();
+        let (status, bytes) = conn.send(request).await.unwrap();
+        let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&bytes)));
+        (status.as_u16(), body)
+    }
+
+    async fn create(&self, path: &str, object: Value) -> (u16, Value) {
+        self.call(Method::POST, path, Some(&object)).await
+    }
+
+    async fn must_create(&self, path: &str, object: Value) -> Value {
+        let (status, body) = self.create(path, object).await;
+        assert!((200..300).contains(&status), "POST {path}: {status} {body}");
+        body
+    }
+
+    async fn delete(&self, path: &str) {
+        self.call(Method::DELETE, path, None).await;
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(SCRIPT).arg("stop").arg(self.dir.path()).status();
+    }
+}
+
+/// `sidecar-injector serve` on 127.0.0.1 with a certificate for that address, templates from a directory.
+struct Injector {
+    child: Option<Child>,
+    addr: SocketAddr,
+    args: Vec<String>,
+}
+
+impl Injector {
+    fn start(dir: &Path, templates: &Path, extra: &[&str]) -> (Injector, String) {
+        let ca = Authority::generate("e2e webhook CA", Duration::from_secs(86400)).unwrap();
+        let leaf = ca.issue_server("127.0.0.1", &["127.0.0.1".to_owned()], Duration::from_secs(86400)).unwrap();
+        std::fs::write(dir.join("tls.crt"), leaf.cert_pem).unwrap();
+        std::fs::write(dir.join("tls.key"), leaf.key_pem).unwrap();
+        let port = free_port();
+        let args = vec![
+            "serve".to_owned(),
+            format!("--listen=127.0.0.1:{port}"),
+            format!("--metrics-listen=127.0.0.1:{}", free_port()),
+            format!("--tls-cert={}", dir.join("tls.crt").display()),
+            format!("--tls-key={}", dir.join("tls.key").display()),
+            format!("--template-dir={}", templates.display()),
+            "--template-poll-interval=500ms".to_owned(),
+            "--shutdown-delay=0s".to_owned(),
+        ];
+        let args = args.into_iter().chain(extra.iter().map(|a| a.to_string())).collect();
+        let mut injector = Injector { child: None, addr: SocketAddr::from(([127, 0, 0, 1], port)), args };
+        injector.resume();
+        (injector, ca.cert_pem().to_owned())
+    }
+
+    fn resume(&mut self) {
+        let child = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(self.addr).is_err() {
+            assert!(Instant::now() < deadline, "the injector did not start listening");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Injector {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `prefix-N`, a new N each call: pod names never collide within a run.
+fn unique(prefix: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    format!("{prefix}-{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A webhook configuration from `manifests/base`, pointed at `url` (the URL form: no Service here) with `ca`.
+fn configuration(file: &str, url: &str, ca_pem: &str) -> Value {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/base").join(file)).unwrap();
+    let mut configuration = sidecar_injector::offline::read_documents(&text).unwrap().remove(0);
+    use base64::Engine as _;
+    let bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    for webhook in configuration["webhooks"].as_array_mut().unwrap() {
+        let path = webhook["clientConfig"]["service"]["path"].as_str().unwrap().to_owned();
+        webhook["clientConfig"] = json!({"url": format!("{url}{path}"), "caBundle": bundle});
+        // Kubernetes 1.20 has no matchConditions (it would drop the field); the injector applies the same rules.
+        webhook.as_object_mut().unwrap().remove("matchConditions");
+    }
+    configuration
+}
+
+fn pod(name: &str, annotations: Value, labels: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations, "labels": labels},
+        "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}
+    })
+}
+
+fn container_names(pod: &Value, list: &str) -> Vec<String> {
+    pod["spec"][list].as_array().into_iter().flatten().map(|c| c["name"].as_str().unwrap().to_owned()).collect()
+}
+
+fn proxies(pod: &Value) -> usize {
+    container_names(pod, "containers").iter().filter(|n| *n == "proxy").count()
+}
+
+const MUTATING: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
+const VALIDATING: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+
+/// Registers a webhook configuration, replacing one of the same name. The API server picks it up
+/// asynchronously: callers wait for its effect with `eventually`.
+async fn register(cluster: &Cluster, collection: &str, configuration: &Value) {
+    let name = configuration["metadata"]["name"].as_str().unwrap();
+    cluster.delete(&format!("{collection}/{name}")).await;
+    cluster.must_create(collection, configuration.clone()).await;
+}
+
+/// Retries `attempt` until it returns `Some`, for at most 30 s: configuration changes and template reloads reach
+/// the API server and the injector asynchronously.
+async fn eventually<T>(what: &str, mut attempt: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(value) = attempt().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "gave up waiting: {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn enabled() -> bool {
+    if std::env::var_os("E2E_APISERVER").is_some() {
+        return true;
+    }
+    eprintln!("skipped: set E2E_APISERVER=1 to run the e2e suite against a real kube-apiserver");
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_a_real_api_server() {
+    if !enabled() {
+        return;
+    }
+    let cluster = Cluster::start();
+    let work = tempfile::tempdir().unwrap();
+    let templates = work.path().join("templates");
+    std::fs::create_dir(&templates).unwrap();
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/default.yaml"), templates.join("default.yaml"))
+        .unwrap();
+    let (mut injector, ca) = Injector::start(work.path(), &templates, &[]);
+    let url = format!("https://{}", injector.addr);
+
+    // Namespaces: opted in, not opted in, and system ones labelled in as well (they must stay excluded). 1.20
+    // does not set `kubernetes.io/metadata.name` itself; later versions do.
+    for (name, opted_in) in [("e2e-in", true), ("e2e-out", false), ("kube-node-lease", true), ("kube-system", true)] {
+        let mut labels = json!({"kubernetes.io/metadata.name": name});
+        if opted_in {
+            labels["sidecar-injector.io/inject"] = json!("enabled");
+        }
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}});
+        let (status, _) = cluster.create("/api/v1/namespaces", namespace.clone()).await;
+        if status == 409 {
+            cluster
+                .call(
+                    Method::PATCH,
+                    &format!("/api/v1/namespaces/{name}"),
+                    Some(&json!({"metadata": {"labels": labels}})),
+                )
+                .await;
+        }
+    }
+    let mutating = configuration("mutatingwebhookconfiguration.yaml", &url, &ca);
+    register(&cluster, MUTATING, &mutating).await;
+    let pods = "/api/v1/namespaces/e2e-in/pods";
+
+    // A pod in an opted-in namespace gets the sidecar once, and the API server stores it (its validation passed).
+    let stored = eventually("the webhook configuration to take effect", async || {
+        let name = unique("web");
+        let (status, body) = cluster.create(pods, pod(&name, json!({}), json!({"app": "web"}))).await;
+        assert_eq!(status, 201, "{body}");
+        (proxies(&body) > 0).then_some(body)
+    })
+    .await;
+    assert_eq!(proxies(&stored), 1, "{stored}");
+    assert_eq!(container_names(&stored, "initContainers"), ["proxy-init"]);
+    assert!(stored["metadata"]["annotations"]["sidecar-injector.io/status"].is_string());
+    let name = stored["metadata"]["name"].as_str().unwrap();
+    let (status, fetched) = cluster.call(Method::GET, &format!("{pods}/{name}"), None).await;
+    assert_eq!((status, proxies(&fetched)), (200, 1), "what was stored has the sidecar");
+
+    // Server-side dry run shows the injected pod and stores nothing.
+    let (status, dry) = cluster.create(&format!("{pods}?dryRun=All"), pod("dry", json!({}), json!({}))).await;
+    assert_eq!((status, proxies(&dry)), (201, 1), "{dry}");
+    assert_eq!(cluster.call(Method::GET, &format!("{pods}/dry"), None).await.0, 404, "a dry run persists nothing");
+
+    // Opted out, not opted in, excluded namespaces, other objects: untouched.
+    let opted_out = cluster
+        .must_create(pods, pod("out-annotation", json!({"sidecar-injector.io/inject": "false"}), json!({})))
+        .await;
+    assert_eq!(proxies(&opted_out), 0);
+    let labelled_out =
+        cluster.must_create(pods, pod("out-label", json!({}), json!({"sidecar-injector.io/inject": "false"}))).await;
+    assert_eq!(proxies(&labelled_out), 0);
+    for namespace in ["e2e-out", "kube-system", "kube-node-lease"] {
+        let created = cluster
+            .must_create(&format!("/api/v1/namespaces/{namespace}/pods"), pod("plain", json!({}), json!({})))
+            .await;
+        assert_eq!(proxies(&created), 0, "{namespace}");
+        assert!(created["metadata"]["annotations"].get("sidecar-injector.io/status").is_none(), "{namespace}");
+    }
+    let configmap = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}});
+    let stored_configmap = cluster.must_create("/api/v1/namespaces/e2e-in/configmaps", configmap).await;
+    assert_eq!(stored_configmap["data"], json!({"k": "v"}));
+    assert!(stored_configmap["metadata"].get("annotations").is_none());
+
+    // A Deployment is stored as written; the pods created from its template (as its ReplicaSet would, here by
+    // hand: no controller manager runs) are injected.
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "shop"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "shop"}},
+                 "template": {"metadata": {"labels": {"app": "shop"}},
+                              "spec": {"containers": [{"name": "shop", "image": "shop:1"}]}}}
+    });
+    let stored_deployment = cluster.must_create("/apis/apps/v1/namespaces/e2e-in/deployments", deployment).await;
+    assert_eq!(proxies(&stored_deployment["spec"]["template"]), 0, "the webhook sees pods, not Deployments");
+    let template = &stored_deployment["spec"]["template"];
+    for _ in 0..2 {
+        let from_template = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "shop-5d8f7c-", "labels": template["metadata"]["labels"]},
+            "spec": template["spec"],
+        });
+        let created = cluster.must_create(pods, from_template).await;
+        assert_eq!(proxies(&created), 1, "{created}");
+        let service = created["spec"]["containers"][1]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "PROXY_SERVICE_NAME")
+            .unwrap()["value"]
+            .clone();
+        assert_eq!(service, "shop", "rendered per pod from its labels");
+    }
+
+    // A second mutating webhook that changes the pod after ours (it injects its own container; configurations are
+    // called in name order) makes the API server call ours again (reinvocationPolicy: IfNeeded): still one sidecar.
+    let late_templates = work.path().join("late-templates");
+    std::fs::create_dir(&late_templates).unwrap();
+    std::fs::write(
+        late_templates.join("default.yaml"),
+        "pod:\n  metadata:\n    labels: { late: \"yes\" }\n  spec:\n    containers:\n      - { name: late, image: \"late:1\" }\n",
+    )
+    .unwrap();
+    let late_dir = work.path().join("late");
+    std::fs::create_dir(&late_dir).unwrap();
+    // Its own annotation prefix: with ours, it would take our status annotation for another version's sidecar.
+    let (late, late_ca) = Injector::start(&late_dir, &late_templates, &["--annotation-prefix=late.e2e.example.com/"]);
+    let mut second = configuration("mutatingwebhookconfiguration.yaml", &format!("https://{}", late.addr), &late_ca);
+    second["metadata"]["name"] = json!("zz-late-webhook");
+    second["webhooks"][0]["name"] = json!("late.e2e.example.com");
+    second["webhooks"][0]["reinvocationPolicy"] = json!("Never");
+    register(&cluster, MUTATING, &second).await;
+    let both = eventually("the second webhook to take effect", async || {
+        let name = unique("both");
+        let created = cluster.must_create(pods, pod(&name, json!({}), json!({}))).await;
+        container_names(&created, "containers").contains(&"late".to_owned()).then_some(created)
+    })
+    .await;
+    assert_eq!(proxies(&both), 1, "{both}");
+    assert_eq!(container_names(&both, "initContainers"), ["proxy-init"]);
+    cluster.delete(&format!("{MUTATING}/zz-late-webhook")).await;
+    drop(late);
+
+    // The injector stopped: with failurePolicy Ignore pods are admitted without the sidecar; with Fail they are
+    // refused with the API server's error, and admitted with it again once the injector is back.
+    injector.stop();
+    let admitted = cluster.must_create(pods, pod("while-down", json!({}), json!({}))).await;
+    assert_eq!(proxies(&admitted), 0, "fails open");
+    let mut failing = mutating.clone();
+    failing["webhooks"][0]["failurePolicy"] = json!("Fail");
+    register(&cluster, MUTATING, &failing).await;
+    let refusal = eventually("failurePolicy Fail to take effect", async || {
+        let (status, body) = cluster.create(pods, pod(&unique("refused"), json!({}), json!({}))).await;
+        (status >= 400).then_some(body)
+    })
+    .await;
+    let message = refusal["message"].as_str().unwrap_or_default();
+    assert!(message.contains("failed calling webhook") && message.contains("inject.sidecar-injector.io"), "{refusal}");
+    injector.resume();
+    let back = cluster.must_create(pods, pod("back", json!({}), json!({}))).await;
+    assert_eq!(proxies(&back), 1);
+    register(&cluster, MUTATING, &mutating).await;
+
+    // A template edit (the directory swapped as the kubelet updates a ConfigMap volume) reaches the next pod.
+    let edited = std::fs::read_to_string(templates.join("default.yaml"))
+        .unwrap()
+        .replace("ghcr.io/sidecar-injector/proxy:1.4.2", "ghcr.io/sidecar-injector/proxy:1.5.0");
+    let staged = templates.join("default.yaml.new");
+    std::fs::write(&staged, edited).unwrap();
+    std::fs::rename(&staged, templates.join("default.yaml")).unwrap();
+    eventually("the edited template to be served", async || {
+        let created = cluster.must_create(pods, pod(&unique("edited"), json!({}), json!({}))).await;
+        let proxy = created["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == "proxy").cloned();
+        proxy.filter(|p| p["image"] == "ghcr.io/sidecar-injector/proxy:1.5.0")
+    })
+    .await;
+
+    validating_companion(&cluster, &injector, &ca).await;
+}
+
+/// Issue 8 against the real API server: the validating webhook refuses pods that lack their injection.
+async fn validating_companion(cluster: &Cluster, injector: &Injector, ca: &str) {
+    let url = format!("https://{}", injector.addr);
+    let pods = "/api/v1/namespaces/e2e-in/pods";
+    // Only the validating webhook (as if the mutating call had been skipped under failurePolicy Ignore).
+    cluster.delete(&format!("{MUTATING}/sidecar-injector")).await;
+    register(cluster, VALIDATING, &configuration("validatingwebhookconfiguration.yaml", &url, ca)).await;
+    let refusal = eventually("the validating webhook to take effect", async || {
+        let (status, body) = cluster.create(pods, pod(&unique("unchecked"), json!({}), json!({}))).await;
+        (status >= 400).then_some(body)
+    })
+    .await;
+    let message = refusal["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("validate.sidecar-injector.io") && message.contains("lacks what template default"),
+        "{refusal}"
+    );
+    assert!(message.contains("container proxy"), "{message}");
+    let opted_out = cluster
+        .must_create(pods, pod("unchecked-opted-out", json!({"sidecar-injector.io/inject": "false"}), json!({})))
+        .await;
+    assert_eq!(proxies(&opted_out), 0, "opted-out pods are allowed");
+
+    // Both of ours: the pod is created with its sidecar.
+    register(cluster, MUTATING, &configuration("mutatingwebhookconfiguration.yaml", &url, ca)).await;
+    let created = eventually("both webhooks to take effect", async || {
+        let (status, body) = cluster.create(pods, pod(&unique("checked"), json!({}), json!({}))).await;
+        (status == 201).then_some(body)
+    })
+    .await;
+    assert_eq!(proxies(&created), 1);
+
+    // A later mutating webhook that strips our sidecar on every pass: the final pod is refused with our message.
+    let (stripper, stripper_ca) = strip_proxy_webhook().await;
+    let mut strip = configuration("mutatingwebhookconfiguration.yaml", &format!("https://{stripper}"), &stripper_ca);
+    strip["metadata"]["name"] = json!("zz-strip-webhook");
+    strip["webhooks"][0]["name"] = json!("strip.e2e.example.com");
+    register(cluster, MUTATING, &strip).await;
+    let refusal = eventually("the stripping webhook to take effect", async || {
+        let (status, body) = cluster.create(pods, pod(&unique("stripped"), json!({}), json!({}))).await;
+        (status >= 400).then_some(body)
+    })
+    .await;
+    let message = refusal["message"].as_str().unwrap_or_default();
+    assert!(message.contains("validate.sidecar-injector.io") && message.contains("container proxy"), "{refusal}");
+    assert!(!message.contains("volume sidecar-injector-proxy"), "only what was stripped is named: {message}");
+    cluster.delete(&format!("{MUTATING}/zz-strip-webhook")).await;
+}
+
+/// A test fixture: a mutating webhook that removes the container named `proxy` from every pod it sees.
+async fn strip_proxy_webhook() -> (SocketAddr, String) {
+    use base64::Engine as _;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+    let ca = Authority::generate("e2e fixture CA", Duration::from_secs(86400)).unwrap();
+    let leaf = ca.issue_server("127.0.0.1", &["127.0.0.1".to_owned()], Duration::from_secs(86400)).unwrap();
+    let chain = vec![CertificateDer::from_pem_slice(leaf.cert_pem.as_bytes()).unwrap()];
+    let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let answer = |body: &[u8]| -> Vec<u8> {
+        let review: Value = serde_json::from_slice(body).unwrap();
+        let request = &review["request"];
+        let containers = request["object"]["spec"]["containers"].as_array().cloned().unwrap_or_default();
+        let mut response = json!({"uid": request["uid"], "allowed": true});
+        if let Some(index) = containers.iter().position(|c| c["name"] == "proxy") {
+            let patch = json!([{"op": "remove", "path": format!("/spec/containers/{index}")}]);
+            response["patchType"] = json!("JSONPatch");
+            response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(patch.to_string()));
+        }
+        serde_json::to_vec(
+            &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
+        )
+        .unwrap()
+    };
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let service = service_fn(move |request: Request<hyper::body::Incoming>| async move {
+                    use http_body_util::BodyExt;
+                    let body = request.into_body().collect().await?.to_bytes();
+                    let mut reply = hyper::Response::new(Full::new(Bytes::from(answer(&body))));
+                    reply.headers_mut().insert("content-type", "application/json".parse().unwrap());
+                    Ok::<_, hyper::Error>(reply)
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
+            });
+        }
+    });
+    (addr, ca.cert_pem().to_owned())
+}
