@@ -1,6 +1,7 @@
 //! Properties of every patch, over generated pods and over the real pods in `../shared/corpus`: the patch applies
 //! (checked with the independent `json-patch` crate), has only `add`s, overwrites nothing present, keeps every
-//! original value, keeps container/init container/volume names unique, and a second run gives no patch.
+//! original value, keeps container/init container/volume names unique, a second run gives no patch, and the
+//! validating webhook passes the injected pod and fails the original.
 
 mod common;
 

@@ -92,6 +92,22 @@ pub fn check_properties(engine: &Engine, pod: &Value) {
         assert_eq!(unique.len(), names.len(), "duplicate names in spec.{list}: {names:?}");
     }
     assert_eq!(patch_for(engine, &patched), None, "second run on the patched pod must give no patch");
+    // The validating webhook agrees: the injected pod is complete, the original one is not.
+    assert_eq!(validation(engine, &patched), sidecar_injector::Verdict::Complete, "the injected pod validates");
+    assert!(
+        matches!(validation(engine, pod), sidecar_injector::Verdict::Incomplete { .. }),
+        "a pod the engine would patch fails validation"
+    );
+}
+
+/// What `/validate` says of `pod` (as a Pod CREATE review).
+pub fn validation(engine: &Engine, pod: &Value) -> sidecar_injector::Verdict {
+    let mut body = serde_json::to_vec(&review(pod)).unwrap();
+    let mut out = Vec::new();
+    let outcome = engine.validate(&mut body, &mut out).unwrap();
+    let response: Value = serde_json::from_slice(&out).expect("the response is JSON");
+    assert!(response["response"].get("patch").is_none(), "validation never patches");
+    outcome.verdict
 }
 
 /// Every value in `original` is still in `patched` (lists: every original item, in order, at its index or
