@@ -26,9 +26,20 @@ const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/apiserver.s
 
 /// etcd and kube-apiserver, stopped on drop.
 struct Cluster {
-    dir: tempfile::TempDir,
+    // Dropped first: the processes stop before their directory is deleted.
+    _running: Stop,
+    _dir: tempfile::TempDir,
     addr: SocketAddr,
     client: rustls::ClientConfig,
+}
+
+/// Stops what `apiserver.sh start DIR` started, when dropped: even if the test panics while setting up.
+struct Stop(std::path::PathBuf);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let _ = Command::new(SCRIPT).arg("stop").arg(&self.0).status();
+    }
 }
 
 impl Cluster {
@@ -38,12 +49,13 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         let status = Command::new(SCRIPT).arg("start").arg(dir.path()).status().unwrap();
         assert!(status.success(), "starting kube-apiserver failed");
+        let running = Stop(dir.path().to_owned());
         let env = std::fs::read_to_string(dir.path().join("env")).unwrap();
         let port: u16 = env.lines().find_map(|l| l.strip_prefix("APISERVER_PORT=")).unwrap().parse().unwrap();
         let read = |file: &str| std::fs::read_to_string(dir.path().join(file)).unwrap();
         let client =
             client_config(read("ca.crt").as_bytes(), b"http/1.1", Some((&read("admin.crt"), &read("admin.key"))));
-        Cluster { addr: SocketAddr::from(([127, 0, 0, 1], port)), client, dir }
+        Cluster { _running: running, _dir: dir, addr: SocketAddr::from(([127, 0, 0, 1], port)), client }
     }
 
     /// One API call: the status and the JSON body.
@@ -74,12 +86,6 @@ impl Cluster {
 
     async fn delete(&self, path: &str) {
         self.call(Method::DELETE, path, None).await;
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(SCRIPT).arg("stop").arg(self.dir.path()).status();
     }
 }
 

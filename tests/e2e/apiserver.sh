@@ -114,11 +114,12 @@ stop() {
   [ -f "$dir/env" ] || return 0
   # shellcheck disable=SC1091
   . "$dir/env"
+  # The API server first (it may wait on etcd while shutting down), then etcd; each gets 5 s, then SIGKILL.
   for pid in "${APISERVER_PID:-}" "${ETCD_PID:-}"; do
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${APISERVER_PID:-}" "${ETCD_PID:-}"; do
-    [ -n "$pid" ] && for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    [ -n "$pid" ] || continue
+    kill "$pid" 2>/dev/null || continue
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
   done
 }
 
