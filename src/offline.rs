@@ -202,7 +202,7 @@ fn inject_pod(
         }
         _ => false,
     };
-    let review = json!({
+    let mut review = json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
@@ -228,7 +228,7 @@ fn inject_pod(
         use base64::Engine as _;
         let patch = base64::engine::general_purpose::STANDARD.decode(patch).map_err(|e| internal(e.to_string()))?;
         let patch: json_patch::Patch = serde_json::from_slice(&patch).map_err(|e| internal(e.to_string()))?;
-        let mut injected = review["request"]["object"].clone();
+        let mut injected = review["request"]["object"].take();
         json_patch::patch(&mut injected, &patch).map_err(|e| internal(format!("the patch does not apply: {e}")))?;
         let metadata = injected["metadata"].as_object_mut().ok_or_else(|| internal("metadata vanished".into()))?;
         if added_namespace {

@@ -1,31 +1,11 @@
 //! The `sidecar-injector` binary (`review`, `serve`, `check`), run as a person would run it.
 
-use std::io::Write;
+mod common;
+
+use common::run;
 use std::process::{Command, Output, Stdio};
 
 const REVIEW: &str = "../shared/corpus/reviews/apiserver-1.20-pod-create.json";
-
-fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.unwrap_or_default()).unwrap();
-    drop(input);
-    let output = child.wait_with_output().unwrap();
-    eprintln!(
-        "$ sidecar-injector {}\nstatus: {}\nstdout: {}\nstderr: {}",
-        args.join(" "),
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
 
 fn response(output: &Output) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).expect("stdout is the response AdmissionReview")
@@ -33,9 +13,9 @@ fn response(output: &Output) -> serde_json::Value {
 
 #[test]
 fn review_answers_a_file_and_stdin_identically() {
-    let from_file = run(&["review", "-f", REVIEW], None);
+    let from_file = run(&["review", "-f", REVIEW], "");
     assert!(from_file.status.success());
-    let from_stdin = run(&["review"], Some(&std::fs::read(REVIEW).unwrap()));
+    let from_stdin = run(&["review"], std::fs::read(REVIEW).unwrap());
     assert!(from_stdin.status.success());
     assert_eq!(from_file.stdout, from_stdin.stdout);
     let answer = response(&from_file);
@@ -46,7 +26,7 @@ fn review_answers_a_file_and_stdin_identically() {
 
 #[test]
 fn explain_prints_the_decision_and_the_decoded_patch_on_stderr() {
-    let output = run(&["review", "-f", REVIEW, "--explain"], None);
+    let output = run(&["review", "-f", REVIEW, "--explain"], "");
     assert!(output.status.success());
     let stderr = String::from_utf8(output.stderr.clone()).unwrap();
     assert!(stderr.contains("pod: webhook-test/demo"), "{stderr}");
@@ -57,7 +37,7 @@ fn explain_prints_the_decision_and_the_decoded_patch_on_stderr() {
     let mut opted_out: serde_json::Value = serde_json::from_slice(&std::fs::read(REVIEW).unwrap()).unwrap();
     opted_out["request"]["object"]["metadata"]["annotations"] =
         serde_json::json!({"sidecar-injector.io/inject": "false"});
-    let output = run(&["review", "--explain"], Some(&serde_json::to_vec(&opted_out).unwrap()));
+    let output = run(&["review", "--explain"], serde_json::to_vec(&opted_out).unwrap());
     assert!(output.status.success());
     let stderr = String::from_utf8(output.stderr.clone()).unwrap();
     assert!(stderr.contains("decision: not injected (opted-out)"), "{stderr}");
@@ -66,7 +46,7 @@ fn explain_prints_the_decision_and_the_decoded_patch_on_stderr() {
 
 #[test]
 fn a_malformed_request_fails_with_a_one_line_reason() {
-    let output = run(&["review"], Some(b"{\"kind\":\"AdmissionReview\""));
+    let output = run(&["review"], b"{\"kind\":\"AdmissionReview\"");
     assert_eq!(output.status.code(), Some(1));
     assert!(output.stdout.is_empty());
     let stderr = String::from_utf8(output.stderr).unwrap();
@@ -80,7 +60,7 @@ fn a_bad_template_fails_with_file_line_and_reason() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("broken.yaml");
     std::fs::write(&file, "pod:\n  spec:\n    containers:\n      - name: p\n").unwrap();
-    let output = run(&["review", "-f", REVIEW, "--template", file.to_str().unwrap()], None);
+    let output = run(&["review", "-f", REVIEW, "--template", file.to_str().unwrap()], "");
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(
@@ -103,7 +83,7 @@ fn another_template_and_prefix_can_be_chosen() {
             "mesh.example.com/",
             "--explain",
         ],
-        None,
+        "",
     );
     assert!(output.status.success());
     let stderr = String::from_utf8(output.stderr).unwrap();
@@ -150,7 +130,7 @@ fn serve_starts_with_no_configuration_and_exits_cleanly_on_sigterm() {
 
 #[test]
 fn check_summarises_a_good_directory_and_lists_every_problem_of_a_bad_one() {
-    let output = run(&["check", "templates"], None);
+    let output = run(&["check", "templates"], "");
     assert!(output.status.success());
     let stdout = String::from_utf8(output.stdout).unwrap();
     assert!(stdout.contains("default template default"), "{stdout}");
@@ -163,14 +143,14 @@ fn check_summarises_a_good_directory_and_lists_every_problem_of_a_bad_one() {
     std::fs::write(dir.path().join("default.yaml"), good.replace("proxyCPU: 50m", "proxyCPU: lots")).unwrap();
     std::fs::write(dir.path().join("agent.yaml"), "pod:\n  spec:\n    containers:\n      - name: a\n").unwrap();
     std::fs::write(dir.path().join("README.md"), "not a template").unwrap();
-    let output = run(&["check", dir.path().to_str().unwrap()], None);
+    let output = run(&["check", dir.path().to_str().unwrap()], "");
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(stderr.contains("agent.yaml:4: pod.spec.containers[0]: a container needs an `image`"), "{stderr}");
     assert!(stderr.contains("default.yaml:") && stderr.contains("not a valid quantity"), "{stderr}");
     assert!(output.stdout.is_empty());
 
-    let output = run(&["check", "/nonexistent/t.yaml"], None);
+    let output = run(&["check", "/nonexistent/t.yaml"], "");
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8(output.stderr).unwrap().contains("/nonexistent/t.yaml"));
 }
@@ -179,13 +159,13 @@ fn check_summarises_a_good_directory_and_lists_every_problem_of_a_bad_one() {
 fn serve_refuses_to_start_without_a_valid_template_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("default.yaml"), "pod:\n  spec: [\n").unwrap();
-    let output = run(&["serve", "--template-dir", dir.path().to_str().unwrap(), "--listen", "127.0.0.1:0"], None);
+    let output = run(&["serve", "--template-dir", dir.path().to_str().unwrap(), "--listen", "127.0.0.1:0"], "");
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(stderr.contains("default.yaml:"), "{stderr}");
 
     std::fs::write(dir.path().join("default.yaml"), "pod: {}\n").unwrap();
-    let output = run(&["serve", "--template-dir", dir.path().to_str().unwrap(), "--default-template", "mesh"], None);
+    let output = run(&["serve", "--template-dir", dir.path().to_str().unwrap(), "--default-template", "mesh"], "");
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8(output.stderr).unwrap().contains("no template named `mesh`"));
 }
@@ -195,8 +175,7 @@ fn review_takes_a_template_directory_and_the_pods_template_annotation() {
     let mut review: serde_json::Value = serde_json::from_slice(&std::fs::read(REVIEW).unwrap()).unwrap();
     review["request"]["object"]["metadata"]["annotations"] =
         serde_json::json!({"sidecar-injector.io/template": "native-sidecar"});
-    let output =
-        run(&["review", "--template-dir", "templates", "--explain"], Some(&serde_json::to_vec(&review).unwrap()));
+    let output = run(&["review", "--template-dir", "templates", "--explain"], serde_json::to_vec(&review).unwrap());
     assert!(output.status.success());
     let stderr = String::from_utf8(output.stderr.clone()).unwrap();
     assert!(stderr.contains("template: native-sidecar (version "), "{stderr}");
@@ -205,7 +184,7 @@ fn review_takes_a_template_directory_and_the_pods_template_annotation() {
 
 #[test]
 fn review_validate_answers_as_the_validating_webhook() {
-    let output = run(&["review", "--validate", "-f", REVIEW, "--explain"], None);
+    let output = run(&["review", "--validate", "-f", REVIEW, "--explain"], "");
     assert!(output.status.success());
     let answer = response(&output);
     assert_eq!(answer["response"]["allowed"], false);
@@ -213,7 +192,7 @@ fn review_validate_answers_as_the_validating_webhook() {
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(stderr.contains("validation: refused,"), "{stderr}");
 
-    let output = run(&["review", "--validate", "--validation", "warn", "-f", REVIEW], None);
+    let output = run(&["review", "--validate", "--validation", "warn", "-f", REVIEW], "");
     let answer = response(&output);
     assert_eq!(answer["response"]["allowed"], true);
     assert_eq!(answer["response"]["warnings"].as_array().unwrap().len(), 1);

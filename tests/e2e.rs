@@ -16,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::env_value;
 use common::server::{Conn, client_config};
 use http_body_util::Full;
 use hyper::{Method, Request};
@@ -174,6 +175,24 @@ fn configuration(file: &str, url: &str, ca_pem: &str) -> Value {
     configuration
 }
 
+/// Gives a copy of one of our configurations its own names, for a second webhook beside ours. Configurations are
+/// called in name order, so a `zz-` name runs after ours.
+fn renamed(configuration: &mut Value, name: &str, webhook: &str) {
+    configuration["metadata"]["name"] = json!(name);
+    configuration["webhooks"][0]["name"] = json!(webhook);
+}
+
+/// Creates plain pods (`prefix-N`) in the opted-in namespace until one is refused, and returns the API server's
+/// message: configuration changes take effect asynchronously.
+async fn first_refusal(cluster: &Cluster, what: &str, prefix: &str) -> String {
+    let refusal = eventually(what, async || {
+        let (status, body) = cluster.create(PODS, pod(&unique(prefix), json!({}), json!({}))).await;
+        (status >= 400).then_some(body)
+    })
+    .await;
+    refusal["message"].as_str().unwrap_or_default().to_owned()
+}
+
 fn pod(name: &str, annotations: Value, labels: Value) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -192,6 +211,8 @@ fn proxies(pod: &Value) -> usize {
 
 const MUTATING: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
 const VALIDATING: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+/// The pods of the opted-in namespace.
+const PODS: &str = "/api/v1/namespaces/e2e-in/pods";
 
 /// Registers a webhook configuration, replacing one of the same name. The API server picks it up
 /// asynchronously: callers wait for its effect with `eventually`.
@@ -257,12 +278,11 @@ async fn against_a_real_api_server() {
     }
     let mutating = configuration("mutatingwebhookconfiguration.yaml", &url, &ca);
     register(&cluster, MUTATING, &mutating).await;
-    let pods = "/api/v1/namespaces/e2e-in/pods";
 
     // A pod in an opted-in namespace gets the sidecar once, and the API server stores it (its validation passed).
     let stored = eventually("the webhook configuration to take effect", async || {
         let name = unique("web");
-        let (status, body) = cluster.create(pods, pod(&name, json!({}), json!({"app": "web"}))).await;
+        let (status, body) = cluster.create(PODS, pod(&name, json!({}), json!({"app": "web"}))).await;
         assert_eq!(status, 201, "{body}");
         (proxies(&body) > 0).then_some(body)
     })
@@ -271,21 +291,21 @@ async fn against_a_real_api_server() {
     assert_eq!(container_names(&stored, "initContainers"), ["proxy-init"]);
     assert!(stored["metadata"]["annotations"]["sidecar-injector.io/status"].is_string());
     let name = stored["metadata"]["name"].as_str().unwrap();
-    let (status, fetched) = cluster.call(Method::GET, &format!("{pods}/{name}"), None).await;
+    let (status, fetched) = cluster.call(Method::GET, &format!("{PODS}/{name}"), None).await;
     assert_eq!((status, proxies(&fetched)), (200, 1), "what was stored has the sidecar");
 
     // Server-side dry run shows the injected pod and stores nothing.
-    let (status, dry) = cluster.create(&format!("{pods}?dryRun=All"), pod("dry", json!({}), json!({}))).await;
+    let (status, dry) = cluster.create(&format!("{PODS}?dryRun=All"), pod("dry", json!({}), json!({}))).await;
     assert_eq!((status, proxies(&dry)), (201, 1), "{dry}");
-    assert_eq!(cluster.call(Method::GET, &format!("{pods}/dry"), None).await.0, 404, "a dry run persists nothing");
+    assert_eq!(cluster.call(Method::GET, &format!("{PODS}/dry"), None).await.0, 404, "a dry run persists nothing");
 
     // Opted out, not opted in, excluded namespaces, other objects: untouched.
     let opted_out = cluster
-        .must_create(pods, pod("out-annotation", json!({"sidecar-injector.io/inject": "false"}), json!({})))
+        .must_create(PODS, pod("out-annotation", json!({"sidecar-injector.io/inject": "false"}), json!({})))
         .await;
     assert_eq!(proxies(&opted_out), 0);
     let labelled_out =
-        cluster.must_create(pods, pod("out-label", json!({}), json!({"sidecar-injector.io/inject": "false"}))).await;
+        cluster.must_create(PODS, pod("out-label", json!({}), json!({"sidecar-injector.io/inject": "false"}))).await;
     assert_eq!(proxies(&labelled_out), 0);
     for namespace in ["e2e-out", "kube-system", "kube-node-lease"] {
         let created = cluster
@@ -308,7 +328,7 @@ async fn against_a_real_api_server() {
                               "spec": {"containers": [{"name": "shop", "image": "shop:1"}]}}}
     });
     let stored_deployment = cluster.must_create("/apis/apps/v1/namespaces/e2e-in/deployments", deployment).await;
-    assert_eq!(proxies(&stored_deployment["spec"]["template"]), 0, "the webhook sees pods, not Deployments");
+    assert_eq!(proxies(&stored_deployment["spec"]["template"]), 0, "the webhook sees PODS, not Deployments");
     let template = &stored_deployment["spec"]["template"];
     for _ in 0..2 {
         let from_template = json!({
@@ -316,16 +336,13 @@ async fn against_a_real_api_server() {
             "metadata": {"generateName": "shop-5d8f7c-", "labels": template["metadata"]["labels"]},
             "spec": template["spec"],
         });
-        let created = cluster.must_create(pods, from_template).await;
+        let created = cluster.must_create(PODS, from_template).await;
         assert_eq!(proxies(&created), 1, "{created}");
-        let service = created["spec"]["containers"][1]["env"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["name"] == "PROXY_SERVICE_NAME")
-            .unwrap()["value"]
-            .clone();
-        assert_eq!(service, "shop", "rendered per pod from its labels");
+        assert_eq!(
+            env_value(&created["spec"]["containers"][1], "PROXY_SERVICE_NAME"),
+            "shop",
+            "rendered per pod from its labels"
+        );
     }
 
     // A second mutating webhook that changes the pod after ours (it injects its own container; configurations are
@@ -342,13 +359,12 @@ async fn against_a_real_api_server() {
     // Its own annotation prefix: with ours, it would take our status annotation for another version's sidecar.
     let (late, late_ca) = Injector::start(&late_dir, &late_templates, &["--annotation-prefix=late.e2e.example.com/"]);
     let mut second = configuration("mutatingwebhookconfiguration.yaml", &format!("https://{}", late.addr), &late_ca);
-    second["metadata"]["name"] = json!("zz-late-webhook");
-    second["webhooks"][0]["name"] = json!("late.e2e.example.com");
+    renamed(&mut second, "zz-late-webhook", "late.e2e.example.com");
     second["webhooks"][0]["reinvocationPolicy"] = json!("Never");
     register(&cluster, MUTATING, &second).await;
     let both = eventually("the second webhook to take effect", async || {
         let name = unique("both");
-        let created = cluster.must_create(pods, pod(&name, json!({}), json!({}))).await;
+        let created = cluster.must_create(PODS, pod(&name, json!({}), json!({}))).await;
         container_names(&created, "containers").contains(&"late".to_owned()).then_some(created)
     })
     .await;
@@ -360,20 +376,15 @@ async fn against_a_real_api_server() {
     // The injector stopped: with failurePolicy Ignore pods are admitted without the sidecar; with Fail they are
     // refused with the API server's error, and admitted with it again once the injector is back.
     injector.stop();
-    let admitted = cluster.must_create(pods, pod("while-down", json!({}), json!({}))).await;
+    let admitted = cluster.must_create(PODS, pod("while-down", json!({}), json!({}))).await;
     assert_eq!(proxies(&admitted), 0, "fails open");
     let mut failing = mutating.clone();
     failing["webhooks"][0]["failurePolicy"] = json!("Fail");
     register(&cluster, MUTATING, &failing).await;
-    let refusal = eventually("failurePolicy Fail to take effect", async || {
-        let (status, body) = cluster.create(pods, pod(&unique("refused"), json!({}), json!({}))).await;
-        (status >= 400).then_some(body)
-    })
-    .await;
-    let message = refusal["message"].as_str().unwrap_or_default();
-    assert!(message.contains("failed calling webhook") && message.contains("inject.sidecar-injector.io"), "{refusal}");
+    let message = first_refusal(&cluster, "failurePolicy Fail to take effect", "refused").await;
+    assert!(message.contains("failed calling webhook") && message.contains("inject.sidecar-injector.io"), "{message}");
     injector.resume();
-    let back = cluster.must_create(pods, pod("back", json!({}), json!({}))).await;
+    let back = cluster.must_create(PODS, pod("back", json!({}), json!({}))).await;
     assert_eq!(proxies(&back), 1);
     register(&cluster, MUTATING, &mutating).await;
 
@@ -385,7 +396,7 @@ async fn against_a_real_api_server() {
     std::fs::write(&staged, edited).unwrap();
     std::fs::rename(&staged, templates.join("default.yaml")).unwrap();
     eventually("the edited template to be served", async || {
-        let created = cluster.must_create(pods, pod(&unique("edited"), json!({}), json!({}))).await;
+        let created = cluster.must_create(PODS, pod(&unique("edited"), json!({}), json!({}))).await;
         let proxy = created["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == "proxy").cloned();
         proxy.filter(|p| p["image"] == "ghcr.io/sidecar-injector/proxy:1.5.0")
     })
@@ -397,30 +408,24 @@ async fn against_a_real_api_server() {
 /// Issue 8 against the real API server: the validating webhook refuses pods that lack their injection.
 async fn validating_companion(cluster: &Cluster, injector: &Injector, ca: &str) {
     let url = format!("https://{}", injector.addr);
-    let pods = "/api/v1/namespaces/e2e-in/pods";
     // Only the validating webhook (as if the mutating call had been skipped under failurePolicy Ignore).
     cluster.delete(&format!("{MUTATING}/sidecar-injector")).await;
     register(cluster, VALIDATING, &configuration("validatingwebhookconfiguration.yaml", &url, ca)).await;
-    let refusal = eventually("the validating webhook to take effect", async || {
-        let (status, body) = cluster.create(pods, pod(&unique("unchecked"), json!({}), json!({}))).await;
-        (status >= 400).then_some(body)
-    })
-    .await;
-    let message = refusal["message"].as_str().unwrap_or_default();
+    let message = first_refusal(cluster, "the validating webhook to take effect", "unchecked").await;
     assert!(
         message.contains("validate.sidecar-injector.io") && message.contains("lacks what template default"),
-        "{refusal}"
+        "{message}"
     );
     assert!(message.contains("container proxy"), "{message}");
     let opted_out = cluster
-        .must_create(pods, pod("unchecked-opted-out", json!({"sidecar-injector.io/inject": "false"}), json!({})))
+        .must_create(PODS, pod("unchecked-opted-out", json!({"sidecar-injector.io/inject": "false"}), json!({})))
         .await;
     assert_eq!(proxies(&opted_out), 0, "opted-out pods are allowed");
 
     // Both of ours: the pod is created with its sidecar.
     register(cluster, MUTATING, &configuration("mutatingwebhookconfiguration.yaml", &url, ca)).await;
     let created = eventually("both webhooks to take effect", async || {
-        let (status, body) = cluster.create(pods, pod(&unique("checked"), json!({}), json!({}))).await;
+        let (status, body) = cluster.create(PODS, pod(&unique("checked"), json!({}), json!({}))).await;
         (status == 201).then_some(body)
     })
     .await;
@@ -429,16 +434,10 @@ async fn validating_companion(cluster: &Cluster, injector: &Injector, ca: &str) 
     // A later mutating webhook that strips our sidecar on every pass: the final pod is refused with our message.
     let (stripper, stripper_ca) = strip_proxy_webhook().await;
     let mut strip = configuration("mutatingwebhookconfiguration.yaml", &format!("https://{stripper}"), &stripper_ca);
-    strip["metadata"]["name"] = json!("zz-strip-webhook");
-    strip["webhooks"][0]["name"] = json!("strip.e2e.example.com");
+    renamed(&mut strip, "zz-strip-webhook", "strip.e2e.example.com");
     register(cluster, MUTATING, &strip).await;
-    let refusal = eventually("the stripping webhook to take effect", async || {
-        let (status, body) = cluster.create(pods, pod(&unique("stripped"), json!({}), json!({}))).await;
-        (status >= 400).then_some(body)
-    })
-    .await;
-    let message = refusal["message"].as_str().unwrap_or_default();
-    assert!(message.contains("validate.sidecar-injector.io") && message.contains("container proxy"), "{refusal}");
+    let message = first_refusal(cluster, "the stripping webhook to take effect", "stripped").await;
+    assert!(message.contains("validate.sidecar-injector.io") && message.contains("container proxy"), "{message}");
     assert!(!message.contains("volume sidecar-injector-proxy"), "only what was stripped is named: {message}");
     cluster.delete(&format!("{MUTATING}/zz-strip-webhook")).await;
 }

@@ -1,9 +1,9 @@
 //! `sidecar-injector inject`: every workload kind's pod template injected once, other objects untouched, the
 //! output injected again unchanged, YAML read as kubectl reads it.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+mod common;
 
+use common::{env_value, run};
 use serde_json::Value;
 
 /// One of every kind `inject` knows, and some it must leave alone.
@@ -193,25 +193,6 @@ spec:
   tasks: []
 "#;
 
-fn run(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    let output = child.wait_with_output().unwrap();
-    eprintln!(
-        "$ sidecar-injector {}\nstatus: {}\nstderr: {}",
-        args.join(" "),
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
 fn documents(text: &[u8]) -> Vec<Value> {
     sidecar_injector::offline::read_documents(std::str::from_utf8(text).unwrap()).unwrap()
 }
@@ -309,9 +290,7 @@ fn every_pod_template_is_injected_once_and_everything_else_is_untouched() {
     // Per-pod values are rendered from the template's labels, namespace and the controller's name.
     let web = after.iter().find(|o| o["metadata"]["name"] == "web" && o["kind"] == "Deployment").unwrap();
     let proxy = &web["spec"]["template"]["spec"]["containers"][1];
-    let env =
-        |name: &str| proxy["env"].as_array().unwrap().iter().find(|e| e["name"] == name).unwrap()["value"].clone();
-    assert_eq!(env("PROXY_SERVICE_NAME"), "web");
+    assert_eq!(env_value(proxy, "PROXY_SERVICE_NAME"), "web");
 }
 
 fn strip_template(object: &mut Value) {

@@ -40,30 +40,28 @@ async fn respond(shared: &Shared, req: Request<Incoming>) -> Answer {
     let config = &shared.config;
     let deadline = deadline(req.uri().query(), config.request_timeout);
     let path = req.uri().path();
-    let endpoint = if path == config.path {
-        Some(Endpoint::Mutate)
+    let accepted = if path == config.path {
+        Ok(Endpoint::Mutate)
     } else if path == config.validate_path {
-        Some(Endpoint::Validate)
+        Ok(Endpoint::Validate)
     } else {
-        None
+        let message = format!("not found: the webhooks are at POST {} and POST {}", config.path, config.validate_path);
+        Err((ErrorReason::NotFound, StatusCode::NOT_FOUND, message))
     };
-    let refusal = if endpoint.is_none() {
-        Some((
-            ErrorReason::NotFound,
-            StatusCode::NOT_FOUND,
-            format!("not found: the webhooks are at POST {} and POST {}", config.path, config.validate_path),
-        ))
-    } else if req.method() != Method::POST {
-        Some((ErrorReason::Method, StatusCode::METHOD_NOT_ALLOWED, "method not allowed: use POST".to_owned()))
-    } else if !is_json(req.headers().get(CONTENT_TYPE)) {
-        let message = "unsupported media type: the body must be Content-Type: application/json".to_owned();
-        Some((ErrorReason::MediaType, StatusCode::UNSUPPORTED_MEDIA_TYPE, message))
-    } else {
-        None
-    };
+    let accepted = accepted.and_then(|endpoint| {
+        if req.method() != Method::POST {
+            Err((ErrorReason::Method, StatusCode::METHOD_NOT_ALLOWED, "method not allowed: use POST".to_owned()))
+        } else if !is_json(req.headers().get(CONTENT_TYPE)) {
+            let message = "unsupported media type: the body must be Content-Type: application/json".to_owned();
+            Err((ErrorReason::MediaType, StatusCode::UNSUPPORTED_MEDIA_TYPE, message))
+        } else {
+            Ok(endpoint)
+        }
+    });
     let work = async {
-        match refusal {
-            Some((reason, status, message)) => {
+        match accepted {
+            Ok(endpoint) => read_and_review(shared, req.into_body(), endpoint).await,
+            Err((reason, status, message)) => {
                 // Read what was sent before answering: on HTTP/2 an unread body makes the answer arrive as a
                 // stream reset, which clients report instead of the status.
                 discard(req.into_body(), config.max_body_bytes).await;
@@ -73,8 +71,6 @@ async fn respond(shared: &Shared, req: Request<Incoming>) -> Answer {
                 }
                 answer
             }
-            // `refusal` is `None` only when the path named an endpoint.
-            None => read_and_review(shared, req.into_body(), endpoint.unwrap_or(Endpoint::Mutate)).await,
         }
     };
     match tokio::time::timeout(deadline, work).await {

@@ -45,6 +45,13 @@ impl ErrorReason {
     }
 }
 
+/// Adds one to the counter registered for `reason`, if there is one.
+fn count<R: PartialEq>(counters: &[(R, Counter)], reason: R) {
+    if let Some((_, counter)) = counters.iter().find(|(r, _)| *r == reason) {
+        counter.increment(1);
+    }
+}
+
 /// The metric handles, and the recorder for the few series made later (by template hash). Cloning shares them.
 #[derive(Clone)]
 pub(crate) struct Metrics(Arc<Handles>, Arc<PrometheusRecorder>);
@@ -168,15 +175,11 @@ impl Metrics {
     }
 
     pub(crate) fn skipped(&self, reason: SkipReason) {
-        if let Some((_, counter)) = self.0.skipped.iter().find(|(r, _)| *r == reason) {
-            counter.increment(1);
-        }
+        count(&self.0.skipped, reason);
     }
 
     pub(crate) fn denied(&self, reason: SkipReason) {
-        if let Some((_, counter)) = self.0.denied.iter().find(|(r, _)| *r == reason) {
-            counter.increment(1);
-        }
+        count(&self.0.denied, reason);
     }
 
     pub(crate) fn validated_ok(&self) {
@@ -189,15 +192,11 @@ impl Metrics {
     }
 
     pub(crate) fn validated_skipped(&self, reason: SkipReason) {
-        if let Some((_, counter)) = self.0.validated_skipped.iter().find(|(r, _)| *r == reason) {
-            counter.increment(1);
-        }
+        count(&self.0.validated_skipped, reason);
     }
 
     pub(crate) fn error(&self, reason: ErrorReason) {
-        if let Some((_, counter)) = self.0.errors.iter().find(|(r, _)| *r == reason) {
-            counter.increment(1);
-        }
+        count(&self.0.errors, reason);
     }
 
     pub(crate) fn duration(&self, elapsed: Duration) {

@@ -17,6 +17,36 @@ pub fn builtin() -> Engine {
     Engine::new(Template::builtin(&settings.annotation_prefix).unwrap(), &settings)
 }
 
+/// Runs the `sidecar-injector` binary with `args` and `stdin`, as a person would, and shows what it did.
+pub fn run(args: &[&str], stdin: impl AsRef<[u8]>) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Dropping the handle once written closes stdin, so the binary sees the end of its input.
+    child.stdin.take().unwrap().write_all(stdin.as_ref()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    eprintln!(
+        "$ sidecar-injector {}\nstatus: {}\nstdout: {}\nstderr: {}",
+        args.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// The `value` of the env var `name` of `container`.
+pub fn env_value(container: &Value, name: &str) -> Value {
+    let vars = container["env"].as_array().unwrap_or_else(|| panic!("no env in {container}"));
+    vars.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no env {name} in {container}"))["value"].clone()
+}
+
 /// A v1 Pod CREATE review around `pod`.
 pub fn review(pod: &Value) -> Value {
     json!({
