@@ -1,8 +1,9 @@
 //! A read-only view of the Pod inside a review, over the tape.
 
-use serde::ser::{Serialize, SerializeMap, Serializer};
 use simd_json::prelude::*;
 use simd_json::tape::{Object, Value};
+
+use crate::template::StrEntries;
 
 /// The Pod under review. Accessors read the tape; nothing is copied. The metadata fields are located in one walk
 /// over `metadata` when the view is made, because several stages read them.
@@ -109,19 +110,12 @@ impl<'t, 'i> PodView<'t, 'i> {
     }
 }
 
-/// A string-to-string map on the tape, serialised for template contexts. Non-string values are left out.
+/// A string-to-string map on the tape, as templates see it. Non-string values are left out.
 pub(crate) struct StrMap<'t, 'i>(Option<Object<'t, 'i>>);
 
-impl Serialize for StrMap<'_, '_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(None)?;
-        if let Some(object) = &self.0 {
-            for (key, value) in object.iter() {
-                if let Some(value) = value.as_str() {
-                    map.serialize_entry(key, value)?;
-                }
-            }
-        }
-        map.end()
+impl StrEntries for StrMap<'_, '_> {
+    fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        let object = self.0.as_ref();
+        object.into_iter().flat_map(|o| o.iter()).filter_map(|(key, value)| value.into_string().map(|v| (key, v)))
     }
 }

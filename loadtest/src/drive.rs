@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
+
 use crate::bodies::{Body, UID_LEN};
 use crate::check;
 use crate::client::{Connection, Target, TransportError};
@@ -96,11 +98,16 @@ impl Pool {
         let started = Instant::now();
         let deadline = phase.duration.map(|d| started + d);
         let schedule = match phase.rate {
-            Some(rate) => Schedule::Open(pace(rate, started, deadline, phase.requests)),
+            Some(rate) => {
+                let (due, pacer) = pace(rate, started, deadline, phase.requests);
+                (Schedule::Open(due), Some(pacer))
+            }
             None => {
-                Schedule::Closed { deadline, tickets: Arc::new(AtomicU64::new(phase.requests.unwrap_or(u64::MAX))) }
+                let tickets = Arc::new(AtomicU64::new(phase.requests.unwrap_or(u64::MAX)));
+                (Schedule::Closed { deadline, tickets }, None)
             }
         };
+        let (schedule, pacer) = schedule;
         let tasks: Vec<_> = std::mem::take(&mut self.workers)
             .into_iter()
             .map(|worker| tokio::spawn(worker.run(shared.clone(), schedule.clone())))
@@ -118,6 +125,13 @@ impl Pool {
             }
         }
         tally.elapsed = started.elapsed();
+        if let Some(pacer) = pacer {
+            // The pacer has closed the channel, so it is ending; joining it does not hold the runtime up.
+            match pacer.join() {
+                Ok(lateness) => tally.send_lateness = lateness,
+                Err(_) => tally.transport("the pacer thread failed".to_owned()),
+            }
+        }
         tally
     }
 }
@@ -135,20 +149,21 @@ enum Schedule {
 /// time. Not a runtime timer: those have a resolution of 1 ms, and the delay would count as latency. The thread
 /// sleeps (with a timer slack of 1 µs instead of the default 50 µs) until shortly before each due time, then
 /// yields the CPU until it comes, so that it is on time without taking the CPU from the harness's own workers
-/// when they share one.
+/// when they share one. It returns how late it was for each request (µs), the machine's scheduling noise.
 fn pace(
     rate: f64,
     start: Instant,
     deadline: Option<Instant>,
     requests: Option<u64>,
-) -> async_channel::Receiver<Instant> {
+) -> (async_channel::Receiver<Instant>, std::thread::JoinHandle<Histogram<u64>>) {
     let (sender, receiver) = async_channel::unbounded();
     let interval = Duration::from_secs_f64(1.0 / rate);
-    std::thread::spawn(move || {
+    let pacer = std::thread::spawn(move || {
         // Best effort: without it, wake-ups are up to 50 µs late, which the report would show as latency.
         let _ = nix::sys::prctl::set_timerslack(1_000);
         // A VM's timer interrupts can be late by tens of microseconds.
         const EARLY: Duration = Duration::from_micros(100);
+        let mut lateness = crate::stats::histogram();
         for i in 0..requests.unwrap_or(u64::MAX) {
             let due = start + interval.mul_f64(i as f64);
             if deadline.is_some_and(|d| due >= d) {
@@ -161,12 +176,14 @@ fn pace(
             while Instant::now() < due {
                 std::thread::yield_now();
             }
+            lateness.saturating_record(due.elapsed().as_micros() as u64);
             if sender.send_blocking(due).is_err() {
                 break;
             }
         }
+        lateness
     });
-    receiver
+    (receiver, pacer)
 }
 
 impl Worker {

@@ -63,6 +63,11 @@ pub struct TargetReport {
     pub max_us: u64,
     /// Mean latency.
     pub mean_us: f64,
+    /// Open loop: how late the harness's pacer issued requests after their due time, p99.9 and max, µs. The
+    /// machine's scheduling noise, not the server's: every latency above carries it too.
+    pub send_late_p999_us: Option<u64>,
+    /// The latest send.
+    pub send_late_max_us: Option<u64>,
     /// Wrong answers plus transport errors.
     pub errors: u64,
     /// Answers that were wrong.
@@ -137,6 +142,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 impl TargetReport {
     /// The report of `tally`.
     pub fn new(target: &str, url: &str, tally: &Tally, server: ServerFigures) -> TargetReport {
+        let paced = !tally.send_lateness.is_empty();
         let distribution = tally
             .latency
             .iter_quantiles(2)
@@ -155,6 +161,8 @@ impl TargetReport {
             p999_us: tally.quantile_us(0.999),
             max_us: tally.latency.max(),
             mean_us: tally.latency.mean(),
+            send_late_p999_us: paced.then(|| tally.send_lateness_us(0.999)),
+            send_late_max_us: paced.then(|| tally.send_lateness.max()),
             errors: tally.errors(),
             wrong_answers: tally.wrong,
             transport_errors: tally.transport,
@@ -218,6 +226,16 @@ impl Report {
         row("p99", each(&|t| us(t.p99_us)), ratios.map(|r| r.p99_us));
         row("p99.9", each(&|t| us(t.p999_us)), ratios.map(|r| r.p999_us));
         row("max", each(&|t| us(t.max_us)), None);
+        if targets.iter().any(|t| t.send_late_max_us.is_some()) {
+            row(
+                "send lateness p99.9 / max",
+                each(&|t| match (t.send_late_p999_us, t.send_late_max_us) {
+                    (Some(p999), Some(max)) => format!("{p999} / {max} µs"),
+                    _ => "-".into(),
+                }),
+                None,
+            );
+        }
         row(
             "errors",
             each(&|t| format!("{} ({} wrong, {} transport)", t.errors, t.wrong_answers, t.transport_errors)),

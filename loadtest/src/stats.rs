@@ -6,7 +6,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 
 /// Latencies from 1 µs to 60 s, 3 significant figures (1 µs resolution below 1 ms).
-fn histogram() -> Histogram<u64> {
+pub fn histogram() -> Histogram<u64> {
     // Fixed, valid bounds: 1 <= low, high >= 2 * low, 3 significant figures.
     Histogram::new_with_bounds(1, 60_000_000, 3).unwrap()
 }
@@ -19,6 +19,10 @@ const EXAMPLES: usize = 5;
 pub struct Tally {
     /// Latency of every correct answer, in µs.
     pub latency: Histogram<u64>,
+    /// Open loop: how late the pacer issued each request after its due time, in µs. A thread that does nothing
+    /// but wait for a time, so its lateness is the machine's scheduling noise (not the server's), which every
+    /// latency above also carries.
+    pub send_lateness: Histogram<u64>,
     /// Correct answers.
     pub ok: u64,
     /// Correct answers that carried a patch.
@@ -37,6 +41,7 @@ impl Default for Tally {
     fn default() -> Self {
         Tally {
             latency: histogram(),
+            send_lateness: histogram(),
             ok: 0,
             patched: 0,
             wrong: 0,
@@ -88,6 +93,11 @@ impl Tally {
         if self.elapsed.is_zero() { 0.0 } else { self.ok as f64 / self.elapsed.as_secs_f64() }
     }
 
+    /// How late requests were issued at `quantile`, in µs (open loop; 0 when nothing was paced).
+    pub fn send_lateness_us(&self, quantile: f64) -> u64 {
+        self.send_lateness.value_at_quantile(quantile)
+    }
+
     /// The latency at `quantile` (0.99 for p99), in µs.
     pub fn quantile_us(&self, quantile: f64) -> u64 {
         self.latency.value_at_quantile(quantile)
@@ -95,8 +105,9 @@ impl Tally {
 
     /// Adds another tally's counts, latencies and measured time.
     pub fn merge(&mut self, other: &Tally) {
-        // Both histograms have the same bounds, so adding cannot fail.
+        // All these histograms have the same bounds, so adding cannot fail.
         self.latency.add(&other.latency).unwrap();
+        self.send_lateness.add(&other.send_lateness).unwrap();
         self.ok += other.ok;
         self.patched += other.patched;
         self.elapsed += other.elapsed;
@@ -126,6 +137,7 @@ mod tests {
         }
         let mut b = Tally::default();
         b.answer(Duration::from_millis(250), true);
+        b.send_lateness.record(2_000).unwrap();
         b.wrong("uid".into());
         b.transport("reset".into());
         b.transport("reset".into());
@@ -136,6 +148,7 @@ mod tests {
         assert!(a.quantile_us(1.0) >= 249_900, "the slow answer is the max: {}", a.quantile_us(1.0));
         assert_eq!(a.rps(), 50.0);
         assert_eq!(a.examples, ["wrong answer: uid", "transport: reset"]);
+        assert!((1_999..=2_001).contains(&a.send_lateness_us(1.0)), "{}", a.send_lateness_us(1.0));
 
         let mut errors_only = Tally::default();
         errors_only.merge_errors(&a);

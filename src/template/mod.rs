@@ -28,7 +28,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 pub(crate) use overrides::OverrideSpec;
-pub(crate) use render::{LeafCache, Overrides, PodContext, RenderError, Renderer};
+pub(crate) use render::{LeafCache, Overrides, PodContext, RenderError, Renderer, StrEntries};
 use render::{LeafKind, is_template};
 pub use set::{SelectError, Selection, SetSources, TemplateSet};
 use tree::TNode;
@@ -414,7 +414,7 @@ impl Template {
     }
 
     /// Renders every per-request leaf of every part for `pod` into `buf`, one range per slot (both cleared first).
-    pub(crate) fn render<M: serde::Serialize>(
+    pub(crate) fn render<M: StrEntries>(
         &self,
         pod: &PodContext<'_, M>,
         overrides: &Overrides,

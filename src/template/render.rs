@@ -13,14 +13,19 @@
 //! Rendering is a pure function of the pod context, and the pods of one controller (a Deployment scaling up, a
 //! Job's workers) share it: same labels, service account, namespace and `generateName`, no name yet. So each
 //! thread remembers the last few contexts and their output ([`LeafCache`]); a repeat costs a comparison, not an
-//! evaluation. The cache key is the context itself, serialised, so it cannot miss a field the templates read.
+//! evaluation. The cache key is the context itself (every string of it, length-prefixed), so it cannot miss a
+//! field the templates read.
+//!
+//! On a miss the context reaches minijinja as one owned object ([`PodObject`]) whose fields and labels are looked
+//! up when an expression reads them, rather than as a minijinja map built from every field and label: the
+//! default template reads two of them.
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use minijinja::value::Serde;
+use minijinja::value::{Enumerator, Object, ObjectRepr, Serde};
 use minijinja::{Environment, UndefinedBehavior, Value};
-use serde::Serialize;
 
 /// Names a template may use: the pod being admitted and the template's `values`.
 const KNOWN_VARIABLES: [&str; 2] = ["pod", "values"];
@@ -85,15 +90,137 @@ pub(crate) type Overrides = [(String, serde_json::Value)];
 
 /// The pod as templates see it: `pod.name`, `pod.generateName`, `pod.namespace`, `pod.serviceAccountName`,
 /// `pod.labels`, `pod.annotations`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct PodContext<'a, M: Serialize> {
+#[derive(Debug)]
+pub(crate) struct PodContext<'a, M: StrEntries> {
     pub name: &'a str,
     pub generate_name: &'a str,
     pub namespace: &'a str,
     pub service_account_name: &'a str,
     pub labels: M,
     pub annotations: M,
+}
+
+/// A string-to-string map of the pod (its labels or annotations), read in the pod's order.
+pub(crate) trait StrEntries {
+    fn entries(&self) -> impl Iterator<Item = (&str, &str)>;
+}
+
+impl StrEntries for std::collections::BTreeMap<&str, &str> {
+    fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.iter().map(|(k, v)| (*k, *v))
+    }
+}
+
+/// The names templates use for the fields of [`PodContext`]: the four strings, then the two maps.
+const POD_FIELDS: [&str; 6] = ["name", "generateName", "namespace", "serviceAccountName", "labels", "annotations"];
+
+impl<M: StrEntries> PodContext<'_, M> {
+    fn scalars(&self) -> [&str; 4] {
+        [self.name, self.generate_name, self.namespace, self.service_account_name]
+    }
+
+    /// Appends every string of the context to `key`, each preceded by its length, and each map followed by a
+    /// length no string has: equal keys mean equal contexts.
+    fn write_key(&self, key: &mut Vec<u8>) {
+        fn put(key: &mut Vec<u8>, text: &str) {
+            key.extend_from_slice(&text.len().to_le_bytes());
+            key.extend_from_slice(text.as_bytes());
+        }
+        for text in self.scalars() {
+            put(key, text);
+        }
+        for map in [&self.labels, &self.annotations] {
+            for (k, v) in map.entries() {
+                put(key, k);
+                put(key, v);
+            }
+            key.extend_from_slice(&usize::MAX.to_le_bytes());
+        }
+    }
+
+    /// The context as minijinja sees it: one owned copy of its strings, read on demand.
+    fn to_value(&self) -> Value {
+        let mut text = String::with_capacity(self.scalars().iter().map(|s| s.len()).sum());
+        let mut copy = |part: &str| {
+            let start = text.len();
+            text.push_str(part);
+            start..text.len()
+        };
+        let fields = self.scalars().map(&mut copy);
+        let [labels, annotations] = [&self.labels, &self.annotations].map(|m| Value::from_object(StrMapObject::new(m)));
+        Value::from_object(PodObject { text, fields, labels, annotations })
+    }
+}
+
+/// [`PodContext`] as a minijinja map: `text` holds the four strings at `fields` (in [`POD_FIELDS`] order).
+#[derive(Debug)]
+struct PodObject {
+    text: String,
+    fields: [Range<usize>; 4],
+    labels: Value,
+    annotations: Value,
+}
+
+impl Object for PodObject {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Map
+    }
+
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        let index = POD_FIELDS.iter().position(|field| Some(*field) == key.as_str())?;
+        Some(match index {
+            4 => self.labels.clone(),
+            5 => self.annotations.clone(),
+            scalar => Value::from(&self.text[self.fields[scalar].clone()]),
+        })
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Str(&POD_FIELDS)
+    }
+}
+
+/// A pod's labels or annotations as a minijinja map, in the pod's order; a key is looked up by a linear scan,
+/// which for the handful of entries a pod has is faster than building a hash map.
+#[derive(Debug)]
+struct StrMapObject {
+    text: String,
+    entries: Vec<(Range<usize>, Range<usize>)>,
+}
+
+impl StrMapObject {
+    fn new(map: &impl StrEntries) -> Self {
+        let size = map.entries().map(|(k, v)| k.len() + v.len()).sum();
+        let mut object = StrMapObject { text: String::with_capacity(size), entries: Vec::new() };
+        for (key, value) in map.entries() {
+            let start = object.text.len();
+            object.text.push_str(key);
+            let middle = object.text.len();
+            object.text.push_str(value);
+            object.entries.push((start..middle, middle..object.text.len()));
+        }
+        object
+    }
+}
+
+impl Object for StrMapObject {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Map
+    }
+
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        let key = key.as_str()?;
+        let (_, value) = self.entries.iter().find(|(k, _)| &self.text[k.clone()] == key)?;
+        Some(Value::from(&self.text[value.clone()]))
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Values(self.entries.iter().map(|(k, _)| Value::from(&self.text[k.clone()])).collect())
+    }
+
+    fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
+        Some(self.entries.len())
+    }
 }
 
 /// Does `source` use template syntax at all?
@@ -220,7 +347,7 @@ impl Renderer {
     /// Appends the output of every per-request leaf for `pod` and its `overrides` to `buf` (JSON text), and one
     /// range per slot to `ranges`, or copies them from `cache` when this renderer already rendered the same input
     /// on this thread.
-    pub(crate) fn render_cached<M: Serialize>(
+    pub(crate) fn render_cached<M: StrEntries>(
         &self,
         pod: &PodContext<'_, M>,
         overrides: &Overrides,
@@ -233,8 +360,7 @@ impl Renderer {
             return self.render(pod, overrides, buf, ranges);
         }
         cache.key.clear();
-        // Writing into a Vec cannot fail, and every field of the context is a string or a string map.
-        serde_json::to_writer(&mut cache.key, pod).expect("a pod context always serialises");
+        pod.write_key(&mut cache.key);
         if !overrides.is_empty() {
             serde_json::to_writer(&mut cache.key, overrides).expect("JSON values always serialise");
         }
@@ -253,7 +379,7 @@ impl Renderer {
 
     /// Appends the output of every per-request leaf for `pod` and its `overrides` to `buf` (JSON text), and one
     /// range per slot to `ranges`.
-    pub(crate) fn render<M: Serialize>(
+    pub(crate) fn render<M: StrEntries>(
         &self,
         pod: &PodContext<'_, M>,
         overrides: &Overrides,
@@ -267,21 +393,30 @@ impl Renderer {
         ranges.resize(first + self.leaves.len(), 0..0);
         let mine = &mut ranges[first..];
         let values = self.values_with(overrides);
-        let ctx = minijinja::context! { pod => Value::from(Serde(pod)), values => values };
+        let ctx = minijinja::context! { pod => pod.to_value(), values => values };
         if !self.pod_slots.is_empty() {
-            let text = self.env.get_template(POD_LEAVES).and_then(|t| t.render(&ctx));
-            let text = text.map_err(|_| self.first_failure(&ctx))?;
-            split_into(&text, &self.pod_slots, buf, mine)?;
+            let start = buf.len();
+            self.render_group(POD_LEAVES, &ctx, buf)?;
+            split_in_place(buf, start, &self.pod_slots, mine)?;
         }
         if !self.override_slots.is_empty() {
+            let start = buf.len();
             if values_overridden(&self.overridable, overrides) {
-                let text = self.env.get_template(OVERRIDE_LEAVES).and_then(|t| t.render(&ctx));
-                let text = text.map_err(|_| self.first_failure(&ctx))?;
-                split_into(&text, &self.override_slots, buf, mine)?;
+                self.render_group(OVERRIDE_LEAVES, &ctx, buf)?;
             } else {
-                split_into(&self.override_defaults, &self.override_slots, buf, mine)?;
+                buf.extend_from_slice(self.override_defaults.as_bytes());
             }
+            split_in_place(buf, start, &self.override_slots, mine)?;
         }
+        Ok(())
+    }
+
+    /// Appends the output of the joined template `group` (its leaves' JSON, separated) to `buf`; on failure `buf`
+    /// is left as it was.
+    fn render_group(&self, group: &str, ctx: &Value, buf: &mut Vec<u8>) -> Result<(), RenderError> {
+        let text = self.env.get_template(group).and_then(|t| t.render(ctx));
+        let text = text.map_err(|_| self.first_failure(ctx))?;
+        buf.extend_from_slice(text.as_bytes());
         Ok(())
     }
 
@@ -317,16 +452,17 @@ fn values_overridden(overridable: &[String], overrides: &Overrides) -> bool {
     overrides.iter().any(|(key, _)| overridable.contains(key))
 }
 
-/// Appends the parts of `text` (joined by the separator) to `buf`, recording each part's range at its slot.
-fn split_into(text: &str, slots: &[usize], buf: &mut Vec<u8>, ranges: &mut [Range<usize>]) -> Result<(), RenderError> {
-    let mut parts = text.split(SEPARATOR);
+/// Records where each leaf's output lies in `buf[start..]` (the outputs of `slots`, joined by the separator), at
+/// its slot in `ranges`.
+fn split_in_place(buf: &[u8], start: usize, slots: &[usize], ranges: &mut [Range<usize>]) -> Result<(), RenderError> {
+    let mut parts = buf[start..].split(|byte| *byte == SEPARATOR as u8);
+    let mut offset = start;
     for slot in slots {
         // JSON output never holds a raw control character, so the parts match the slots; refuse rather than
         // mis-slot if they ever did not.
         let part = parts.next().ok_or_else(|| RenderError { slot: *slot, reason: "missing leaf output".into() })?;
-        let start = buf.len();
-        buf.extend_from_slice(part.as_bytes());
-        ranges[*slot] = start..buf.len();
+        ranges[*slot] = offset..offset + part.len();
+        offset += part.len() + 1;
     }
     match parts.next() {
         None => Ok(()),
@@ -482,6 +618,66 @@ mod tests {
         r.render(&pod(), &[], &mut buf, &mut ranges).unwrap();
         let slots: Vec<&[u8]> = ranges.iter().map(|r| &buf[r.clone()]).collect();
         assert_eq!(slots, [b"\"web-1\"".as_slice(), b"1", b"{}"]);
+    }
+
+    #[test]
+    fn templates_see_the_pod_and_its_labels_as_maps() {
+        let mut r = Renderer::new(&serde_json::json!({}));
+        for leaf in [
+            "{{ 'app' in pod.labels }}",
+            "{{ pod.labels.version is defined }}",
+            "{{ pod.labels | items | list }}",
+            "{{ pod.labels | dictsort }}",
+            "{% for key, value in pod.labels | items %}{{ key }}={{ value }};{% endfor %}",
+            "{{ pod | list }}",
+            "{{ pod.annotations | length }}",
+            "{{ pod['namespace'] ~ '/' ~ pod.name }}",
+            "{{ pod }}",
+        ] {
+            r.add_leaf(leaf).unwrap();
+        }
+        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
+        r.render(&pod(), &[], &mut buf, &mut ranges).unwrap();
+        let slots: Vec<serde_json::Value> =
+            ranges.iter().map(|range| serde_json::from_slice(&buf[range.clone()]).unwrap()).collect();
+        let app = "we\"b\\\n\u{2028}";
+        assert_eq!(
+            slots,
+            [
+                serde_json::json!(true),
+                serde_json::json!(false),
+                serde_json::json!([["app", app]]),
+                serde_json::json!([["app", app]]),
+                serde_json::json!(format!("app={app};")),
+                serde_json::json!(["name", "generateName", "namespace", "serviceAccountName", "labels", "annotations"]),
+                serde_json::json!(0),
+                serde_json::json!("shop/web-1"),
+                serde_json::json!({
+                    "name": "web-1", "generateName": "", "namespace": "shop", "serviceAccountName": "default",
+                    "labels": {"app": app}, "annotations": {}
+                }),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_cache_tells_a_label_from_the_same_annotation() {
+        let mut r = Renderer::new(&serde_json::json!({}));
+        r.add_leaf("{{ pod.labels | length }}-{{ pod.annotations | length }}").unwrap();
+        let mut cache = LeafCache::default();
+        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
+        let mut render = |pod: &PodContext<'_, std::collections::BTreeMap<&str, &str>>| {
+            buf.clear();
+            ranges.clear();
+            r.render_cached(pod, &[], &mut cache, &mut buf, &mut ranges).unwrap();
+            serde_json::from_slice::<String>(&buf[ranges[0].clone()]).unwrap()
+        };
+        let entry: std::collections::BTreeMap<&str, &str> = [("k", "v")].into_iter().collect();
+        let labelled = PodContext { labels: entry.clone(), annotations: Default::default(), ..pod() };
+        let annotated = PodContext { labels: Default::default(), annotations: entry, ..pod() };
+        assert_eq!(render(&labelled), "1-0");
+        assert_eq!(render(&annotated), "0-1");
+        assert_eq!(render(&labelled), "1-0");
     }
 
     #[test]
