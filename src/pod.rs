@@ -1,7 +1,7 @@
 //! A read-only view of the Pod inside a review, over the tape.
 
 use simd_json::prelude::*;
-use simd_json::tape::{Object, Value};
+use simd_json::tape::Value;
 
 use crate::template::StrEntries;
 
@@ -71,22 +71,21 @@ impl<'t, 'i> PodView<'t, 'i> {
 
     /// Every annotation whose value is a string, in the order the pod has them.
     pub(crate) fn annotation_entries(&self) -> impl Iterator<Item = (&'i str, &'i str)> + use<'t, 'i> {
-        let object = self.annotations.and_then(|m| m.as_object());
-        object.into_iter().flat_map(|o| o.iter()).filter_map(|(k, v)| v.into_string().map(|v| (k, v)))
+        self.annotations(true).iter()
     }
 
     pub(crate) fn label(&self, key: &str) -> Option<&'i str> {
         self.labels.and_then(|m| m.get(key)).and_then(|v| v.into_string())
     }
 
-    /// The labels, serialisable as a map for templates (an empty map when `with` is false or there are none).
+    /// The labels, as templates see them (an empty map when `with` is false or there are none).
     pub(crate) fn labels(&self, with: bool) -> StrMap<'t, 'i> {
-        StrMap(self.labels.filter(|_| with).and_then(|m| m.as_object()))
+        StrMap(self.labels.filter(|_| with))
     }
 
-    /// The annotations, serialisable as a map for templates.
+    /// The annotations, as templates see them.
     pub(crate) fn annotations(&self, with: bool) -> StrMap<'t, 'i> {
-        StrMap(self.annotations.filter(|_| with).and_then(|m| m.as_object()))
+        StrMap(self.annotations.filter(|_| with))
     }
 
     pub(crate) fn service_account_name(&self) -> &'i str {
@@ -110,12 +109,19 @@ impl<'t, 'i> PodView<'t, 'i> {
     }
 }
 
-/// A string-to-string map on the tape, as templates see it. Non-string values are left out.
-pub(crate) struct StrMap<'t, 'i>(Option<Object<'t, 'i>>);
+/// A string-to-string map on the tape (an object, or none), as templates see it. Non-string values are left out.
+pub(crate) struct StrMap<'t, 'i>(Option<Value<'t, 'i>>);
+
+impl<'t, 'i> StrMap<'t, 'i> {
+    /// Every entry whose value is a string, in the pod's order.
+    fn iter(&self) -> impl Iterator<Item = (&'i str, &'i str)> + use<'t, 'i> {
+        let object = self.0.and_then(|m| m.as_object());
+        object.into_iter().flat_map(|o| o.iter()).filter_map(|(key, value)| value.into_string().map(|v| (key, v)))
+    }
+}
 
 impl StrEntries for StrMap<'_, '_> {
     fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
-        let object = self.0.as_ref();
-        object.into_iter().flat_map(|o| o.iter()).filter_map(|(key, value)| value.into_string().map(|v| (key, v)))
+        self.iter()
     }
 }

@@ -167,12 +167,14 @@ impl Object for PodObject {
     }
 
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
-        let index = POD_FIELDS.iter().position(|field| Some(*field) == key.as_str())?;
-        Some(match index {
-            4 => self.labels.clone(),
-            5 => self.annotations.clone(),
-            scalar => Value::from(&self.text[self.fields[scalar].clone()]),
-        })
+        match key.as_str()? {
+            "labels" => Some(self.labels.clone()),
+            "annotations" => Some(self.annotations.clone()),
+            name => {
+                let scalar = POD_FIELDS[..self.fields.len()].iter().position(|field| *field == name)?;
+                Some(Value::from(&self.text[self.fields[scalar].clone()]))
+            }
+        }
     }
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
@@ -539,9 +541,11 @@ fn describe(err: &minijinja::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
-    fn pod() -> PodContext<'static, std::collections::BTreeMap<&'static str, &'static str>> {
+    fn pod() -> PodContext<'static, BTreeMap<&'static str, &'static str>> {
         PodContext {
             name: "web-1",
             generate_name: "",
@@ -660,24 +664,24 @@ mod tests {
         );
     }
 
+    /// Slot 0 of what `r` renders for `pod` through `cache`, decoded as a JSON string.
+    fn first_slot_cached(r: &Renderer, pod: &PodContext<'_, BTreeMap<&str, &str>>, cache: &mut LeafCache) -> String {
+        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
+        r.render_cached(pod, &[], cache, &mut buf, &mut ranges).unwrap();
+        serde_json::from_slice::<String>(&buf[ranges[0].clone()]).unwrap()
+    }
+
     #[test]
     fn the_cache_tells_a_label_from_the_same_annotation() {
         let mut r = Renderer::new(&serde_json::json!({}));
         r.add_leaf("{{ pod.labels | length }}-{{ pod.annotations | length }}").unwrap();
         let mut cache = LeafCache::default();
-        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
-        let mut render = |pod: &PodContext<'_, std::collections::BTreeMap<&str, &str>>| {
-            buf.clear();
-            ranges.clear();
-            r.render_cached(pod, &[], &mut cache, &mut buf, &mut ranges).unwrap();
-            serde_json::from_slice::<String>(&buf[ranges[0].clone()]).unwrap()
-        };
-        let entry: std::collections::BTreeMap<&str, &str> = [("k", "v")].into_iter().collect();
+        let entry: BTreeMap<&str, &str> = [("k", "v")].into_iter().collect();
         let labelled = PodContext { labels: entry.clone(), annotations: Default::default(), ..pod() };
         let annotated = PodContext { labels: Default::default(), annotations: entry, ..pod() };
-        assert_eq!(render(&labelled), "1-0");
-        assert_eq!(render(&annotated), "0-1");
-        assert_eq!(render(&labelled), "1-0");
+        assert_eq!(first_slot_cached(&r, &labelled, &mut cache), "1-0");
+        assert_eq!(first_slot_cached(&r, &annotated, &mut cache), "0-1");
+        assert_eq!(first_slot_cached(&r, &labelled, &mut cache), "1-0");
     }
 
     #[test]
@@ -696,13 +700,8 @@ mod tests {
         let mut r = Renderer::new(&serde_json::json!({}));
         r.add_leaf("{{ pod.labels.app }}-{{ pod.name }}").unwrap();
         let mut cache = LeafCache::default();
-        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
-        let mut render = |pod: &PodContext<'_, std::collections::BTreeMap<&str, &str>>, r: &Renderer| {
-            buf.clear();
-            ranges.clear();
-            r.render_cached(pod, &[], &mut cache, &mut buf, &mut ranges).unwrap();
-            serde_json::from_slice::<String>(&buf[ranges[0].clone()]).unwrap()
-        };
+        let mut render =
+            |pod: &PodContext<'_, BTreeMap<&str, &str>>, r: &Renderer| first_slot_cached(r, pod, &mut cache);
         let first = pod();
         assert_eq!(render(&first, &r), "we\"b\\\n\u{2028}-web-1");
         assert_eq!(render(&first, &r), "we\"b\\\n\u{2028}-web-1", "a hit gives the same output");
