@@ -140,6 +140,10 @@ thread_local! {
     });
 }
 
+/// The spare capacity a request body should have beyond its length: the engine appends this many bytes for
+/// simd-json to parse the body in place, which reallocates (copies) the body if its capacity is short.
+pub const PARSE_PADDING: usize = simd_json::INPUT_PADDING;
+
 /// Status code of a refusal: the pod as sent cannot be injected.
 const DENY_CODE: u16 = 400;
 /// Status code of a validation refusal: the pod is well-formed but lacks what policy requires.
@@ -173,9 +177,10 @@ impl Engine {
         &self.settings
     }
 
-    /// Reviews one `AdmissionReview`. `body` is parsed in place (its contents are garbage afterwards) and the
-    /// response is written to `out`. An `Err` means the body is not a readable review: answer 400.
-    pub fn review(&self, body: &mut [u8], out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
+    /// Reviews one `AdmissionReview`. `body` is parsed in place (its contents are garbage afterwards; see
+    /// [`PARSE_PADDING`] for its capacity) and the response is written to `out`. An `Err` means the body is not a
+    /// readable review: answer 400.
+    pub fn review(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
         // With `Stage::Respond` every stage runs and `run` always returns an outcome.
         self.run(body, out, Stage::Respond, Mode::Mutate)
             .map(|outcome| outcome.expect("the last stage returns an outcome"))
@@ -184,7 +189,7 @@ impl Engine {
     /// Validates one `AdmissionReview` (`/validate`): the pod is allowed if injecting it again would add nothing;
     /// otherwise it is refused, or admitted with a warning, naming what is missing. Everything `review` skips is
     /// allowed. Same buffers and errors as [`Engine::review`].
-    pub fn validate(&self, body: &mut [u8], out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
+    pub fn validate(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
         // As in `review`: the last stage always returns an outcome.
         self.run(body, out, Stage::Respond, Mode::Validate)
             .map(|outcome| outcome.expect("the last stage returns an outcome"))
@@ -192,13 +197,13 @@ impl Engine {
 
     /// Runs `body` through the stages up to `until` (see [`Stage`]): what the per-stage benchmarks measure.
     #[doc(hidden)]
-    pub fn review_until(&self, body: &mut [u8], out: &mut Vec<u8>, until: Stage) -> Result<(), ReviewError> {
+    pub fn review_until(&self, body: &mut Vec<u8>, out: &mut Vec<u8>, until: Stage) -> Result<(), ReviewError> {
         self.run(body, out, until, Mode::Mutate).map(drop)
     }
 
     fn run(
         &self,
-        body: &mut [u8],
+        body: &mut Vec<u8>,
         out: &mut Vec<u8>,
         until: Stage,
         mode: Mode,
@@ -206,19 +211,25 @@ impl Engine {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Err(ReviewError::Empty);
         }
-        SCRATCH.with(|scratch| {
+        let len = body.len();
+        // simd-json reads in 64-byte blocks; given the padding past the document, it parses the body where it
+        // is instead of first copying it into a padded buffer of its own.
+        body.resize(len + PARSE_PADDING, b' ');
+        let result = SCRATCH.with(|scratch| {
             // Only this synchronous call borrows the thread's scratch, so the borrow cannot be held twice.
             let mut scratch = scratch.borrow_mut();
             let Scratch { buffers, tape: tape_slot, work } = &mut *scratch;
             let mut tape = tape_slot.take().unwrap_or_else(Tape::null).reset();
-            let result = match simd_json::fill_tape(body, buffers, &mut tape) {
+            let result = match simd_json::fill_tape_padded(body, len, buffers, &mut tape) {
                 Ok(()) if until == Stage::Parse => Ok(None),
                 Ok(()) => self.answer(tape.as_value(), work, out, until, mode),
                 Err(e) => Err(ReviewError::json(&e)),
             };
             *tape_slot = Some(tape.reset());
             result
-        })
+        });
+        body.truncate(len);
+        result
     }
 
     fn answer(
@@ -239,7 +250,7 @@ impl Engine {
             Ok(pod) => pod,
             Err(reason) => {
                 response::allow(out);
-                response::close(out, &warnings, &[]);
+                response::close(out, &warnings, None);
                 return Ok(Some(Outcome { version: review.version, verdict: Verdict::Skipped(reason), warnings }));
             }
         };
@@ -259,11 +270,8 @@ impl Engine {
                 | Verdict::Skipped(SkipReason::AlreadyInjected | SkipReason::RenderFailed)
                 | Verdict::Denied(SkipReason::RenderFailed)
         );
-        let audit = template
-            .as_ref()
-            .filter(|_| applied)
-            .map(|t| [("template", t.name()), ("template-version", t.hash()), ("template-set", t.set_hash())]);
-        response::close(out, &warnings, audit.as_ref().map_or(&[], |a| a.as_slice()));
+        let audit = template.as_ref().filter(|_| applied).map(|t| t.audit_json());
+        response::close(out, &warnings, audit);
         Ok(Some(Outcome { version: review.version, verdict, warnings }))
     }
 

@@ -45,6 +45,6 @@ pub mod template;
 mod validate;
 
 pub use decision::SkipReason;
-pub use engine::{Engine, Outcome, Settings, Stage, Verdict};
+pub use engine::{Engine, Outcome, PARSE_PADDING, Settings, Stage, Verdict};
 pub use review::{ApiVersion, ReviewError};
 pub use template::{Policy, SelectError, Selection, SetSources, Template, TemplateError, TemplateSet, Validation};

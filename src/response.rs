@@ -49,19 +49,11 @@ pub(crate) fn patch(
     ops
 }
 
-/// Ends the response, with `warnings` and `auditAnnotations` if there are any.
-pub(crate) fn close(out: &mut Vec<u8>, warnings: &[String], audit: &[(&str, &str)]) {
-    if !audit.is_empty() {
-        out.extend_from_slice(br#","auditAnnotations":{"#);
-        for (i, (key, value)) in audit.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_str(out, key);
-            out.push(b':');
-            write_str(out, value);
-        }
-        out.push(b'}');
+/// Ends the response, with `warnings` if there are any and `auditAnnotations` if given (a JSON object of strings).
+pub(crate) fn close(out: &mut Vec<u8>, warnings: &[String], audit: Option<&str>) {
+    if let Some(audit) = audit {
+        out.extend_from_slice(br#","auditAnnotations":"#);
+        out.extend_from_slice(audit.as_bytes());
     }
     if !warnings.is_empty() {
         out.extend_from_slice(br#","warnings":["#);
@@ -87,7 +79,7 @@ mod tests {
         open(&mut out, ApiVersion::V1Beta1, "a\"b");
         allow(&mut out);
         assert_eq!(patch(&mut out, &mut Vec::new(), |_| 0), 0);
-        close(&mut out, &[], &[]);
+        close(&mut out, &[], None);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","response":{"uid":"a\"b","allowed":true}}"#
@@ -105,7 +97,7 @@ mod tests {
             1
         });
         assert_eq!(ops, 1);
-        close(&mut out, &["say \"hi\"".to_owned()], &[("template", "a\\b")]);
+        close(&mut out, &["say \"hi\"".to_owned()], Some(r#"{"template":"a\\b"}"#));
         assert_eq!(
             String::from_utf8(out).unwrap(),
             r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"u","allowed":true,"patchType":"JSONPatch","patch":"+/8=","auditAnnotations":{"template":"a\\b"},"warnings":["say \"hi\""]}}"#
@@ -117,7 +109,7 @@ mod tests {
         let mut out = Vec::new();
         open(&mut out, ApiVersion::V1, "u");
         deny(&mut out, 400, "no \"x\"");
-        close(&mut out, &[], &[]);
+        close(&mut out, &[], None);
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["response"]["allowed"], false);
         assert_eq!(v["response"]["status"], serde_json::json!({"code": 400, "message": "no \"x\""}));

@@ -384,6 +384,7 @@ fn malformed_requests_get_a_one_line_reason_naming_what_is_wrong() {
         (format!("{valid} trailing").into_bytes(), "not valid JSON"),
         ([&valid.as_bytes()[..40], b"\xff\xfe", &valid.as_bytes()[40..]].concat(), "not valid JSON"),
         (b"[1,2]".to_vec(), "not an AdmissionReview"),
+        (b"12".to_vec(), "not an AdmissionReview"),
         (br#"{"kind":"Pod","apiVersion":"v1"}"#.to_vec(), "kind is not AdmissionReview"),
         (br#"{"apiVersion":"admission.k8s.io/v1"}"#.to_vec(), "kind is missing"),
         (br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v2"}"#.to_vec(), "unsupported AdmissionReview apiVersion \"admission.k8s.io/v2\""),
@@ -400,6 +401,29 @@ fn malformed_requests_get_a_one_line_reason_naming_what_is_wrong() {
         assert!(message.contains(expected), "{message:?} should mention {expected:?}");
         assert!(!message.contains('\n'), "one line: {message:?}");
     }
+}
+
+#[test]
+fn the_body_is_parsed_where_it_lies_and_keeps_its_length() {
+    let engine = builtin();
+    let request = serde_json::to_vec(&review(&full_pod())).unwrap();
+    let answer_to = |body: &mut Vec<u8>| {
+        let mut out = Vec::new();
+        let outcome = engine.review(body, &mut out).unwrap();
+        assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
+        assert_eq!(body.len(), request.len(), "the padding is taken off again");
+        out
+    };
+    // With the padding reserved, as the server reserves it, the body is not moved to parse it.
+    let mut roomy = Vec::with_capacity(request.len() + sidecar_injector::PARSE_PADDING);
+    roomy.extend_from_slice(&request);
+    let at = roomy.as_ptr();
+    let from_roomy = answer_to(&mut roomy);
+    assert_eq!(roomy.as_ptr(), at);
+    // Without it the body grows first; the answer is the same.
+    let mut tight = request.clone();
+    tight.shrink_to_fit();
+    assert_eq!(answer_to(&mut tight), from_roomy);
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The request bodies: Pod CREATE `AdmissionReview`s, from a directory of pods or grown to a size class, each
-//! stamped with a unique uid (and, for generated pods, a unique name) when it is sent.
+//! stamped with a unique uid (and, for generated pods named per request, a unique name) when it is sent.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -35,6 +35,22 @@ impl FromStr for BodySpec {
         }
     }
 }
+
+/// How a generated pod is named (`--generate-name`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Naming {
+    /// A new name on every request, as for pods created one by one: no two requests share a pod context, so the
+    /// injector renders the template's per-pod leaves every time (its worst case).
+    Unique,
+    /// As a ReplicaSet creates pods: `generateName`, no name yet, the `pod-template-hash` label and the owner
+    /// reference, the same in every request (the usual case in a cluster; the injector renders the per-pod
+    /// leaves once per thread and then reuses them).
+    Controller,
+}
+
+/// The `generateName` of generated controller pods, and its `pod-template-hash`.
+const REPLICASET: &str = "loadtest-5d8f7b9c6";
+const TEMPLATE_HASH: &str = "5d8f7b9c6";
 
 /// The real API server's request for `kubectl create` of a pod (v1.20): the base of every generated body.
 const CAPTURE: &str = "reviews/apiserver-1.20-pod-create.json";
@@ -111,10 +127,15 @@ pub enum BodyError {
 
 /// The bodies of `spec`: the pods of `pods_dir`, or the capture in `corpus_dir` grown to a size.
 /// Pods of the directory that are not valid Pods are left out and returned as errors beside the bodies.
-pub fn load(spec: &BodySpec, pods_dir: &Path, corpus_dir: &Path) -> Result<(Vec<Body>, Vec<BodyError>), BodyError> {
+pub fn load(
+    spec: &BodySpec,
+    naming: Naming,
+    pods_dir: &Path,
+    corpus_dir: &Path,
+) -> Result<(Vec<Body>, Vec<BodyError>), BodyError> {
     match spec {
         BodySpec::Corpus => from_pods(pods_dir),
-        BodySpec::Size(size) => Ok((vec![of_size(*size, &corpus_dir.join(CAPTURE))?], Vec::new())),
+        BodySpec::Size(size) => Ok((vec![of_size(*size, naming, &corpus_dir.join(CAPTURE))?], Vec::new())),
     }
 }
 
@@ -186,13 +207,26 @@ fn wrap(pod: Value) -> Value {
     })
 }
 
-/// The capture, its pod renamed to a per-request name and grown to about `size` bytes: env vars on the first
-/// container, and (up to 100) annotations, the way real pods grow.
-fn of_size(size: usize, capture: &Path) -> Result<Body, BodyError> {
+/// The capture, its pod named as `naming` says and grown to about `size` bytes: env vars on the first container,
+/// and (up to 100) annotations, the way real pods grow.
+fn of_size(size: usize, naming: Naming, capture: &Path) -> Result<Body, BodyError> {
     let mut review = read_json(capture)?;
     review["request"]["uid"] = json!(UID_PLACEHOLDER);
     let object = &mut review["request"]["object"];
-    object["metadata"]["name"] = json!(NAME_PLACEHOLDER);
+    match naming {
+        Naming::Unique => object["metadata"]["name"] = json!(NAME_PLACEHOLDER),
+        Naming::Controller => {
+            let metadata = object["metadata"].as_object_mut().expect("the capture's pod has metadata");
+            metadata.remove("name");
+            metadata.insert("generateName".into(), json!(format!("{REPLICASET}-")));
+            metadata.insert(
+                "ownerReferences".into(),
+                json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": REPLICASET,
+                        "uid": "6f1d2c3b-4a59-4e8f-9d7c-0b1a2c3d4e5f", "controller": true, "blockOwnerDeletion": true}]),
+            );
+            object["metadata"]["labels"]["pod-template-hash"] = json!(TEMPLATE_HASH);
+        }
+    }
     let mut annotations = object["metadata"]["annotations"].as_object().cloned().unwrap_or_default();
     let mut env = object["spec"]["containers"][0]["env"].as_array().cloned().unwrap_or_default();
     // Track the size by the entries added rather than by serialising the whole review at each step.
@@ -247,7 +281,7 @@ mod tests {
     #[test]
     fn generated_bodies_reach_their_size_class() {
         for size in [2_000, 8_000, 60_000, 1_000_000] {
-            let body = of_size(size, &corpus().join(CAPTURE)).unwrap();
+            let body = of_size(size, Naming::Unique, &corpus().join(CAPTURE)).unwrap();
             assert!(body.len() >= size && body.len() < size + size / 10 + 500, "{size}: {}", body.len());
             let review: Value = serde_json::from_slice(&body.review).unwrap();
             assert_eq!(review["request"]["operation"], "CREATE");
@@ -256,7 +290,7 @@ mod tests {
 
     #[test]
     fn every_stamp_has_its_own_uid_and_name() {
-        let body = of_size(2_000, &corpus().join(CAPTURE)).unwrap();
+        let body = of_size(2_000, Naming::Unique, &corpus().join(CAPTURE)).unwrap();
         let mut uid = [0u8; UID_LEN];
         let first: Value = serde_json::from_slice(&body.stamp(7, 1, &mut uid)).unwrap();
         assert_eq!(first["request"]["uid"], std::str::from_utf8(&uid).unwrap());
@@ -264,6 +298,24 @@ mod tests {
         assert_eq!(second["request"]["uid"], "00000007-0000-4000-8000-000000000002");
         assert_ne!(first["request"]["uid"], second["request"]["uid"]);
         assert_eq!(second["request"]["object"]["metadata"]["name"], "loadtest-000000000002");
+    }
+
+    #[test]
+    fn controller_pods_share_everything_but_the_uid() {
+        let body = of_size(6_000, Naming::Controller, &corpus().join(CAPTURE)).unwrap();
+        assert!(body.len() >= 6_000);
+        let mut uid = [0u8; UID_LEN];
+        let mut first: Value = serde_json::from_slice(&body.stamp(7, 1, &mut uid)).unwrap();
+        let mut second: Value = serde_json::from_slice(&body.stamp(7, 2, &mut uid)).unwrap();
+        let metadata = &first["request"]["object"]["metadata"];
+        assert_eq!(metadata.get("name"), None);
+        assert_eq!(metadata["generateName"], "loadtest-5d8f7b9c6-");
+        assert_eq!(metadata["labels"]["pod-template-hash"], "5d8f7b9c6");
+        assert_eq!(metadata["ownerReferences"][0]["kind"], "ReplicaSet");
+        assert_ne!(first["request"]["uid"], second["request"]["uid"]);
+        first["request"]["uid"].take();
+        second["request"]["uid"].take();
+        assert_eq!(first, second);
     }
 
     #[test]

@@ -151,6 +151,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "SPEC", default_value = "corpus")]
     pub bodies: bodies::BodySpec,
 
+    /// With a size for --bodies: send the pod as a ReplicaSet creates it (`generateName`, no name yet, the same
+    /// in every request), the usual case in a cluster, instead of a new pod name per request (the injector's
+    /// worst case: it renders the template's per-pod values every time).
+    #[arg(long)]
+    pub generate_name: bool,
+
     /// The directory of pods (JSON) for --bodies corpus [default: ../shared/corpus/pods beside the repository].
     #[arg(long, value_name = "DIR")]
     pub pods: Option<PathBuf>,

@@ -178,7 +178,11 @@ struct Spec {
 async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String> {
     let corpus = args.corpus.clone().unwrap_or_else(bodies::default_corpus);
     let pods = args.pods.clone().unwrap_or_else(|| corpus.join("pods"));
-    let (bodies, skipped) = bodies::load(&args.bodies, &pods, &corpus).map_err(|e| e.to_string())?;
+    if args.generate_name && args.bodies == bodies::BodySpec::Corpus {
+        return Err("--generate-name names generated pods (--bodies 6k, ...); corpus pods keep their own".into());
+    }
+    let naming = if args.generate_name { bodies::Naming::Controller } else { bodies::Naming::Unique };
+    let (bodies, skipped) = bodies::load(&args.bodies, naming, &pods, &corpus).map_err(|e| e.to_string())?;
     for pod in &skipped {
         eprintln!("loadtest: left out {pod}");
     }
@@ -285,7 +289,10 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
         streams,
         bodies: match &args.bodies {
             bodies::BodySpec::Corpus => format!("corpus {}", pods.display()),
-            bodies::BodySpec::Size(n) => format!("generated ~{}", human_bytes(*n)),
+            bodies::BodySpec::Size(n) if args.generate_name => {
+                format!("generated ~{}, one ReplicaSet's pods", human_bytes(*n))
+            }
+            bodies::BodySpec::Size(n) => format!("generated ~{}, a new pod name per request", human_bytes(*n)),
         },
         body_count,
         mean_body_bytes,

@@ -146,7 +146,7 @@ async fn stalling_webhook(stall: Duration) -> (String, tempfile::NamedTempFile) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_loop_latency_counts_the_requests_queued_behind_a_stall() {
-    let (url, ca) = stalling_webhook(Duration::from_millis(300)).await;
+    let (url, ca) = stalling_webhook(Duration::from_millis(500)).await;
     let args =
         ["--url", &url, "--ca", &ca.path().display().to_string(), "--rate", "500", "--duration", "2s", "-c", "1"];
     let args: Vec<String> = args.iter().map(|s| s.to_string()).chain(["--warmup".into(), "0s".into()]).collect();
@@ -156,12 +156,13 @@ async fn open_loop_latency_counts_the_requests_queued_behind_a_stall() {
             .unwrap();
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(report["ok"], 1000, "{report}");
-    // One request was held for 300 ms, and the ~150 due during the stall queued behind it on the one connection.
-    // Timed from when each was due, they all show it: about 15% of the samples are over 100 ms, so p90 is.
+    // One request was held for 500 ms, and the ~250 due during the stall queued behind it on the one connection.
+    // Timed from when each was due, they all show it: those due in its first 400 ms waited over 100 ms, about 20%
+    // of the samples, so p90 did.
     // Timed from when each was sent (coordinated omission), only the stalled one would.
     assert!(report["p90_us"].as_u64().unwrap() > 100_000, "{report}");
     assert!(report["p50_us"].as_u64().unwrap() < 100_000, "{report}");
-    assert!(report["max_us"].as_u64().unwrap() >= 300_000, "{report}");
+    assert!(report["max_us"].as_u64().unwrap() >= 500_000, "{report}");
     // The pacer kept issuing requests on time through the stall: its lateness is the machine's, not the server's.
     assert!(report["send_late_max_us"].as_u64().unwrap() < 100_000, "{report}");
 }

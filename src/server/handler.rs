@@ -101,7 +101,8 @@ async fn read_and_review(shared: &Shared, mut body: Incoming, endpoint: Endpoint
         // Refused from Content-Length, without reading the body.
         return refuse(shared, ErrorReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, too_large());
     }
-    let mut buf = Vec::with_capacity(if announced > 0 { announced as usize } else { 16 * 1024 });
+    let expected = if announced > 0 { announced as usize } else { 16 * 1024 };
+    let mut buf = Vec::with_capacity(expected + crate::PARSE_PADDING);
     while let Some(frame) = body.frame().await {
         let frame = match frame {
             Ok(frame) => frame,

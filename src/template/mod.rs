@@ -174,6 +174,9 @@ pub struct Template {
     hash: String,
     set_hash: String,
     status: String,
+    /// The response's `auditAnnotations` for a pod this template was applied to, as JSON: the same for every pod,
+    /// so written once.
+    audit_json: String,
     /// What is injected, with the leaves that read overridable values as per-pod slots.
     overridable: Trees,
     /// The same with those leaves rendered from the template's own values: what a pod without overrides gets,
@@ -323,11 +326,14 @@ impl Template {
         } else {
             parts.iter().find_map(|p| p.validation)
         };
+        let audit_json =
+            serde_json::json!({"template": name, "template-version": hash, "template-set": set_hash}).to_string();
         Ok(Template {
             name,
             hash,
             set_hash: set_hash.to_owned(),
             status,
+            audit_json,
             injected_containers: names_in(&pod, "containers"),
             overridable,
             plain,
@@ -355,6 +361,12 @@ impl Template {
     /// The hash of the whole set this template was loaded with.
     pub fn set_hash(&self) -> &str {
         &self.set_hash
+    }
+
+    /// The `auditAnnotations` object (JSON) of a response for a pod this template was applied to: its name,
+    /// version and set.
+    pub(crate) fn audit_json(&self) -> &str {
+        &self.audit_json
     }
 
     /// The value of the status annotation this template writes on the pods it injects.
