@@ -147,7 +147,7 @@ pub struct RunArgs {
     pub streams: u16,
 
     /// What to send: `corpus` (every pod of --pods, round robin) or a size (2k, 6k, 8k, 60k, 1m: the real API
-    /// server request grown to it, with a new pod name on every request).
+    /// server request grown to it, with a new pod name on every request unless --generate-name).
     #[arg(long, value_name = "SPEC", default_value = "corpus")]
     pub bodies: bodies::BodySpec,
 
