@@ -6,6 +6,7 @@
 //! cargo run -p loadtest --release -- --start --start-baseline --bodies 6k            # closed loop, side by side
 //! cargo run -p loadtest --release -- --url https://10.0.0.5:8443/mutate --ca ca.pem --rate 200 --duration 30s
 //! cargo run -p loadtest --release -- plot-bench --out cost-by-size.svg   # after cargo bench --bench engine
+//! cargo run -p loadtest --release -- floor --rate 5000                   # the machine's own latency floor
 //! ```
 //!
 //! Exit codes: 0 every answer was correct; 1 errors (wrong answers or transport errors) or a failed setup; 2 usage.
@@ -16,6 +17,7 @@ mod bodies;
 mod check;
 mod client;
 mod drive;
+mod floor;
 mod plot;
 mod report;
 mod run;
@@ -47,6 +49,8 @@ struct Cli {
 enum Internal {
     /// Print the engine's cost by review size per stage (criterion's `stages` estimates) and plot it as SVG.
     PlotBench(benchplot::PlotArgs),
+    /// The machine's latency floor: plain TCP echo over loopback, paced as the open loop, no webhook at all.
+    Floor(floor::FloorArgs),
     /// `sidecar-injector` itself (`loadtest __injector serve ...` is `sidecar-injector serve ...`).
     #[command(name = "__injector", hide = true)]
     Injector {
@@ -209,6 +213,7 @@ fn main() -> ExitCode {
             }
         },
         Some(Internal::PlotBench(args)) => benchplot::run(&args).map_or_else(|e| run::fail(&e), |()| ExitCode::SUCCESS),
+        Some(Internal::Floor(args)) => floor::run(&args).map_or_else(|e| run::fail(&e), |()| ExitCode::SUCCESS),
         None => run::main(&cli.run),
     }
 }
