@@ -97,7 +97,7 @@ impl Pool {
     pub async fn run(&mut self, shared: &Arc<Shared>, phase: Phase) -> Tally {
         let started = Instant::now();
         let deadline = phase.duration.map(|d| started + d);
-        let schedule = match phase.rate {
+        let (schedule, pacer) = match phase.rate {
             Some(rate) => {
                 let (due, pacer) = pace(rate, started, deadline, phase.requests);
                 (Schedule::Open(due), Some(pacer))
@@ -107,7 +107,6 @@ impl Pool {
                 (Schedule::Closed { deadline, tickets }, None)
             }
         };
-        let (schedule, pacer) = schedule;
         let tasks: Vec<_> = std::mem::take(&mut self.workers)
             .into_iter()
             .map(|worker| tokio::spawn(worker.run(shared.clone(), schedule.clone())))
@@ -150,7 +149,7 @@ enum Schedule {
 /// sleeps (with a timer slack of 1 µs instead of the default 50 µs) until shortly before each due time, then
 /// yields the CPU until it comes, so that it is on time without taking the CPU from the harness's own workers
 /// when they share one. It returns how late it was for each request (µs), the machine's scheduling noise.
-fn pace(
+pub(crate) fn pace(
     rate: f64,
     start: Instant,
     deadline: Option<Instant>,

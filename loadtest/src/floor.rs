@@ -1,7 +1,8 @@
 //! `loadtest floor`: the machine's own latency floor, with no webhook at all. A thread echoes fixed-size answers
 //! to fixed-size requests over plain loopback TCP (no TLS, no HTTP, no JSON), and a paced client measures each
 //! round trip from its due time, as the open loop does. What this shows in the tail (a vCPU descheduled, a late
-//! wake-up) every webhook measured on the same machine carries too, so no server can do better here.
+//! wake-up) every webhook measured on the same machine carries too, so no server can do better here. The due
+//! times come from the open loop's own pacer (`drive::pace`) and the threads are pinned as the harness pins.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -27,66 +28,60 @@ pub struct FloorArgs {
     pub answer_bytes: usize,
 }
 
-/// Round-trip latencies (µs, from each request's due time) of `args.rate` requests a second for `args.duration`,
-/// the echo thread on `server_cpu` and the caller's thread on `client_cpu` when given.
-pub fn measure(
-    args: &FloorArgs,
-    server_cpu: Option<usize>,
-    client_cpu: Option<usize>,
-) -> std::io::Result<Histogram<u64>> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    let address = listener.local_addr()?;
+/// Where the echo thread and the client run: as the harness places a server it starts and itself.
+pub struct Placement {
+    pub echo: Vec<usize>,
+    pub client: Vec<usize>,
+}
+
+/// Round-trip latencies (µs, from each request's due time, which the harness's own pacer issues) of `args.rate`
+/// requests a second for `args.duration`, the threads placed as `placement` says, if given.
+pub fn measure(args: &FloorArgs, placement: Option<&Placement>) -> Result<Histogram<u64>, String> {
+    let io = |e: std::io::Error| format!("floor: {e}");
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(io)?;
+    let address = listener.local_addr().map_err(io)?;
     let (request_bytes, answer_bytes) = (args.request_bytes.max(1), args.answer_bytes.max(1));
-    let echo = std::thread::spawn(move || -> std::io::Result<()> {
-        pin(server_cpu);
-        let (mut socket, _) = listener.accept()?;
-        socket.set_nodelay(true)?;
+    let echo_cpus = placement.map(|p| p.echo.clone());
+    let echo = std::thread::spawn(move || -> Result<(), String> {
+        if let Some(cpus) = echo_cpus {
+            crate::run::pin_to(&cpus)?;
+        }
+        let (mut socket, _) = listener.accept().map_err(io)?;
+        socket.set_nodelay(true).map_err(io)?;
         let (mut request, answer) = (vec![0; request_bytes], vec![b'a'; answer_bytes]);
         // Ends when the client hangs up.
         while socket.read_exact(&mut request).is_ok() {
-            socket.write_all(&answer)?;
+            socket.write_all(&answer).map_err(io)?;
         }
         Ok(())
     });
-    pin(client_cpu);
-    let mut socket = TcpStream::connect(address)?;
-    socket.set_nodelay(true)?;
+    if let Some(placement) = placement {
+        // Before the pacer starts, so that it runs beside the client, as in the harness.
+        crate::run::pin_to(&placement.client)?;
+    }
+    let mut socket = TcpStream::connect(address).map_err(io)?;
+    socket.set_nodelay(true).map_err(io)?;
     let (request, mut answer) = (vec![b'r'; request_bytes], vec![0; answer_bytes]);
-    let interval = Duration::from_secs_f64(1.0 / args.rate);
     let mut latencies = crate::stats::histogram();
     let start = Instant::now();
-    for i in 0.. {
-        let due = start + interval.mul_f64(i as f64);
-        if due >= start + args.duration {
-            break;
-        }
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
-        socket.write_all(&request)?;
-        socket.read_exact(&mut answer)?;
+    let (due_times, pacer) = crate::drive::pace(args.rate, start, Some(start + args.duration), None);
+    while let Ok(due) = due_times.recv_blocking() {
+        socket.write_all(&request).map_err(io)?;
+        socket.read_exact(&mut answer).map_err(io)?;
         latencies.saturating_record(due.elapsed().as_micros() as u64);
     }
     drop(socket);
-    echo.join().map_err(|_| std::io::Error::other("the echo thread panicked"))??;
+    pacer.join().map_err(|_| "floor: the pacer thread panicked".to_owned())?;
+    echo.join().map_err(|_| "floor: the echo thread panicked".to_owned())??;
     Ok(latencies)
-}
-
-/// Pins the calling thread to `cpu`, best effort: unpinned, the figures are noisier but still a floor.
-fn pin(cpu: Option<usize>) {
-    let Some(cpu) = cpu else { return };
-    let mut set = nix::sched::CpuSet::new();
-    if set.set(cpu).is_ok() {
-        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
-    }
 }
 
 /// Runs `loadtest floor` and prints its percentiles.
 pub fn run(args: &FloorArgs) -> Result<(), String> {
-    // As the harness pins: the server on CPU 0, the client on CPU 1, when there are two.
-    let two = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
-    let (server, client) = if two { (Some(0), Some(1)) } else { (None, None) };
-    let latencies = measure(args, server, client).map_err(|e| format!("floor: {e}"))?;
+    // As the harness pins a server it starts: on the first CPU, the client on the rest, when there are two.
+    let allowed = crate::run::allowed_cpus()?;
+    let placement = (allowed.len() >= 2).then(|| Placement { echo: vec![allowed[0]], client: allowed[1..].to_vec() });
+    let latencies = measure(args, placement.as_ref())?;
     let q = |quantile: f64| latencies.value_at_quantile(quantile);
     println!(
         "plain TCP echo over loopback, {} B requests, {} B answers, {} req/s for {}{}",
@@ -94,7 +89,7 @@ pub fn run(args: &FloorArgs) -> Result<(), String> {
         args.answer_bytes,
         args.rate,
         humantime::format_duration(args.duration),
-        if two { ", echo on CPU 0, client on CPU 1" } else { "" }
+        placement.map_or_else(String::new, |p| format!(", echo on CPUs {:?}, client on CPUs {:?}", p.echo, p.client))
     );
     println!(
         "requests {}  p50 {} µs  p90 {} µs  p99 {} µs  p99.9 {} µs  max {} µs",
@@ -120,7 +115,7 @@ mod tests {
             request_bytes: 6_000,
             answer_bytes: 3_000,
         };
-        let latencies = measure(&args, None, None).unwrap();
+        let latencies = measure(&args, None).unwrap();
         assert_eq!(latencies.len(), 500);
         let (p50, p99) = (latencies.value_at_quantile(0.5), latencies.value_at_quantile(0.99));
         assert!(0 < p50 && p50 <= p99 && p99 <= latencies.max(), "{p50} {p99} {}", latencies.max());

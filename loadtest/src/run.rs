@@ -63,14 +63,11 @@ pub fn fail(message: &str) -> ExitCode {
 /// on a machine with two or more CPUs, the server on the first and the harness on the rest, so that neither
 /// steals the other's CPU. Pins the harness itself; returns the servers' list for `taskset`.
 fn pinning(args: &RunArgs) -> Result<(Option<String>, Option<Vec<usize>>), String> {
-    use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
-    use nix::unistd::Pid;
     let starts = args.start || args.start_baseline;
     if args.no_pin || (!starts && args.client_cpus.is_none()) {
         return Ok((None, None));
     }
-    let allowed = sched_getaffinity(Pid::from_raw(0)).map_err(|e| format!("cannot read the CPU affinity: {e}"))?;
-    let allowed: Vec<usize> = (0..CpuSet::count()).filter(|&c| allowed.is_set(c).unwrap_or(false)).collect();
+    let allowed = allowed_cpus()?;
     let (server, client) = match (&args.server_cpus, &args.client_cpus) {
         (None, None) if allowed.len() < 2 => return Ok((None, None)),
         (None, None) => (Some(allowed[0].to_string()), allowed[1..].to_vec()),
@@ -83,13 +80,27 @@ fn pinning(args: &RunArgs) -> Result<(Option<String>, Option<Vec<usize>>), Strin
     if client.is_empty() {
         return Err("no CPU is left for the harness; give --client-cpus".into());
     }
-    let mut set = CpuSet::new();
-    for &cpu in &client {
+    // Pinning the main thread before the runtime starts pins every thread the harness creates.
+    pin_to(&client)?;
+    Ok((server, Some(client)))
+}
+
+/// The CPUs this process may run on.
+pub(crate) fn allowed_cpus() -> Result<Vec<usize>, String> {
+    use nix::sched::{CpuSet, sched_getaffinity};
+    let allowed =
+        sched_getaffinity(nix::unistd::Pid::from_raw(0)).map_err(|e| format!("cannot read the CPU affinity: {e}"))?;
+    Ok((0..CpuSet::count()).filter(|&c| allowed.is_set(c).unwrap_or(false)).collect())
+}
+
+/// Pins the calling thread, and the threads it creates from then on, to `cpus`.
+pub(crate) fn pin_to(cpus: &[usize]) -> Result<(), String> {
+    let mut set = nix::sched::CpuSet::new();
+    for &cpu in cpus {
         set.set(cpu).map_err(|e| format!("CPU {cpu}: {e}"))?;
     }
-    // Pinning the main thread before the runtime starts pins every thread the harness creates.
-    sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| format!("cannot pin the harness to CPUs {client:?}: {e}"))?;
-    Ok((server, Some(client)))
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        .map_err(|e| format!("cannot pin to CPUs {cpus:?}: {e}"))
 }
 
 /// A `taskset` CPU list: `1`, `0,2`, `2-3`.
