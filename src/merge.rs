@@ -8,6 +8,11 @@
 //!   pod already has, then add the missing ones (appended, or inserted at the front for init containers);
 //! - anything else is present in the pod and belongs to the user: left alone, whatever the template says.
 //!
+//! Two API rules widen "present" ([`Shape`](crate::template::schema::Shape)): a member of a union the pod has already chosen another member of
+//! (an env var's `valueFrom` beside its `value`, a second probe handler, a second volume source) is not added;
+//! nor is a resource request or limit for a resource the pod sizes itself in the other map. Either would make a
+//! pod the API server refuses.
+//!
 //! So nothing present is ever replaced, a second run adds nothing (idempotence), and a sidecar the user declared
 //! is completed without overriding what they set. Operations apply in order, so within a list the recursions
 //! (which use the pod's original indices) are written before the insertions (which shift them).
@@ -56,33 +61,34 @@ pub(crate) fn merge(
                 continue; // the template's own container is completed from the template, not from defaults
             }
             let mark = cx.path.push_index(index);
-            cx.present(defaults, container, "", None);
+            cx.present(defaults, container, "", None, None);
             cx.path.truncate(mark);
         }
         cx.path.truncate(spec_mark);
     }
-    cx.present(&trees.pod, pod.object, "", None);
+    cx.present(&trees.pod, pod.object, "", None, None);
     cx.patch.finish()
 }
 
 impl<S: Sink> Merge<'_, '_, S> {
     /// Merges `t` into a value the pod has at the current path; `field` is the key it sits under and `head` the
-    /// precompiled start of an `add` there, if the path is static.
-    fn present(&mut self, t: &TNode, value: Value<'_, '_>, field: &str, head: Option<&Fragment>) {
+    /// precompiled start of an `add` there, if the path is static. `taken` is a map of the pod whose keys are the
+    /// user's here too (see [`Shape::Resources`](crate::template::schema::Shape::Resources)).
+    fn present(&mut self, t: &TNode, value: Value<'_, '_>, field: &str, head: Option<&Fragment>, taken: Taken<'_, '_>) {
         if value.is_null() {
-            return self.add_here(t, head);
+            return self.add_here(t, head, taken);
         }
         match t {
             TNode::Object(object) => match value.as_object() {
                 // An empty map in the pod takes the template's whole value, unless that is empty too (`{}`
                 // already satisfies `emptyDir: {}`: re-adding it would never converge).
-                Some(o) if o.is_empty() && !object.members.is_empty() => self.add_here(t, head),
-                Some(_) => self.object(object, value),
+                Some(o) if o.is_empty() && !object.members.is_empty() => self.add_here(t, head, taken),
+                Some(_) => self.object(object, value, taken),
                 None => {} // the user's value has another type: theirs wins
             },
             TNode::List(list) => match value.as_array() {
                 // Likewise an empty list takes the template's whole list, unless that is empty too.
-                Some(a) if a.is_empty() && !list.items.is_empty() => self.add_here(t, head),
+                Some(a) if a.is_empty() && !list.items.is_empty() => self.add_here(t, head, None),
                 Some(a) if list.merge_key.is_some() => self.keyed_list(list, a, field),
                 _ => {} // an atomic list, or another type: the user's value wins
             },
@@ -90,13 +96,16 @@ impl<S: Sink> Merge<'_, '_, S> {
         }
     }
 
-    fn object(&mut self, t: &Object, value: Value<'_, '_>) {
-        for member in &t.members {
+    fn object(&mut self, t: &Object, value: Value<'_, '_>, taken: Taken<'_, '_>) {
+        for member in t.members.iter().filter(|m| !is_set(taken, &m.key)) {
             let mark = self.path.push_token(&member.token);
             let head = member.add_head.as_ref();
-            match value.get(&*member.key) {
-                Some(v) => self.present(&member.node, v, &member.key, head),
-                None => self.add_here(&member.node, head),
+            let linked = t.shape.linked(&member.key).and_then(|other| value.get(other));
+            match value.get(&*member.key).filter(|v| !v.is_null()) {
+                Some(v) => self.present(&member.node, v, &member.key, head, linked),
+                // The user chose another member of this union.
+                None if t.shape.rivals(&member.key).iter().any(|rival| is_set(Some(value), rival)) => {}
+                None => self.add_here(&member.node, head, linked),
             }
             self.path.truncate(mark);
         }
@@ -109,7 +118,7 @@ impl<S: Sink> Merge<'_, '_, S> {
             match find_item(item.key.as_ref(), items, merge_key) {
                 Some((index, existing)) => {
                     let mark = self.path.push_index(index);
-                    self.present(&item.node, existing, "", None);
+                    self.present(&item.node, existing, "", None, None);
                     self.path.truncate(mark);
                 }
                 None => missing += 1,
@@ -137,11 +146,35 @@ impl<S: Sink> Merge<'_, '_, S> {
         }
     }
 
-    /// One `add` of the whole template node at the current path.
-    fn add_here(&mut self, t: &TNode, head: Option<&Fragment>) {
+    /// One `add` of the whole template node at the current path, less the members `taken` has: nothing at all
+    /// when that leaves none.
+    fn add_here(&mut self, t: &TNode, head: Option<&Fragment>, taken: Taken<'_, '_>) {
         let rendered = self.rendered;
-        self.patch.add(head, self.path, false, |out| t.write(out, rendered));
+        match (t, taken) {
+            (TNode::Object(object), Some(taken)) if object.members.iter().any(|m| is_set(Some(taken), &m.key)) => {
+                self.add_members(object, head, taken)
+            }
+            _ => self.patch.add(head, self.path, false, |out| t.write(out, rendered)),
+        }
     }
+
+    /// One `add` of the members of `object` that `taken` lacks, if any.
+    #[cold]
+    fn add_members(&mut self, object: &Object, head: Option<&Fragment>, taken: Value<'_, '_>) {
+        let keep = |key: &str| !is_set(Some(taken), key);
+        if object.members.iter().any(|m| keep(&m.key)) {
+            let rendered = self.rendered;
+            self.patch.add(head, self.path, false, |out| object.write_members(out, rendered, keep));
+        }
+    }
+}
+
+/// A map of the pod whose keys are the user's: a container's `limits` beside its `requests`, and back.
+type Taken<'t, 'i> = Option<Value<'t, 'i>>;
+
+/// Does the pod's map `map` set `key` (to anything but null)?
+fn is_set(map: Option<Value<'_, '_>>, key: &str) -> bool {
+    map.and_then(|m| m.get(key)).is_some_and(|v| !v.is_null())
 }
 
 /// The pod's item whose `merge_key` equals the template item's key, with its index.

@@ -201,14 +201,51 @@ fn container_defaults_reach_every_app_container_but_not_the_template_sidecar() {
     ]);
     let patch = patch_for(&engine, &pod).unwrap();
     let ops = ops_under(&patch, "/spec/containers");
+    // `c` sized its CPU with a limit (its request defaults to it): that resource is the user's.
     assert_eq!(
         ops,
         [
             &json!({"op": "add", "path": "/spec/containers/0/resources", "value": {"requests": {"cpu": "10m"}}}),
-            &json!({"op": "add", "path": "/spec/containers/3/resources/requests", "value": {"cpu": "10m"}}),
             &json!({"op": "add", "path": "/spec/containers/2/env", "value": [{"name": "A", "value": "1"}]})
         ]
     );
+    check_properties(&engine, &pod);
+}
+
+#[test]
+fn completing_a_users_sidecar_never_sets_two_fields_the_api_server_accepts_one_of() {
+    let engine = builtin();
+    let mut pod = full_pod();
+    pod["spec"]["containers"] = json!([
+        {"name": "web", "image": "nginx", "resources": {"limits": {"cpu": "5m"}}},
+        {
+            "name": "proxy",
+            "image": "mine:1",
+            "env": [{"name": "POD_IP", "value": "10.0.0.1"}],
+            "readinessProbe": {"exec": {"command": ["ready"]}},
+            "startupProbe": {"tcpSocket": {"port": 15000}, "httpGet": null},
+            "resources": {"requests": {"memory": "512Mi"}}
+        }
+    ]);
+    pod["spec"]["volumes"] = json!([{"name": "sidecar-injector-proxy", "configMap": {"name": "mine"}}]);
+    let patch = patch_for(&engine, &pod).unwrap();
+    let at = |path: &str| patch.as_array().unwrap().iter().find(|op| op["path"] == path).map(|op| &op["value"]);
+    // The user's value, probe handlers and volume source stand alone; the rest of each object is completed.
+    assert_eq!(at("/spec/containers/1/env/0/valueFrom"), None);
+    assert_eq!(at("/spec/containers/1/readinessProbe/httpGet"), None);
+    assert_eq!(at("/spec/containers/1/readinessProbe/periodSeconds"), Some(&json!(5)));
+    assert_eq!(at("/spec/containers/1/startupProbe/httpGet"), None, "a null member is absent, but a rival is set");
+    assert_eq!(at("/spec/volumes/0/emptyDir"), None);
+    // Memory is sized by the user's request: no template limit (256Mi) below it; CPU is the template's.
+    assert_eq!(at("/spec/containers/1/resources/requests/cpu"), Some(&json!("50m")));
+    assert_eq!(at("/spec/containers/1/resources/limits"), None);
+    check_properties(&engine, &pod);
+
+    // A map the pod lacks is added without the resources the other map sizes, or not at all.
+    pod["spec"]["containers"][1]["resources"] = json!({"limits": {"memory": "32Mi"}});
+    let patch = patch_for(&engine, &pod).unwrap();
+    let ops = ops_under(&patch, "/spec/containers/1/resources");
+    assert_eq!(ops, [&json!({"op": "add", "path": "/spec/containers/1/resources/requests", "value": {"cpu": "50m"}})]);
     check_properties(&engine, &pod);
 }
 

@@ -78,8 +78,14 @@ fn container() -> impl Strategy<Value = Value> {
     (
         name(),
         shape(
-            prop::collection::vec((name(), awkward()), 0..3)
-                .prop_map(|e| json!(e.into_iter().map(|(n, v)| json!({"name": n, "value": v})).collect::<Vec<_>>()))
+            prop::collection::vec((env_name(), awkward(), any::<bool>()), 0..3)
+                .prop_map(|e| {
+                    let var = |(name, value, from_secret): (String, String, bool)| match from_secret {
+                        true => json!({"name": name, "valueFrom": {"secretKeyRef": {"name": "s", "key": value}}}),
+                        false => json!({"name": name, "value": value}),
+                    };
+                    json!(e.into_iter().map(var).collect::<Vec<_>>())
+                })
                 .boxed(),
         ),
         shape(
@@ -94,23 +100,46 @@ fn container() -> impl Strategy<Value = Value> {
             prop_oneof![
                 Just(json!({"requests": {"cpu": "1"}})),
                 Just(json!({"limits": {"memory": "1Gi"}})),
+                Just(json!({"requests": {"memory": "4Gi"}})),
+                Just(json!({"limits": {"cpu": "5m"}, "requests": null})),
                 Just(json!({"requests": {}}))
             ]
             .boxed(),
         ),
         prop::option::of(Just(json!([{"containerPort": 15000, "name": "taken"}]))),
+        prop::option::of(Just(json!({"exec": {"command": ["true"]}}))),
     )
-        .prop_map(|(name, env, mounts, resources, ports)| {
+        .prop_map(|(name, env, mounts, resources, ports, probe)| {
             let mut c = Map::new();
             c.insert("name".into(), json!(name));
             c.insert("image".into(), json!("img:1"));
-            for (key, value) in [("env", env), ("volumeMounts", mounts), ("resources", resources), ("ports", ports)] {
+            let fields = [
+                ("env", env),
+                ("volumeMounts", mounts),
+                ("resources", resources),
+                ("ports", ports),
+                ("readinessProbe", probe),
+            ];
+            for (key, value) in fields {
                 if let Some(v) = value {
                     c.insert(key.into(), v);
                 }
             }
             Value::Object(c)
         })
+}
+
+/// A volume: an emptyDir, or a configMap (a source the templates' emptyDirs must not be added beside).
+fn volume((name, config_map): (String, bool)) -> Value {
+    match config_map {
+        true => json!({"name": name, "configMap": {"name": "cfg"}}),
+        false => json!({"name": name, "emptyDir": {}}),
+    }
+}
+
+/// Env var names, among them those the templates inject.
+fn env_name() -> impl Strategy<Value = String> {
+    prop_oneof![name(), Just("POD_IP".to_owned()), Just("POD".to_owned()), Just("MESH".to_owned())]
 }
 
 fn unique_by_name(items: Vec<Value>) -> Value {
@@ -126,7 +155,7 @@ prop_compose! {
         annotations in shape(string_map()),
         containers in prop::collection::vec(container(), 1..4),
         init in shape(prop::collection::vec(container(), 1..3).prop_map(unique_by_name).boxed()),
-        volumes in shape(prop::collection::vec(name(), 1..3).prop_map(|v| unique_by_name(v.into_iter().map(|n| json!({"name": n, "emptyDir": {}})).collect())).boxed()),
+        volumes in shape(prop::collection::vec((name(), any::<bool>()), 1..3).prop_map(|v| unique_by_name(v.into_iter().map(volume).collect())).boxed()),
         security in shape(prop_oneof![Just(json!({"runAsNonRoot": false})), Just(json!({"seccompProfile": {}})), Just(json!({"fsGroup": 1}))].boxed()),
         pull in shape(Just(json!([{"name": "registry"}])).boxed()),
     ) -> Value {

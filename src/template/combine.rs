@@ -2,7 +2,7 @@
 //! already have, by the same add-only rule injection follows (maps member by member, keyed lists item by item,
 //! anything else: the earlier template wins).
 
-use super::tree::merge_key_for;
+use super::schema::merge_key_for;
 use super::yaml::{YNode, YValue};
 
 /// Adds to `base` what `overlay` has and `base` lacks. `field` is the key both sit under (it picks a list's

@@ -17,6 +17,7 @@
 mod combine;
 mod overrides;
 mod render;
+pub(crate) mod schema;
 mod set;
 pub(crate) mod tree;
 mod validate;
@@ -30,6 +31,7 @@ use sha2::{Digest, Sha256};
 pub(crate) use overrides::OverrideSpec;
 pub(crate) use render::{LeafCache, Overrides, PodContext, RenderError, Renderer, StrEntries};
 use render::{LeafKind, is_template};
+use schema::Place;
 pub use set::{SelectError, Selection, SetSources, TemplateSet};
 use tree::TNode;
 use yaml::{PathSeg, YNode, YValue, display_path};
@@ -287,10 +289,11 @@ impl Template {
         };
         let compile = |pod: &YNode, defaults: Option<&YNode>| -> Result<Trees, TemplateError> {
             Ok(Trees {
-                pod: tree::compile(pod, None, &mut Vec::new(), Some("")).map_err(|p| compile_problem("pod", p))?,
+                pod: tree::compile(pod, Place::Root, &mut Vec::new(), Some(""))
+                    .map_err(|p| compile_problem("pod", p))?,
                 container_defaults: match defaults {
                     Some(d) => Some(
-                        tree::compile(d, None, &mut Vec::new(), None)
+                        tree::compile(d, Place::Root, &mut Vec::new(), None)
                             .map_err(|p| compile_problem("containerDefaults", p))?,
                     ),
                     None => None,

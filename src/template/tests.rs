@@ -77,6 +77,19 @@ fn merge_keys_must_be_present_unique_and_static() {
 }
 
 #[test]
+fn members_the_api_server_accepts_one_of_are_refused_together() {
+    let probe =
+        "image: x\n        readinessProbe:\n          exec: { command: [ready] }\n          httpGet: { port: 1 }";
+    let (line, reason) = refuse(&CONTAINER.replace("image: x", probe));
+    assert_eq!(line, 8);
+    assert!(reason.contains("`httpGet` and `exec` exclude each other"), "{reason}");
+    let env = "image: x\n        env:\n          - name: A\n            value: a\n            valueFrom: { fieldRef: { fieldPath: x } }";
+    let (line, reason) = refuse(&CONTAINER.replace("image: x", env));
+    assert_eq!(line, 9);
+    assert!(reason.contains("`valueFrom` and `value` exclude each other"), "{reason}");
+}
+
+#[test]
 fn expression_errors_are_refused_at_their_line() {
     let (line, reason) = refuse(&CONTAINER.replace("image: x", "image: \"{{ values.image }}\""));
     assert_eq!(line, 5);

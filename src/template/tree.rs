@@ -4,6 +4,7 @@
 
 use std::ops::Range;
 
+use super::schema::{Place, Shape, merge_key_for, shape_of};
 use super::yaml::{PathSeg, YNode, YValue};
 use crate::json::{path_token, write_str};
 use crate::patch::{Fragment, Sink, op_head};
@@ -21,6 +22,8 @@ pub(crate) enum TNode {
 
 #[derive(Debug)]
 pub(crate) struct Object {
+    /// How the members relate in the API (see [`Shape`]).
+    pub shape: Shape,
     pub members: Vec<Member>,
     /// The whole object as JSON.
     whole: Pieces,
@@ -59,27 +62,6 @@ pub(crate) struct Item {
 pub(crate) enum KeyValue {
     Str(Box<str>),
     Int(i64),
-}
-
-/// The merge key of a Pod list field (the `patchMergeKey` of the Kubernetes API). Lists not named here are
-/// atomic, as in Kubernetes: their order and content belong to the user (`command`, `args`, `tolerations`...).
-pub(crate) fn merge_key_for(field: &str) -> Option<&'static str> {
-    match field {
-        "containers"
-        | "initContainers"
-        | "ephemeralContainers"
-        | "volumes"
-        | "env"
-        | "imagePullSecrets"
-        | "resourceClaims"
-        | "schedulingGates" => Some("name"),
-        "volumeMounts" => Some("mountPath"),
-        "volumeDevices" => Some("devicePath"),
-        "ports" => Some("containerPort"),
-        "hostAliases" => Some("ip"),
-        "topologySpreadConstraints" => Some("topologyKey"),
-        _ => None,
-    }
 }
 
 /// Per-request rendered slots: slot `i` is `buf[ranges[i]]`, JSON text.
@@ -175,6 +157,25 @@ impl TNode {
     }
 }
 
+impl Object {
+    /// Writes the object as JSON with only the members whose key `keep` accepts, member by member (the whole
+    /// object's precompiled pieces cannot leave one out).
+    pub(crate) fn write_members(&self, out: &mut impl Sink, rendered: Rendered<'_>, keep: impl Fn(&str) -> bool) {
+        let mut text = Vec::new();
+        let mut separator = b'{';
+        for member in self.members.iter().filter(|m| keep(&m.key)) {
+            text.clear();
+            text.push(separator);
+            write_str(&mut text, &member.key);
+            text.push(b':');
+            out.raw(&text);
+            member.node.write(out, rendered);
+            separator = b',';
+        }
+        out.raw(if separator == b'{' { b"{}" } else { b"}" });
+    }
+}
+
 impl Rendered<'_> {
     fn slot(&self, slot: usize) -> &[u8] {
         &self.buf[self.ranges[slot].clone()]
@@ -185,31 +186,41 @@ impl Rendered<'_> {
 pub(crate) type CompileProblem = (Vec<PathSeg>, String);
 
 /// Compiles a resolved YAML tree (values-only expressions already substituted, pod-dependent ones turned into
-/// slots). `field` is the key the node sits under, which picks a list's merge key. `pointer` is the node's JSON
-/// Pointer in the pod (JSON-escaped) when it is the same for every pod, `None` under a list item.
+/// slots). `place` (the key the node sits under, or the list it is an item of) picks a list's merge key and an
+/// object's [`Shape`]. `pointer` is the node's JSON Pointer in the pod (JSON-escaped) when it is the same for
+/// every pod, `None` under a list item.
 pub(crate) fn compile(
     node: &YNode,
-    field: Option<&str>,
+    place: Place<'_>,
     path: &mut Vec<PathSeg>,
     pointer: Option<&str>,
 ) -> Result<TNode, CompileProblem> {
     Ok(match &node.value {
         YValue::Dynamic(slot) => TNode::Dynamic(*slot),
         YValue::Map(members) => {
+            let shape = shape_of(place);
             let mut out = Vec::with_capacity(members.len());
-            for (key, value) in members {
+            for (index, (key, value)) in members.iter().enumerate() {
+                path.push(PathSeg::Key(key.clone()));
+                if let Some(other) = shape.conflict(members[..index].iter().map(|(k, _)| k.as_str()), key) {
+                    let reason = format!("`{key}` and `{other}` exclude each other: the API server refuses both");
+                    return Err((path.clone(), reason));
+                }
                 let token = path_token(key);
                 let child_pointer = pointer.map(|p| format!("{p}/{token}"));
-                path.push(PathSeg::Key(key.clone()));
-                let child = compile(value, Some(key), path, child_pointer.as_deref())?;
+                let child = compile(value, Place::Field(key), path, child_pointer.as_deref())?;
                 path.pop();
                 let add_head = child_pointer.map(|p| op_head(&p, false));
                 out.push(Member { key: key.as_str().into(), token, node: child, add_head });
             }
             let whole = Pieces::build(|b| b.object(&out));
-            TNode::Object(Object { members: out, whole })
+            TNode::Object(Object { shape, members: out, whole })
         }
         YValue::Seq(items) => {
+            let field = match place {
+                Place::Field(field) => Some(field),
+                _ => None,
+            };
             let merge_key = field.and_then(merge_key_for);
             let mut out: Vec<Item> = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
@@ -224,7 +235,7 @@ pub(crate) fn compile(
                     }
                     None => None,
                 };
-                let node = compile(item, None, path, None)?;
+                let node = compile(item, field.map_or(Place::Root, Place::ItemOf), path, None)?;
                 path.pop();
                 out.push(Item { key, node });
             }

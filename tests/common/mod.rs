@@ -115,6 +115,7 @@ pub fn check_properties(engine: &Engine, pod: &Value) {
     }
     let patched = apply(pod, &patch);
     assert_contains(&patched, pod, "");
+    assert_no_conflicting_fields(&patched, pod);
     for list in ["containers", "initContainers", "volumes"] {
         let names: Vec<&str> =
             patched["spec"][list].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str()).collect();
@@ -128,6 +129,44 @@ pub fn check_properties(engine: &Engine, pod: &Value) {
         matches!(validation(engine, pod), sidecar_injector::Verdict::Incomplete { .. }),
         "a pod the engine would patch fails validation"
     );
+}
+
+/// Fields of which the API server accepts one per object: an env var's value, a probe's handler, a volume's
+/// source (the common ones). Written out here, independently of the engine's own list.
+const EXCLUSIVE: [(&str, &[&str]); 3] = [
+    ("env", &["value", "valueFrom"]),
+    ("probe", &["exec", "httpGet", "tcpSocket", "grpc"]),
+    ("volume", &["emptyDir", "configMap", "secret", "persistentVolumeClaim", "hostPath", "projected", "csi"]),
+];
+
+/// The patched pod sets no two exclusive fields of one object, and no container was given a request or limit
+/// for a resource it sized itself in the other map (which could put a request above a limit).
+pub fn assert_no_conflicting_fields(patched: &Value, original: &Value) {
+    let set = |object: &Value, fields: &[&str]| fields.iter().filter(|f| !object[**f].is_null()).count();
+    let items = |pod: &Value, list: &str| pod["spec"][list].as_array().cloned().unwrap_or_default();
+    for volume in items(patched, "volumes") {
+        assert!(set(&volume, EXCLUSIVE[2].1) <= 1, "a volume with two sources: {volume}");
+    }
+    for list in ["containers", "initContainers"] {
+        let before = items(original, list);
+        for container in items(patched, list) {
+            for var in container["env"].as_array().into_iter().flatten() {
+                assert!(set(var, EXCLUSIVE[0].1) <= 1, "an env var with value and valueFrom: {var}");
+            }
+            for probe in ["readinessProbe", "livenessProbe", "startupProbe"] {
+                assert!(set(&container[probe], EXCLUSIVE[1].1) <= 1, "a {probe} with two handlers: {container}");
+            }
+            let Some(was) = before.iter().find(|c| c["name"] == container["name"]) else { continue };
+            for (mine, other) in [("requests", "limits"), ("limits", "requests")] {
+                for resource in was["resources"][mine].as_object().into_iter().flatten().map(|(k, _)| k) {
+                    assert_eq!(
+                        container["resources"][other][resource], was["resources"][other][resource],
+                        "the pod sized {resource} in {mine}; the patch set its {other}: {container}"
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// What `/validate` says of `pod` (as a Pod CREATE review).

@@ -1,0 +1,129 @@
+//! What the merge must know of the Pod API beyond JSON: how list items are matched (merge keys), and which
+//! members of an object exclude each other, so that completing what the user wrote never yields a pod the API
+//! server refuses.
+
+/// Where a template node sits: under a key of a map, or as an item of the list under a key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Place<'a> {
+    /// The root of `pod` or `containerDefaults`.
+    Root,
+    /// The value of this key.
+    Field(&'a str),
+    /// An item of the list under this key.
+    ItemOf(&'a str),
+}
+
+/// The merge key of a Pod list field (the `patchMergeKey` of the Kubernetes API). Lists not named here are
+/// atomic, as in Kubernetes: their order and content belong to the user (`command`, `args`, `tolerations`...).
+pub(crate) fn merge_key_for(field: &str) -> Option<&'static str> {
+    match field {
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets"
+        | "resourceClaims"
+        | "schedulingGates" => Some("name"),
+        "volumeMounts" => Some("mountPath"),
+        "volumeDevices" => Some("devicePath"),
+        "ports" => Some("containerPort"),
+        "hostAliases" => Some("ip"),
+        "topologySpreadConstraints" => Some("topologyKey"),
+        _ => None,
+    }
+}
+
+/// How the members of an object relate, for the add-only merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// Each member stands alone.
+    Plain,
+    /// An API union: the API server refuses an object that sets more than one of these members (an env var's
+    /// `value` and `valueFrom`, a probe's handlers, a volume's sources). When the pod has set one, it is the
+    /// user's choice, and the template's member is not added beside it.
+    OneOf(&'static [&'static str]),
+    /// `resources` (requests and limits): a resource the pod names in either map is the user's in both. A
+    /// template's request above the user's limit, or limit below the user's request, would be refused.
+    Resources,
+}
+
+/// A probe's handlers (`Probe`).
+const PROBE_HANDLERS: &[&str] = &["exec", "httpGet", "tcpSocket", "grpc"];
+/// A lifecycle hook's handlers (`LifecycleHandler`).
+const LIFECYCLE_HANDLERS: &[&str] = &["exec", "httpGet", "tcpSocket", "sleep"];
+/// The sources of an env var's `valueFrom` (`EnvVarSource`).
+const ENV_VAR_SOURCES: &[&str] = &["fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef", "fileKeyRef"];
+/// A volume's sources (`VolumeSource`).
+const VOLUME_SOURCES: &[&str] = &[
+    "hostPath",
+    "emptyDir",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "gitRepo",
+    "secret",
+    "nfs",
+    "iscsi",
+    "glusterfs",
+    "persistentVolumeClaim",
+    "rbd",
+    "flexVolume",
+    "cinder",
+    "cephfs",
+    "flocker",
+    "downwardAPI",
+    "fc",
+    "azureFile",
+    "configMap",
+    "vsphereVolume",
+    "quobyte",
+    "azureDisk",
+    "photonPersistentDisk",
+    "projected",
+    "portworxVolume",
+    "scaleIO",
+    "storageos",
+    "csi",
+    "ephemeral",
+    "image",
+];
+
+/// The shape of the object at `place`.
+pub(crate) fn shape_of(place: Place<'_>) -> Shape {
+    match place {
+        Place::ItemOf("env") => Shape::OneOf(&["value", "valueFrom"]),
+        Place::Field("valueFrom") => Shape::OneOf(ENV_VAR_SOURCES),
+        Place::Field("readinessProbe" | "livenessProbe" | "startupProbe") => Shape::OneOf(PROBE_HANDLERS),
+        Place::Field("postStart" | "preStop") => Shape::OneOf(LIFECYCLE_HANDLERS),
+        Place::ItemOf("volumes") => Shape::OneOf(VOLUME_SOURCES),
+        Place::ItemOf("volumeMounts") => Shape::OneOf(&["subPath", "subPathExpr"]),
+        Place::Field("resources") => Shape::Resources,
+        _ => Shape::Plain,
+    }
+}
+
+impl Shape {
+    /// The member among `earlier` (the keys a template object sets before `key`) that is in a union with
+    /// `key`: the API server would refuse the two together.
+    pub(crate) fn conflict<'k>(self, mut earlier: impl Iterator<Item = &'k str>, key: &str) -> Option<&'k str> {
+        let rivals = self.rivals(key);
+        earlier.find(|other| *other != key && rivals.contains(other))
+    }
+
+    /// For `Resources`, the member whose keys rule out those of `key` (`limits` for `requests`, and back).
+    pub(crate) fn linked(self, key: &str) -> Option<&'static str> {
+        match (self, key) {
+            (Shape::Resources, "requests") => Some("limits"),
+            (Shape::Resources, "limits") => Some("requests"),
+            _ => None,
+        }
+    }
+
+    /// The union members other than `key`, when `key` belongs to one.
+    pub(crate) fn rivals(self, key: &str) -> &'static [&'static str] {
+        match self {
+            Shape::OneOf(members) if members.contains(&key) => members,
+            _ => &[],
+        }
+    }
+}
