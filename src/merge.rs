@@ -10,8 +10,9 @@
 //!
 //! Two API rules widen "present" ([`Shape`](crate::template::schema::Shape)): a member of a union the pod has already chosen another member of
 //! (an env var's `valueFrom` beside its `value`, a second probe handler, a second volume source) is not added;
-//! nor is a resource request or limit for a resource the pod sizes itself in the other map. Either would make a
-//! pod the API server refuses.
+//! nor is a resource request or limit for a resource the pod sizes itself in the other map. And a container the
+//! pod declares in another container list (names are unique across them) is not added. Each would make a pod
+//! the API server refuses, or quietly change what the user set.
 //!
 //! So nothing present is ever replaced, a second run adds nothing (idempotence), and a sidecar the user declared
 //! is completed without overriding what they set. Operations apply in order, so within a list the recursions
@@ -22,17 +23,24 @@ use simd_json::tape::{Array, Value};
 
 use crate::patch::{Fragment, PatchWriter, Pointer, Sink};
 use crate::pod::PodView;
-use crate::template::tree::{KeyValue, List, Object, Rendered, TNode};
+use crate::template::tree::{Item, KeyValue, List, Object, Rendered, TNode};
 use crate::template::{InitPosition, Template};
 
 /// The field whose missing items may be inserted at the front rather than appended.
 const INIT_CONTAINERS: &str = "initContainers";
 
-struct Merge<'p, 'b, S: Sink> {
+/// The pod's container lists: a name may appear in only one of them, across all three.
+const CONTAINER_LISTS: [&str; 3] = ["containers", INIT_CONTAINERS, "ephemeralContainers"];
+
+struct Merge<'p, 'b, 't, 'i, S: Sink> {
     patch: PatchWriter<'b, S>,
     path: &'p mut Pointer,
     rendered: Rendered<'p>,
     init_position: InitPosition,
+    /// The pod's spec, where container names are looked up across lists.
+    spec: Option<Value<'t, 'i>>,
+    /// The pod's container lists (in [`CONTAINER_LISTS`] order), found in the spec on first need.
+    container_lists: Option<[Option<Array<'t, 'i>>; 3]>,
 }
 
 /// Writes the add-only patch that merges `template` into `pod` (with or without per-pod overrides), returning the
@@ -46,7 +54,14 @@ pub(crate) fn merge(
     out: &mut impl Sink,
 ) -> usize {
     path.clear();
-    let mut cx = Merge { patch: PatchWriter::new(out), path, rendered, init_position: template.init_position };
+    let mut cx = Merge {
+        patch: PatchWriter::new(out),
+        path,
+        rendered,
+        init_position: template.init_position,
+        spec: pod.spec(),
+        container_lists: None,
+    };
     let trees = template.trees(overridden);
     // Container defaults first: they address the pod's own containers by their original index, which the
     // appended sidecars below do not shift.
@@ -70,25 +85,25 @@ pub(crate) fn merge(
     cx.patch.finish()
 }
 
-impl<S: Sink> Merge<'_, '_, S> {
+impl<S: Sink> Merge<'_, '_, '_, '_, S> {
     /// Merges `t` into a value the pod has at the current path; `field` is the key it sits under and `head` the
     /// precompiled start of an `add` there, if the path is static. `taken` is a map of the pod whose keys are the
     /// user's here too (see [`Shape::Resources`](crate::template::schema::Shape::Resources)).
     fn present(&mut self, t: &TNode, value: Value<'_, '_>, field: &str, head: Option<&Fragment>, taken: Taken<'_, '_>) {
         if value.is_null() {
-            return self.add_here(t, head, taken);
+            return self.add_here(t, head, taken, field);
         }
         match t {
             TNode::Object(object) => match value.as_object() {
                 // An empty map in the pod takes the template's whole value, unless that is empty too (`{}`
                 // already satisfies `emptyDir: {}`: re-adding it would never converge).
-                Some(o) if o.is_empty() && !object.members.is_empty() => self.add_here(t, head, taken),
+                Some(o) if o.is_empty() && !object.members.is_empty() => self.add_here(t, head, taken, field),
                 Some(_) => self.object(object, value, taken),
                 None => {} // the user's value has another type: theirs wins
             },
             TNode::List(list) => match value.as_array() {
                 // Likewise an empty list takes the template's whole list, unless that is empty too.
-                Some(a) if a.is_empty() && !list.items.is_empty() => self.add_here(t, head, None),
+                Some(a) if a.is_empty() && !list.items.is_empty() => self.add_here(t, head, None, field),
                 Some(a) if list.merge_key.is_some() => self.keyed_list(list, a, field),
                 _ => {} // an atomic list, or another type: the user's value wins
             },
@@ -105,7 +120,7 @@ impl<S: Sink> Merge<'_, '_, S> {
                 Some(v) => self.present(&member.node, v, &member.key, head, linked),
                 // The user chose another member of this union.
                 None if t.shape.rivals(&member.key).iter().any(|rival| is_set(Some(value), rival)) => {}
-                None => self.add_here(&member.node, head, linked),
+                None => self.add_here(&member.node, head, linked, &member.key),
             }
             self.path.truncate(mark);
         }
@@ -121,6 +136,7 @@ impl<S: Sink> Merge<'_, '_, S> {
                     self.present(&item.node, existing, "", None, None);
                     self.path.truncate(mark);
                 }
+                None if self.named_elsewhere(field, item) => {}
                 None => missing += 1,
             }
         }
@@ -130,7 +146,7 @@ impl<S: Sink> Merge<'_, '_, S> {
         let insert_front = field == INIT_CONTAINERS && self.init_position == InitPosition::First;
         let mut inserted = 0;
         for item in &t.items {
-            if find_item(item.key.as_ref(), items, merge_key).is_some() {
+            if find_item(item.key.as_ref(), items, merge_key).is_some() || self.named_elsewhere(field, item) {
                 continue;
             }
             let rendered = self.rendered;
@@ -146,13 +162,16 @@ impl<S: Sink> Merge<'_, '_, S> {
         }
     }
 
-    /// One `add` of the whole template node at the current path, less the members `taken` has: nothing at all
-    /// when that leaves none.
-    fn add_here(&mut self, t: &TNode, head: Option<&Fragment>, taken: Taken<'_, '_>) {
+    /// One `add` of the whole template node (under `field`) at the current path, less the members `taken` has
+    /// and the containers the pod has in another list: nothing at all when that leaves none.
+    fn add_here(&mut self, t: &TNode, head: Option<&Fragment>, taken: Taken<'_, '_>, field: &str) {
         let rendered = self.rendered;
         match (t, taken) {
             (TNode::Object(object), Some(taken)) if object.members.iter().any(|m| is_set(Some(taken), &m.key)) => {
                 self.add_members(object, head, taken)
+            }
+            (TNode::List(list), _) if list.items.iter().any(|item| self.named_elsewhere(field, item)) => {
+                self.add_items(list, head, field)
             }
             _ => self.patch.add(head, self.path, false, |out| t.write(out, rendered)),
         }
@@ -166,6 +185,37 @@ impl<S: Sink> Merge<'_, '_, S> {
             let rendered = self.rendered;
             self.patch.add(head, self.path, false, |out| object.write_members(out, rendered, keep));
         }
+    }
+
+    /// One `add` of the items of `list` (a container list) that the pod does not have in another list, if any.
+    #[cold]
+    fn add_items(&mut self, list: &List, head: Option<&Fragment>, field: &str) {
+        let keep: Vec<bool> = list.items.iter().map(|item| !self.named_elsewhere(field, item)).collect();
+        if keep.contains(&true) {
+            let rendered = self.rendered;
+            self.patch.add(head, self.path, false, |out| list.write_items(out, rendered, &keep));
+        }
+    }
+
+    /// Is `item`, an item of the container list `field`, a container the pod declares in another container
+    /// list? Names are unique across them: adding it would make a pod the API server refuses, and the pod's own
+    /// (say, the sidecar declared as a native sidecar) is the user's choice.
+    fn named_elsewhere(&mut self, field: &str, item: &Item) -> bool {
+        let Some(KeyValue::Str(name)) = &item.key else { return false };
+        let Some(list) = CONTAINER_LISTS.iter().position(|list| *list == field) else { return false };
+        let spec = self.spec;
+        let lists = self.container_lists.get_or_insert_with(|| {
+            let mut lists = [None; 3];
+            for (key, value) in spec.iter().filter_map(|s| s.as_object()).flat_map(|s| s.iter()) {
+                if let Some(i) = CONTAINER_LISTS.iter().position(|list| *list == key) {
+                    lists[i] = value.as_array();
+                }
+            }
+            lists
+        });
+        let others = lists.iter().enumerate().filter(|(i, _)| *i != list).filter_map(|(_, items)| *items);
+        let named = |c: Value<'_, '_>| c.get("name").and_then(|n| n.into_string()) == Some(&**name);
+        others.into_iter().any(|containers| containers.iter().any(named))
     }
 }
 

@@ -148,6 +148,31 @@ fn a_user_declared_sidecar_keeps_every_field_the_user_set() {
 }
 
 #[test]
+fn a_sidecar_the_pod_declares_in_the_other_container_list_is_not_added_again() {
+    let engine = builtin();
+    let mut pod = full_pod();
+    // The user runs the proxy as a native sidecar (an init container that keeps running).
+    pod["spec"]["initContainers"] = json!([{"name": "proxy", "image": "mine:1", "restartPolicy": "Always"}]);
+    let patch = patch_for(&engine, &pod).unwrap();
+    let added = |patch: &Value, list: &str| {
+        let ops = ops_under(patch, &format!("/spec/{list}/"));
+        ops.iter().map(|op| op["value"]["name"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(added(&patch, "initContainers"), ["proxy-init"]);
+    assert_eq!(added(&patch, "containers"), Vec::<String>::new(), "no second `proxy`: {patch}");
+    assert!(!ops_under(&patch, "/spec/volumes").is_empty(), "the rest of the injection goes on");
+    check_properties(&engine, &pod);
+
+    // A whole list the pod lacks is added without that container, or not at all.
+    pod["spec"]["initContainers"] = json!(null);
+    pod["spec"]["containers"] = json!([{"name": "web", "image": "nginx"}, {"name": "proxy-init", "image": "mine:1"}]);
+    let patch = patch_for(&engine, &pod).unwrap();
+    assert!(ops_under(&patch, "/spec/initContainers").is_empty(), "{patch}");
+    assert_eq!(added(&patch, "containers"), ["proxy"]);
+    check_properties(&engine, &pod);
+}
+
+#[test]
 fn init_containers_go_first_in_template_order_or_last_when_configured() {
     let two = SMALL.replace(
         "      - { name: init, image: \"init:1\" }",

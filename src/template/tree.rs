@@ -176,6 +176,19 @@ impl Object {
     }
 }
 
+impl List {
+    /// Writes the list as JSON with only the items whose flag in `keep` is set.
+    pub(crate) fn write_items(&self, out: &mut impl Sink, rendered: Rendered<'_>, keep: &[bool]) {
+        let mut separator: &[u8] = b"[";
+        for (item, _) in self.items.iter().zip(keep).filter(|(_, keep)| **keep) {
+            out.raw(separator);
+            item.node.write(out, rendered);
+            separator = b",";
+        }
+        out.raw(if separator == b"[" { b"[]" } else { b"]" });
+    }
+}
+
 impl Rendered<'_> {
     fn slot(&self, slot: usize) -> &[u8] {
         &self.buf[self.ranges[slot].clone()]

@@ -122,6 +122,13 @@ pub fn check_properties(engine: &Engine, pod: &Value) {
         let unique: std::collections::HashSet<_> = names.iter().collect();
         assert_eq!(unique.len(), names.len(), "duplicate names in spec.{list}: {names:?}");
     }
+    // Container names are unique across the container lists too: no name appears more often than it did.
+    let before = [names(pod, "containers"), names(pod, "initContainers")].concat();
+    let after = [names(&patched, "containers"), names(&patched, "initContainers")].concat();
+    for name in &after {
+        let count = |names: &[&str]| names.iter().filter(|n| *n == name).count();
+        assert!(count(&after) <= count(&before).max(1), "{name} is in both container lists: {after:?}");
+    }
     assert_eq!(patch_for(engine, &patched), None, "second run on the patched pod must give no patch");
     // The validating webhook agrees: the injected pod is complete, the original one is not.
     assert_eq!(validation(engine, &patched), sidecar_injector::Verdict::Complete, "the injected pod validates");
