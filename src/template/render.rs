@@ -1,11 +1,11 @@
 //! Per-request rendering of the few pod-dependent leaves of a template, with minijinja.
 //!
-//! Every leaf is compiled once, when the template loads, into an expression whose output is JSON: a leaf that is
-//! exactly one expression (`{{ expr }}`) becomes `{{ (expr) | strict_json }}`, so it keeps its type (a string, a
-//! number, a map...); a leaf that mixes text and expressions (`proxy-{{ pod.name }}`) is rendered as text inside
+//! Every leaf is compiled once, when the template loads, into a template whose output is JSON. The environment
+//! auto-escapes as JSON, with a formatter that serialises whatever a `{{ ... }}` prints (an undefined value is an
+//! error): so a leaf that is exactly one expression (`{{ expr }}`) keeps its type (a string, a number, a map...),
+//! and a leaf that mixes text and expressions (`proxy-{{ pod.name }}`) is rendered as plain text inside
 //! `{% filter tojson %}`, so it becomes a JSON string. Whatever bytes the pod carries, and even a `| safe` in the
-//! template, the output is valid, correctly escaped JSON. (`strict_json` is `tojson` that refuses an undefined
-//! value, which `tojson` would quietly turn into `null`.)
+//! template, the output is valid, correctly escaped JSON.
 //!
 //! Per request, all the pod-dependent leaves are rendered by one evaluation of one template that joins them with a
 //! separator byte JSON never leaves raw in its output, so the cost of setting up an evaluation is paid once.
@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use minijinja::value::{Enumerator, Object, ObjectRepr, Serde};
-use minijinja::{Environment, UndefinedBehavior, Value};
+use minijinja::{AutoEscape, Environment, Output, State, UndefinedBehavior, Value};
 
 /// Names a template may use: the pod being admitted and the template's `values`.
 const KNOWN_VARIABLES: [&str; 2] = ["pod", "values"];
@@ -34,16 +34,34 @@ const KNOWN_VARIABLES: [&str; 2] = ["pod", "values"];
 /// unescaped, so it cannot come out of a leaf.
 const SEPARATOR: char = '\u{1e}';
 
-/// Our filter: `tojson`, but an undefined value is an error, as it is when printed under strict undefined.
-const STRICT_JSON: &str = "strict_json";
-
-fn strict_json(value: Value) -> Result<Value, minijinja::Error> {
+/// Prints a value as JSON where the environment auto-escapes as JSON (every leaf, outside the text of a mixed
+/// leaf), straight into the output. Strict undefined already refuses a plain undefined value before this is
+/// called; the "silent" one of an `if` without `else` is refused here rather than printed as `null`.
+fn json_formatter(out: &mut Output, state: &mut State, value: &Value) -> Result<(), minijinja::Error> {
+    if *state.auto_escape() != AutoEscape::Json {
+        return minijinja::escape_formatter(out, state, value);
+    }
     if value.is_undefined() {
         return Err(minijinja::Error::new(minijinja::ErrorKind::UndefinedError, "the expression is undefined"));
     }
-    serde_json::to_string(&value)
-        .map(Value::from_safe_string)
+    serde_json::to_writer(OutputWriter(out), value)
         .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::BadSerialization, e.to_string()))
+}
+
+/// minijinja's output as the `io::Write` serde_json writes to. serde_json writes only whole UTF-8 sequences
+/// (it writes `str`s, or ASCII), so each chunk is valid text on its own.
+struct OutputWriter<'a, 'b>(&'a mut Output<'b>);
+
+impl std::io::Write for OutputWriter<'_, '_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let text = std::str::from_utf8(bytes).map_err(std::io::Error::other)?;
+        std::fmt::Write::write_str(self.0, text).map_err(std::io::Error::other)?;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The name of the template that renders every pod-dependent leaf at once.
@@ -239,9 +257,11 @@ fn json_source(source: &str) -> String {
             // `{{- x -}}` and `{{+ x +}}` control whitespace around the tag; inside parentheses they would not parse.
             let expr = expr.strip_prefix(['-', '+']).unwrap_or(expr);
             let expr = expr.strip_suffix(['-', '+']).unwrap_or(expr);
-            format!("{{{{ ({expr}) | {STRICT_JSON} }}}}")
+            format!("{{{{ ({expr}) }}}}")
         }
-        _ => format!("{{% filter tojson %}}{source}{{% endfilter %}}"),
+        // The text is rendered plain and then made one JSON string; the outer `autoescape false` prints that
+        // string as it is, rather than serialising it a second time.
+        _ => format!("{{% autoescape false %}}{{% filter tojson %}}{source}{{% endfilter %}}{{% endautoescape %}}"),
     }
 }
 
@@ -257,7 +277,8 @@ impl Renderer {
         let mut env = Environment::new();
         // A typo in a variable name must fail loudly, at load time, not render as an empty string.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
-        env.add_filter(STRICT_JSON, strict_json);
+        env.set_auto_escape_callback(|_| AutoEscape::Json);
+        env.set_formatter(json_formatter);
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         Renderer {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -596,6 +617,11 @@ mod tests {
         r.add_leaf("{{ pod.labels.version }}").unwrap();
         let (mut buf, mut ranges) = (Vec::new(), Vec::new());
         assert!(r.render(&pod(), &[], &mut buf, &mut ranges).is_err());
+        // An `if` without `else` is undefined when false: refused too, not printed as `null` or nothing.
+        let mut r = Renderer::new(&serde_json::json!({}));
+        r.add_leaf("{{ pod.name if pod.labels.version is defined }}").unwrap();
+        assert!(r.render(&pod(), &[], &mut buf, &mut ranges).unwrap_err().reason.contains("undefined"));
+        assert!(buf.is_empty(), "a failed render leaves the buffer as it was");
         let mut r = Renderer::new(&serde_json::json!({}));
         r.add_leaf("{{ pod.labels.version | default('v0') }}").unwrap();
         buf.clear();
