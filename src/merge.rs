@@ -22,25 +22,20 @@ use simd_json::prelude::*;
 use simd_json::tape::{Array, Value};
 
 use crate::patch::{Fragment, PatchWriter, Pointer, Sink};
-use crate::pod::PodView;
+use crate::pod::{CONTAINER_LISTS, PodView};
 use crate::template::tree::{Item, KeyValue, List, Object, Rendered, TNode};
 use crate::template::{InitPosition, Template};
 
 /// The field whose missing items may be inserted at the front rather than appended.
 const INIT_CONTAINERS: &str = "initContainers";
 
-/// The pod's container lists: a name may appear in only one of them, across all three.
-const CONTAINER_LISTS: [&str; 3] = ["containers", INIT_CONTAINERS, "ephemeralContainers"];
-
 struct Merge<'p, 'b, 't, 'i, S: Sink> {
     patch: PatchWriter<'b, S>,
     path: &'p mut Pointer,
     rendered: Rendered<'p>,
     init_position: InitPosition,
-    /// The pod's spec, where container names are looked up across lists.
-    spec: Option<Value<'t, 'i>>,
-    /// The pod's container lists (in [`CONTAINER_LISTS`] order), found in the spec on first need.
-    container_lists: Option<[Option<Array<'t, 'i>>; 3]>,
+    /// The pod's container lists (in [`CONTAINER_LISTS`] order): a name may appear in only one of them.
+    container_lists: [Option<Array<'t, 'i>>; 3],
 }
 
 /// Writes the add-only patch that merges `template` into `pod` (with or without per-pod overrides), returning the
@@ -59,15 +54,12 @@ pub(crate) fn merge(
         path,
         rendered,
         init_position: template.init_position,
-        spec: pod.spec(),
-        container_lists: None,
+        container_lists: pod.container_lists(),
     };
     let trees = template.trees(overridden);
     // Container defaults first: they address the pod's own containers by their original index, which the
     // appended sidecars below do not shift.
-    if let (Some(defaults), Some(containers)) =
-        (trees.container_defaults.as_ref(), pod.spec().and_then(|s| s.get("containers")).and_then(|c| c.as_array()))
-    {
+    if let (Some(defaults), Some(containers)) = (trees.container_defaults.as_ref(), pod.container_lists()[0]) {
         let spec_mark = cx.path.push_token("spec");
         cx.path.push_token("containers");
         for (index, container) in containers.iter().enumerate() {
@@ -200,20 +192,10 @@ impl<S: Sink> Merge<'_, '_, '_, '_, S> {
     /// Is `item`, an item of the container list `field`, a container the pod declares in another container
     /// list? Names are unique across them: adding it would make a pod the API server refuses, and the pod's own
     /// (say, the sidecar declared as a native sidecar) is the user's choice.
-    fn named_elsewhere(&mut self, field: &str, item: &Item) -> bool {
+    fn named_elsewhere(&self, field: &str, item: &Item) -> bool {
         let Some(KeyValue::Str(name)) = &item.key else { return false };
         let Some(list) = CONTAINER_LISTS.iter().position(|list| *list == field) else { return false };
-        let spec = self.spec;
-        let lists = self.container_lists.get_or_insert_with(|| {
-            let mut lists = [None; 3];
-            for (key, value) in spec.iter().filter_map(|s| s.as_object()).flat_map(|s| s.iter()) {
-                if let Some(i) = CONTAINER_LISTS.iter().position(|list| *list == key) {
-                    lists[i] = value.as_array();
-                }
-            }
-            lists
-        });
-        let others = lists.iter().enumerate().filter(|(i, _)| *i != list).filter_map(|(_, items)| *items);
+        let others = self.container_lists.iter().enumerate().filter(|(i, _)| *i != list).filter_map(|(_, l)| *l);
         let named = |c: Value<'_, '_>| c.get("name").and_then(|n| n.into_string()) == Some(&**name);
         others.into_iter().any(|containers| containers.iter().any(named))
     }

@@ -1,12 +1,13 @@
 //! A read-only view of the Pod inside a review, over the tape.
 
 use simd_json::prelude::*;
-use simd_json::tape::Value;
+use simd_json::tape::{Array, Value};
 
 use crate::template::StrEntries;
 
-/// The Pod under review. Accessors read the tape; nothing is copied. The metadata fields are located in one walk
-/// over `metadata` when the view is made, because several stages read them.
+/// The Pod under review. Accessors read the tape; nothing is copied. The metadata fields and the spec fields
+/// several stages read are located in one walk over each when the view is made (a `get` per field would rescan
+/// the keys each time).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PodView<'t, 'i> {
     pub object: Value<'t, 'i>,
@@ -18,12 +19,30 @@ pub(crate) struct PodView<'t, 'i> {
     /// `metadata.labels` and `metadata.annotations`, when they are objects.
     labels: Option<Value<'t, 'i>>,
     annotations: Option<Value<'t, 'i>>,
+    /// `spec.serviceAccountName`, or its deprecated alias `spec.serviceAccount`, or "default".
+    service_account_name: &'i str,
+    host_network: bool,
+    /// `spec.containers`, `spec.initContainers` and `spec.ephemeralContainers`, when they are arrays.
+    container_lists: [Option<Value<'t, 'i>>; 3],
 }
+
+/// The spec's container lists, in the order [`PodView::container_lists`] gives them.
+pub(crate) const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
 
 impl<'t, 'i> PodView<'t, 'i> {
     pub(crate) fn new(object: Value<'t, 'i>, request_namespace: &'i str) -> Self {
-        let mut pod =
-            PodView { object, spec: None, name: "", generate_name: "", namespace: "", labels: None, annotations: None };
+        let mut pod = PodView {
+            object,
+            spec: None,
+            name: "",
+            generate_name: "",
+            namespace: "",
+            labels: None,
+            annotations: None,
+            service_account_name: "default",
+            host_network: false,
+            container_lists: [None; 3],
+        };
         let mut metadata = None;
         for (key, value) in object.as_object().iter().flat_map(|o| o.iter()) {
             match key {
@@ -46,7 +65,27 @@ impl<'t, 'i> PodView<'t, 'i> {
         if pod.namespace.is_empty() {
             pod.namespace = request_namespace;
         }
+        let (mut account, mut alias) = ("", "");
+        for (key, value) in pod.spec.iter().filter_map(|s| s.as_object()).flat_map(|s| s.iter()) {
+            match key {
+                "serviceAccountName" => account = text(value),
+                // The deprecated alias the API server still fills in.
+                "serviceAccount" => alias = text(value),
+                "hostNetwork" => pod.host_network = value.as_bool().unwrap_or(false),
+                _ => {
+                    if let Some(list) = CONTAINER_LISTS.iter().position(|list| *list == key) {
+                        pod.container_lists[list] = value.as_array().map(|_| value);
+                    }
+                }
+            }
+        }
+        pod.service_account_name = [account, alias].into_iter().find(|a| !a.is_empty()).unwrap_or("default");
         pod
+    }
+
+    /// The spec's container lists, in [`CONTAINER_LISTS`] order.
+    pub(crate) fn container_lists(&self) -> [Option<Array<'t, 'i>>; 3] {
+        self.container_lists.map(|list| list.and_then(|l| l.as_array()))
     }
 
     pub(crate) fn spec(&self) -> Option<Value<'t, 'i>> {
@@ -89,14 +128,11 @@ impl<'t, 'i> PodView<'t, 'i> {
     }
 
     pub(crate) fn service_account_name(&self) -> &'i str {
-        let spec = self.spec;
-        let read = |key: &str| spec.and_then(|s| s.get(key)).and_then(|v| v.into_string()).filter(|s| !s.is_empty());
-        // `serviceAccount` is the deprecated alias the API server still fills in.
-        read("serviceAccountName").or_else(|| read("serviceAccount")).unwrap_or("default")
+        self.service_account_name
     }
 
     pub(crate) fn host_network(&self) -> bool {
-        self.spec.and_then(|s| s.get("hostNetwork")).and_then(|v| v.as_bool()).unwrap_or(false)
+        self.host_network
     }
 
     /// How the pod is named in messages: its name, or its generateName followed by `*`.
