@@ -11,7 +11,8 @@
 //! Two API rules widen "present" ([`Shape`](crate::template::schema::Shape)): a member of a union the pod has already chosen another member of
 //! (an env var's `valueFrom` beside its `value`, a second probe handler, a second volume source) is not added;
 //! nor is a resource request or limit for a resource the pod sizes itself in the other map. And a container the
-//! pod declares in another container list (names are unique across them) is not added. Each would make a pod
+//! pod declares in another container list (names are unique across them), or a port whose name the container
+//! gives another port, is not added. Each would make a pod
 //! the API server refuses, or quietly change what the user set.
 //!
 //! So nothing present is ever replaced, a second run adds nothing (idempotence), and a sidecar the user declared
@@ -28,6 +29,8 @@ use crate::template::{InitPosition, Template};
 
 /// The field whose missing items may be inserted at the front rather than appended.
 const INIT_CONTAINERS: &str = "initContainers";
+/// A container's ports: matched by `containerPort`, and their names are unique too.
+const PORTS: &str = "ports";
 
 struct Merge<'p, 'b, 't, 'i, S: Sink> {
     patch: PatchWriter<'b, S>,
@@ -128,7 +131,7 @@ impl<S: Sink> Merge<'_, '_, '_, '_, S> {
                     self.present(&item.node, existing, "", None, None);
                     self.path.truncate(mark);
                 }
-                None if self.named_elsewhere(field, item) => {}
+                None if self.clashes(field, item, items) => {}
                 None => missing += 1,
             }
         }
@@ -138,7 +141,7 @@ impl<S: Sink> Merge<'_, '_, '_, '_, S> {
         let insert_front = field == INIT_CONTAINERS && self.init_position == InitPosition::First;
         let mut inserted = 0;
         for item in &t.items {
-            if find_item(item.key.as_ref(), items, merge_key).is_some() || self.named_elsewhere(field, item) {
+            if find_item(item.key.as_ref(), items, merge_key).is_some() || self.clashes(field, item, items) {
                 continue;
             }
             let rendered = self.rendered;
@@ -186,6 +189,18 @@ impl<S: Sink> Merge<'_, '_, '_, '_, S> {
         if keep.contains(&true) {
             let rendered = self.rendered;
             self.patch.add(head, self.path, false, |out| list.write_items(out, rendered, &keep));
+        }
+    }
+
+    /// Would adding `item` to the pod's `items` (the list under `field`) repeat a name the API server wants
+    /// unique: a container declared in another container list, or a port name the container already uses for
+    /// another port?
+    fn clashes(&self, field: &str, item: &Item, items: Array<'_, '_>) -> bool {
+        match (field, &item.name) {
+            (PORTS, Some(name)) => {
+                items.iter().any(|port| port.get("name").and_then(|n| n.into_string()) == Some(name))
+            }
+            _ => self.named_elsewhere(field, item),
         }
     }
 

@@ -249,7 +249,8 @@ fn completing_a_users_sidecar_never_sets_two_fields_the_api_server_accepts_one_o
             "env": [{"name": "POD_IP", "value": "10.0.0.1"}],
             "readinessProbe": {"exec": {"command": ["ready"]}},
             "startupProbe": {"tcpSocket": {"port": 15000}, "httpGet": null},
-            "resources": {"requests": {"memory": "512Mi"}}
+            "resources": {"requests": {"memory": "512Mi"}},
+            "ports": [{"containerPort": 9901, "name": "proxy-admin"}]
         }
     ]);
     pod["spec"]["volumes"] = json!([{"name": "sidecar-injector-proxy", "configMap": {"name": "mine"}}]);
@@ -264,6 +265,8 @@ fn completing_a_users_sidecar_never_sets_two_fields_the_api_server_accepts_one_o
     // Memory is sized by the user's request: no template limit (256Mi) below it; CPU is the template's.
     assert_eq!(at("/spec/containers/1/resources/requests/cpu"), Some(&json!("50m")));
     assert_eq!(at("/spec/containers/1/resources/limits"), None);
+    // The user gave the admin port's name to another port: the template's port would repeat the name.
+    assert_eq!(ops_under(&patch, "/spec/containers/1/ports"), Vec::<&Value>::new());
     check_properties(&engine, &pod);
 
     // A map the pod lacks is added without the resources the other map sizes, or not at all.

@@ -106,7 +106,10 @@ fn container() -> impl Strategy<Value = Value> {
             ]
             .boxed(),
         ),
-        prop::option::of(Just(json!([{"containerPort": 15000, "name": "taken"}]))),
+        prop::option::of(prop_oneof![
+            Just(json!([{"containerPort": 15000, "name": "taken"}])),
+            Just(json!([{"containerPort": 9901, "name": "proxy-admin"}])),
+        ]),
         prop::option::of(Just(json!({"exec": {"command": ["true"]}}))),
     )
         .prop_map(|(name, env, mounts, resources, ports, probe)| {

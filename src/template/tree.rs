@@ -54,6 +54,8 @@ pub(crate) struct List {
 pub(crate) struct Item {
     /// The item's merge-key value, for keyed lists.
     pub key: Option<KeyValue>,
+    /// The item's `name`, when it is a static string: a port's name must be unique in its container too.
+    pub name: Option<Box<str>>,
     pub node: TNode,
 }
 
@@ -250,7 +252,11 @@ pub(crate) fn compile(
                 };
                 let node = compile(item, field.map_or(Place::Root, Place::ItemOf), path, None)?;
                 path.pop();
-                out.push(Item { key, node });
+                let name = match item.map_get("name").map(|n| &n.value) {
+                    Some(YValue::Str(name)) => Some(name.as_str().into()),
+                    _ => None,
+                };
+                out.push(Item { key, name, node });
             }
             let whole = Pieces::build(|b| b.list(&out));
             let append_head = pointer.map(|p| op_head(p, true));

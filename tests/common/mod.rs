@@ -160,6 +160,10 @@ pub fn assert_no_conflicting_fields(patched: &Value, original: &Value) {
             for var in container["env"].as_array().into_iter().flatten() {
                 assert!(set(var, EXCLUSIVE[0].1) <= 1, "an env var with value and valueFrom: {var}");
             }
+            let ports: Vec<&str> =
+                container["ports"].as_array().into_iter().flatten().filter_map(|p| p["name"].as_str()).collect();
+            let unique: std::collections::HashSet<_> = ports.iter().collect();
+            assert_eq!(unique.len(), ports.len(), "a port name used twice: {container}");
             for probe in ["readinessProbe", "livenessProbe", "startupProbe"] {
                 assert!(set(&container[probe], EXCLUSIVE[1].1) <= 1, "a {probe} with two handlers: {container}");
             }
