@@ -345,6 +345,36 @@ async fn against_a_real_api_server() {
         );
     }
 
+    // A pod that declares the sidecar itself, with fields of which the API accepts one (an env var's value, a
+    // probe's exec, a volume's configMap), a memory request above the template's limit, the admin port's name on
+    // another port, and `proxy-init` as a regular container: completed around what the user set, and stored (the
+    // API server's validation passed).
+    let own = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": unique("own")},
+        "spec": {
+            "containers": [
+                {"name": "app", "image": "nginx:1.27"},
+                {"name": "proxy", "image": "mine:1",
+                 "env": [{"name": "POD_IP", "value": "10.0.0.1"}],
+                 "readinessProbe": {"exec": {"command": ["ready"]}},
+                 "resources": {"requests": {"memory": "512Mi"}},
+                 "ports": [{"containerPort": 9901, "name": "proxy-admin"}]},
+                {"name": "proxy-init", "image": "mine:1"}
+            ],
+            "volumes": [{"name": "sidecar-injector-proxy", "configMap": {"name": "mine"}}]
+        }
+    });
+    let stored_own = cluster.must_create(PODS, own).await;
+    assert!(stored_own["metadata"]["annotations"]["sidecar-injector.io/status"].is_string(), "{stored_own}");
+    assert_eq!(container_names(&stored_own, "initContainers"), Vec::<String>::new());
+    let proxy = &stored_own["spec"]["containers"][1];
+    assert_eq!(proxy["env"][0], json!({"name": "POD_IP", "value": "10.0.0.1"}), "{proxy}");
+    assert_eq!(env_value(proxy, "PROXY_SERVICE_ACCOUNT"), "default", "the rest was added: {proxy}");
+    assert!(proxy["readinessProbe"].get("httpGet").is_none(), "{proxy}");
+    assert_eq!(proxy["resources"], json!({"requests": {"cpu": "50m", "memory": "512Mi"}}));
+    assert_eq!(proxy["ports"].as_array().unwrap().len(), 1, "{proxy}");
+    assert!(stored_own["spec"]["volumes"][0].get("emptyDir").is_none(), "{stored_own}");
+
     // A second mutating webhook that changes the pod after ours (it injects its own container; configurations are
     // called in name order) makes the API server call ours again (reinvocationPolicy: IfNeeded): still one sidecar.
     let late_templates = work.path().join("late-templates");
