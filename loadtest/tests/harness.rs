@@ -98,8 +98,8 @@ fn a_webhook_that_cannot_be_reached_is_an_error_not_a_result() {
     assert!(stderr.contains("give --ca FILE"), "{stderr}");
 }
 
-/// The request the stalling webhook holds: the 101st, half a second into a run at 200 requests a second.
-const STALLED_REQUEST: u64 = 100;
+/// The request the stalling webhook holds: the 51st, a second into a run at 50 requests a second.
+const STALLED_REQUEST: u64 = 50;
 
 /// A webhook (the real engine) that stalls for `stall` on request number [`STALLED_REQUEST`] (from 0).
 async fn stalling_webhook(stall: Duration) -> (String, tempfile::NamedTempFile) {
@@ -149,24 +149,23 @@ async fn stalling_webhook(stall: Duration) -> (String, tempfile::NamedTempFile) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_loop_latency_counts_the_requests_queued_behind_a_stall() {
-    let (url, ca) = stalling_webhook(Duration::from_millis(500)).await;
-    let args =
-        ["--url", &url, "--ca", &ca.path().display().to_string(), "--rate", "200", "--duration", "2s", "-c", "1"];
+    let (url, ca) = stalling_webhook(Duration::from_secs(1)).await;
+    let args = ["--url", &url, "--ca", &ca.path().display().to_string(), "--rate", "50", "--duration", "5s", "-c", "1"];
     let args: Vec<String> = args.iter().map(|s| s.to_string()).chain(["--warmup".into(), "0s".into()]).collect();
     let (code, report, stderr) =
         tokio::task::spawn_blocking(move || loadtest(&args.iter().map(String::as_str).collect::<Vec<_>>()))
             .await
             .unwrap();
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(report["ok"], 400, "{report}");
-    // One request was held for 500 ms, and the ~100 due during the stall queued behind it on the one connection.
-    // Timed from when each was due, they all show it: those due in its first 400 ms waited over 100 ms, about 20%
-    // of the samples, so p90 did. The rate is low enough that even a slow debug build on a busy machine drains
-    // the queue quickly after the stall, so that most samples (p50) do not.
+    assert_eq!(report["ok"], 250, "{report}");
+    // One request was held for a second, and the ~50 due during the stall queued behind it on the one connection.
+    // Timed from when each was due, they all show it: those due in its first 900 ms waited over 100 ms, about 18%
+    // of the samples, so p90 did. The rate is low enough that a debug build on a busy machine (which has served
+    // fewer than 200 requests a second here) drains the queue soon after the stall, so most samples (p50) do not.
     // Timed from when each was sent (coordinated omission), only the stalled one would.
     assert!(report["p90_us"].as_u64().unwrap() > 100_000, "{report}");
     assert!(report["p50_us"].as_u64().unwrap() < 100_000, "{report}");
-    assert!(report["max_us"].as_u64().unwrap() >= 500_000, "{report}");
+    assert!(report["max_us"].as_u64().unwrap() >= 1_000_000, "{report}");
     // The pacer kept issuing requests on time through the stall: its lateness is the machine's, not the server's.
     assert!(report["send_late_max_us"].as_u64().unwrap() < 100_000, "{report}");
 }
