@@ -8,12 +8,12 @@
 //!   pod already has, then add the missing ones (appended, or inserted at the front for init containers);
 //! - anything else is present in the pod and belongs to the user: left alone, whatever the template says.
 //!
-//! Two API rules widen "present" ([`Shape`](crate::template::schema::Shape)): a member of a union the pod has already chosen another member of
-//! (an env var's `valueFrom` beside its `value`, a second probe handler, a second volume source) is not added;
-//! nor is a resource request or limit for a resource the pod sizes itself in the other map. And a container the
-//! pod declares in another container list (names are unique across them), or a port whose name the container
-//! gives another port, is not added. Each would make a pod
-//! the API server refuses, or quietly change what the user set.
+//! The API's own rules widen "present" ([`Shape`](crate::template::schema::Shape)). Not added: a member of a
+//! union the pod has already chosen another member of (an env var's `valueFrom` beside its `value`, a second
+//! probe handler, a second volume source); a resource request or limit for a resource the pod sizes itself in the
+//! other map; a container the pod declares in another container list (names are unique across them); a port
+//! whose name the container gives another port. Each would make a pod the API server refuses, or quietly change
+//! what the user set.
 //!
 //! So nothing present is ever replaced, a second run adds nothing (idempotence), and a sidecar the user declared
 //! is completed without overriding what they set. Operations apply in order, so within a list the recursions
@@ -165,7 +165,9 @@ impl<S: Sink> Merge<'_, '_, '_, '_, S> {
             (TNode::Object(object), Some(taken)) if object.members.iter().any(|m| is_set(Some(taken), &m.key)) => {
                 self.add_members(object, head, taken)
             }
-            (TNode::List(list), _) if list.items.iter().any(|item| self.named_elsewhere(field, item)) => {
+            (TNode::List(list), _)
+                if list.items.iter().any(|item| named_elsewhere(&self.container_lists, field, item)) =>
+            {
                 self.add_items(list, head, field)
             }
             _ => self.patch.add(head, self.path, false, |out| t.write(out, rendered)),
@@ -185,10 +187,11 @@ impl<S: Sink> Merge<'_, '_, '_, '_, S> {
     /// One `add` of the items of `list` (a container list) that the pod does not have in another list, if any.
     #[cold]
     fn add_items(&mut self, list: &List, head: Option<&Fragment>, field: &str) {
-        let keep: Vec<bool> = list.items.iter().map(|item| !self.named_elsewhere(field, item)).collect();
-        if keep.contains(&true) {
+        let lists = self.container_lists;
+        let keep = |item: &Item| !named_elsewhere(&lists, field, item);
+        if list.items.iter().any(keep) {
             let rendered = self.rendered;
-            self.patch.add(head, self.path, false, |out| list.write_items(out, rendered, &keep));
+            self.patch.add(head, self.path, false, |out| list.write_items(out, rendered, keep));
         }
     }
 
@@ -200,20 +203,20 @@ impl<S: Sink> Merge<'_, '_, '_, '_, S> {
             (PORTS, Some(name)) => {
                 items.iter().any(|port| port.get("name").and_then(|n| n.into_string()) == Some(name))
             }
-            _ => self.named_elsewhere(field, item),
+            _ => named_elsewhere(&self.container_lists, field, item),
         }
     }
+}
 
-    /// Is `item`, an item of the container list `field`, a container the pod declares in another container
-    /// list? Names are unique across them: adding it would make a pod the API server refuses, and the pod's own
-    /// (say, the sidecar declared as a native sidecar) is the user's choice.
-    fn named_elsewhere(&self, field: &str, item: &Item) -> bool {
-        let Some(KeyValue::Str(name)) = &item.key else { return false };
-        let Some(list) = CONTAINER_LISTS.iter().position(|list| *list == field) else { return false };
-        let others = self.container_lists.iter().enumerate().filter(|(i, _)| *i != list).filter_map(|(_, l)| *l);
-        let named = |c: Value<'_, '_>| c.get("name").and_then(|n| n.into_string()) == Some(&**name);
-        others.into_iter().any(|containers| containers.iter().any(named))
-    }
+/// Is `item`, an item of the container list `field`, a container the pod declares in another of its container
+/// `lists`? Names are unique across them: adding it would make a pod the API server refuses, and the pod's own
+/// (say, the sidecar declared as a native sidecar) is the user's choice.
+fn named_elsewhere(lists: &[Option<Array<'_, '_>>; 3], field: &str, item: &Item) -> bool {
+    let Some(KeyValue::Str(name)) = &item.key else { return false };
+    let Some(list) = CONTAINER_LISTS.iter().position(|list| *list == field) else { return false };
+    let others = lists.iter().enumerate().filter(|(i, _)| *i != list).filter_map(|(_, l)| *l);
+    let named = |c: Value<'_, '_>| c.get("name").and_then(|n| n.into_string()) == Some(&**name);
+    others.into_iter().any(|containers| containers.iter().any(named))
 }
 
 /// A map of the pod whose keys are the user's: a container's `limits` beside its `requests`, and back.

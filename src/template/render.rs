@@ -253,12 +253,8 @@ fn json_source(source: &str) -> String {
     let trimmed = source.trim();
     let inner = trimmed.strip_prefix("{{").and_then(|t| t.strip_suffix("}}"));
     match inner {
-        Some(expr) if !expr.contains("{{") && !expr.contains("}}") => {
-            // `{{- x -}}` and `{{+ x +}}` control whitespace around the tag; inside parentheses they would not parse.
-            let expr = expr.strip_prefix(['-', '+']).unwrap_or(expr);
-            let expr = expr.strip_suffix(['-', '+']).unwrap_or(expr);
-            format!("{{{{ ({expr}) }}}}")
-        }
+        // One expression: the formatter prints its value as JSON, whatever its type.
+        Some(expr) if !expr.contains("{{") && !expr.contains("}}") => trimmed.to_owned(),
         // The text is rendered plain and then made one JSON string; the outer `autoescape false` prints that
         // string as it is, rather than serialising it a second time.
         _ => format!("{{% autoescape false %}}{{% filter tojson %}}{source}{{% endfilter %}}{{% endautoescape %}}"),

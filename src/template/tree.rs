@@ -179,10 +179,10 @@ impl Object {
 }
 
 impl List {
-    /// Writes the list as JSON with only the items whose flag in `keep` is set.
-    pub(crate) fn write_items(&self, out: &mut impl Sink, rendered: Rendered<'_>, keep: &[bool]) {
+    /// Writes the list as JSON with only the items `keep` accepts.
+    pub(crate) fn write_items(&self, out: &mut impl Sink, rendered: Rendered<'_>, keep: impl Fn(&Item) -> bool) {
         let mut separator: &[u8] = b"[";
-        for (item, _) in self.items.iter().zip(keep).filter(|(_, keep)| **keep) {
+        for item in self.items.iter().filter(|item| keep(item)) {
             out.raw(separator);
             item.node.write(out, rendered);
             separator = b",";
