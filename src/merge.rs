@@ -22,7 +22,7 @@
 use simd_json::prelude::*;
 use simd_json::tape::{Array, Value};
 
-use crate::patch::{Fragment, PatchWriter, Pointer, Sink};
+use crate::patch::{OpHead, PatchWriter, Pointer, Sink};
 use crate::pod::{CONTAINER_LISTS, PodView};
 use crate::template::tree::{Item, KeyValue, List, Object, Rendered, TNode};
 use crate::template::{InitPosition, Template};
@@ -84,7 +84,7 @@ impl<S: Sink> Merge<'_, '_, '_, '_, S> {
     /// Merges `t` into a value the pod has at the current path; `field` is the key it sits under and `head` the
     /// precompiled start of an `add` there, if the path is static. `taken` is a map of the pod whose keys are the
     /// user's here too (see [`Shape::Resources`](crate::template::schema::Shape::Resources)).
-    fn present(&mut self, t: &TNode, value: Value<'_, '_>, field: &str, head: Option<&Fragment>, taken: Taken<'_, '_>) {
+    fn present(&mut self, t: &TNode, value: Value<'_, '_>, field: &str, head: Option<&OpHead>, taken: Taken<'_, '_>) {
         if value.is_null() {
             return self.add_here(t, head, taken, field);
         }
@@ -159,7 +159,7 @@ impl<S: Sink> Merge<'_, '_, '_, '_, S> {
 
     /// One `add` of the whole template node (under `field`) at the current path, less the members `taken` has
     /// and the containers the pod has in another list: nothing at all when that leaves none.
-    fn add_here(&mut self, t: &TNode, head: Option<&Fragment>, taken: Taken<'_, '_>, field: &str) {
+    fn add_here(&mut self, t: &TNode, head: Option<&OpHead>, taken: Taken<'_, '_>, field: &str) {
         let rendered = self.rendered;
         match (t, taken) {
             (TNode::Object(object), Some(taken)) if object.members.iter().any(|m| is_set(Some(taken), &m.key)) => {
@@ -176,7 +176,7 @@ impl<S: Sink> Merge<'_, '_, '_, '_, S> {
 
     /// One `add` of the members of `object` that `taken` lacks, if any.
     #[cold]
-    fn add_members(&mut self, object: &Object, head: Option<&Fragment>, taken: Value<'_, '_>) {
+    fn add_members(&mut self, object: &Object, head: Option<&OpHead>, taken: Value<'_, '_>) {
         let keep = |key: &str| !is_set(Some(taken), key);
         if object.members.iter().any(|m| keep(&m.key)) {
             let rendered = self.rendered;
@@ -186,7 +186,7 @@ impl<S: Sink> Merge<'_, '_, '_, '_, S> {
 
     /// One `add` of the items of `list` (a container list) that the pod does not have in another list, if any.
     #[cold]
-    fn add_items(&mut self, list: &List, head: Option<&Fragment>, field: &str) {
+    fn add_items(&mut self, list: &List, head: Option<&OpHead>, field: &str) {
         let lists = self.container_lists;
         let keep = |item: &Item| !named_elsewhere(&lists, field, item);
         if list.items.iter().any(keep) {

@@ -50,18 +50,33 @@ impl Pointer {
 const OP_OPEN: &[u8] = br#"{"op":"add","path":""#;
 /// Between the path and the value.
 const OP_VALUE: &[u8] = br#"","value":"#;
+/// What comes before an operation: the start of the patch, or the end of the operation before it. Folded into
+/// the precompiled start of an operation, so that an operation made of template JSON is, in base64, only copies.
+const BEFORE_FIRST: &[u8] = b"[";
+const BEFORE_NEXT: &[u8] = b"},";
 
-/// `{"op":"add","path":"<path>","value":` as a fragment, for an operation whose path is known when the template
-/// is compiled. `path` is JSON-escaped pointer text; `append` adds `/-`.
-pub(crate) fn op_head(path: &str, append: bool) -> Fragment {
-    let mut head = Vec::with_capacity(OP_OPEN.len() + path.len() + 2 + OP_VALUE.len());
-    head.extend_from_slice(OP_OPEN);
-    head.extend_from_slice(path.as_bytes());
-    if append {
-        head.extend_from_slice(b"/-");
-    }
-    head.extend_from_slice(OP_VALUE);
-    Fragment::new(head)
+/// The start of an `add` whose path is known when the template is compiled, precompiled for either place in the
+/// patch: `[{"op":"add","path":"<path>","value":` as the first operation, `},{"op":…` after another.
+#[derive(Debug)]
+pub(crate) struct OpHead {
+    first: Fragment,
+    next: Fragment,
+}
+
+/// The [`OpHead`] of an `add` at `path` (JSON-escaped pointer text); `append` adds `/-`.
+pub(crate) fn op_head(path: &str, append: bool) -> OpHead {
+    let head = |before: &[u8]| {
+        let mut head = Vec::with_capacity(before.len() + OP_OPEN.len() + path.len() + 2 + OP_VALUE.len());
+        head.extend_from_slice(before);
+        head.extend_from_slice(OP_OPEN);
+        head.extend_from_slice(path.as_bytes());
+        if append {
+            head.extend_from_slice(b"/-");
+        }
+        head.extend_from_slice(OP_VALUE);
+        Fragment::new(head)
+    };
+    OpHead { first: head(BEFORE_FIRST), next: head(BEFORE_NEXT) }
 }
 
 /// Writes `[{"op":"add","path":…,"value":…},…]` into a [`Sink`].
@@ -72,9 +87,8 @@ pub(crate) struct PatchWriter<'a, S: Sink> {
 }
 
 impl<'a, S: Sink> PatchWriter<'a, S> {
-    /// Starts a patch in `out`.
+    /// Starts a patch in `out`. Nothing is written until the first operation or [`PatchWriter::finish`].
     pub(crate) fn new(out: &'a mut S) -> Self {
-        out.raw(b"[");
         PatchWriter { out, ops: 0 }
     }
 
@@ -83,18 +97,17 @@ impl<'a, S: Sink> PatchWriter<'a, S> {
     /// path is known at compile time; it is then written instead of `path`.
     pub(crate) fn add(
         &mut self,
-        head: Option<&Fragment>,
+        head: Option<&OpHead>,
         path: &Pointer,
         append: bool,
         write_value: impl FnOnce(&mut S),
     ) {
-        if self.ops > 0 {
-            self.out.raw(b",");
-        }
+        let first = self.ops == 0;
         self.ops += 1;
         match head {
-            Some(head) => self.out.fragment(head),
+            Some(head) => self.out.fragment(if first { &head.first } else { &head.next }),
             None => {
+                self.out.raw(if first { BEFORE_FIRST } else { BEFORE_NEXT });
                 self.out.raw(OP_OPEN);
                 self.out.raw(path.as_str().as_bytes());
                 self.out.raw(if append { b"/-" } else { b"" });
@@ -102,12 +115,11 @@ impl<'a, S: Sink> PatchWriter<'a, S> {
             }
         }
         write_value(self.out);
-        self.out.raw(b"}");
     }
 
-    /// Closes the array and returns how many operations were written.
+    /// Closes the last operation and the array, and returns how many operations were written.
     pub(crate) fn finish(self) -> usize {
-        self.out.raw(b"]");
+        self.out.raw(if self.ops == 0 { b"[]" } else { b"}]" });
         self.ops
     }
 }
@@ -139,15 +151,24 @@ mod tests {
     }
 
     #[test]
-    fn a_precompiled_head_writes_the_same_bytes() {
+    fn a_precompiled_head_writes_the_same_bytes_first_and_after_another() {
         let mut path = Pointer::default();
         path.push_token(&path_token("spec"));
         path.push_token(&path_token("a\"b/c"));
-        let (mut by_path, mut by_head) = (Vec::new(), Vec::new());
         for append in [false, true] {
-            PatchWriter::new(&mut by_path).add(None, &path, append, |o| o.raw(b"1"));
-            PatchWriter::new(&mut by_head).add(Some(&op_head(path.as_str(), append)), &path, append, |o| o.raw(b"1"));
+            let head = op_head(path.as_str(), append);
+            let (mut by_path, mut by_head) = (Vec::new(), Vec::new());
+            let mut patch = PatchWriter::new(&mut by_path);
+            patch.add(None, &path, append, |o| o.raw(b"1"));
+            patch.add(None, &path, append, |o| o.raw(b"2"));
+            patch.finish();
+            let mut patch = PatchWriter::new(&mut by_head);
+            patch.add(Some(&head), &path, append, |o| o.raw(b"1"));
+            patch.add(Some(&head), &path, append, |o| o.raw(b"2"));
+            patch.finish();
             assert_eq!(String::from_utf8_lossy(&by_path), String::from_utf8_lossy(&by_head));
+            let ops: serde_json::Value = serde_json::from_slice(&by_head).unwrap();
+            assert_eq!(ops.as_array().unwrap().len(), 2, "{ops}");
         }
     }
 

@@ -1,43 +1,49 @@
-//! Where patch bytes go: a plain buffer (tests, `--explain`) or, on the request path, straight into the response
-//! as base64.
+//! Where patch bytes go: a plain buffer (tests, `--explain`, validation) or, on the request path, straight into
+//! the response as base64.
 //!
-//! Most of a patch is template JSON that never changes. Each such piece is a [`Fragment`] that carries its base64
-//! encoding, computed once at load for each of the three phases an encoder can be in (0, 1 or 2 bytes left over
-//! from what came before), so on the request path only the few dynamic bytes around it (op headers, paths,
-//! rendered leaves) are encoded. The output is byte for byte the standard, padded base64 of the whole patch.
+//! Most of a patch is template JSON that never changes. Each such piece is a [`Fragment`] that carries its base64,
+//! computed once at load: on the request path only the few dynamic bytes between fragments (rendered leaves,
+//! paths with a list index) are encoded. A fragment's JSON is padded with spaces to whole 3-byte groups, and so
+//! is each run of dynamic bytes that a fragment follows, so that every piece encodes on its own and the
+//! encoder never has a partial group to carry across: a fragment is one copy. The spaces sit between JSON
+//! tokens ([`Sink::fragment`] is only called there), where JSON allows whitespace; the decoded patch is the same
+//! JSON, with at most two spaces at each such seam.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-/// A static piece of JSON with its base64 pre-encoded for every phase.
+/// A static piece of JSON with its base64 encoded once.
 #[derive(Debug)]
 pub(crate) struct Fragment {
     json: Box<[u8]>,
-    /// `encoded[phase]`: the base64 of the whole 3-byte groups of `json[skip(phase)..]`, where `skip(phase)` is
-    /// what completes the group the encoder had started with `phase` pending bytes.
-    encoded: [Box<[u8]>; 3],
-}
-
-/// How many bytes of a fragment complete a group that already holds `pending` bytes.
-fn skip(pending: usize) -> usize {
-    (3 - pending) % 3
+    /// The base64 of `json` followed by the spaces that make it whole 3-byte groups (so it has no `=`).
+    encoded: Box<[u8]>,
 }
 
 impl Fragment {
     pub(crate) fn new(json: Vec<u8>) -> Self {
-        let encoded = [0, 1, 2].map(|pending| {
-            let rest = json.get(skip(pending)..).unwrap_or_default();
-            STANDARD.encode(&rest[..rest.len() / 3 * 3]).into_bytes().into_boxed_slice()
-        });
-        Fragment { json: json.into_boxed_slice(), encoded }
+        let mut aligned = json.clone();
+        pad_to_group(&mut aligned);
+        Fragment { encoded: STANDARD.encode(&aligned).into_bytes().into_boxed_slice(), json: json.into_boxed_slice() }
     }
+
+    /// The JSON text, without alignment.
+    pub(crate) fn json(&self) -> &[u8] {
+        &self.json
+    }
+}
+
+/// Appends the spaces (at most two) that make `bytes` a whole number of 3-byte base64 groups.
+fn pad_to_group(bytes: &mut Vec<u8>) {
+    bytes.resize(bytes.len().next_multiple_of(3), b' ');
 }
 
 /// A destination for JSON text.
 pub(crate) trait Sink {
     /// Appends bytes computed on this request.
     fn raw(&mut self, bytes: &[u8]);
-    /// Appends a static fragment.
+    /// Appends a static fragment. Only called between JSON tokens (never inside a string), where whitespace may
+    /// be inserted.
     fn fragment(&mut self, fragment: &Fragment);
 }
 
@@ -67,7 +73,7 @@ impl<'a> Base64Sink<'a> {
         Base64Sink { out, staged }
     }
 
-    /// Encodes what is left, with padding.
+    /// Encodes what is left, with base64's own `=` padding: nothing follows it.
     pub(crate) fn finish(self) {
         encode_into(self.out, self.staged);
         self.staged.clear();
@@ -80,19 +86,12 @@ impl Sink for Base64Sink<'_> {
     }
 
     fn fragment(&mut self, fragment: &Fragment) {
-        let pending = self.staged.len() % 3;
-        let head = skip(pending);
-        if fragment.json.len() < head {
-            // Too short to complete the pending group: it is simply more staged bytes.
-            return self.raw(&fragment.json);
+        if !self.staged.is_empty() {
+            pad_to_group(self.staged);
+            encode_into(self.out, self.staged);
+            self.staged.clear();
         }
-        // The fragment's first bytes complete the last group, so the staged bytes encode in one call.
-        self.staged.extend_from_slice(&fragment.json[..head]);
-        encode_into(self.out, self.staged);
-        self.staged.clear();
-        self.out.extend_from_slice(&fragment.encoded[pending]);
-        let tail = head + (fragment.json.len() - head) / 3 * 3;
-        self.staged.extend_from_slice(&fragment.json[tail..]);
+        self.out.extend_from_slice(&fragment.encoded);
     }
 }
 
@@ -119,6 +118,7 @@ mod tests {
         (any::<bool>(), proptest::collection::vec(any::<u8>(), 0..12))
     }
 
+    /// The pieces through both sinks: (base64 sink's output, plain sink's output).
     fn encode_pieces(pieces: &[(bool, Vec<u8>)]) -> (Vec<u8>, Vec<u8>) {
         let fragments: Vec<Option<Fragment>> =
             pieces.iter().map(|(is_static, bytes)| is_static.then(|| Fragment::new(bytes.clone()))).collect();
@@ -140,24 +140,67 @@ mod tests {
         (out, plain)
     }
 
+    /// What the base64 sink encodes: every fragment, and every run of dynamic bytes before a fragment, padded
+    /// with spaces to whole groups; the last run as it is.
+    fn aligned(pieces: &[(bool, Vec<u8>)]) -> Vec<u8> {
+        let (mut text, mut run) = (Vec::new(), Vec::new());
+        for (is_static, bytes) in pieces {
+            if *is_static {
+                for part in [&mut run, &mut bytes.clone()] {
+                    part.resize(part.len().div_ceil(3) * 3, b' ');
+                    text.append(part);
+                }
+            } else {
+                run.extend_from_slice(bytes);
+            }
+        }
+        text.append(&mut run);
+        text
+    }
+
     proptest! {
         #[test]
-        fn pre_encoded_fragments_give_the_base64_of_the_whole(pieces in proptest::collection::vec(piece(), 0..10)) {
+        fn the_output_is_the_base64_of_the_aligned_whole(pieces in proptest::collection::vec(piece(), 0..10)) {
             let (out, plain) = encode_pieces(&pieces);
-            let expected = format!("prefix:{}", STANDARD.encode(&plain));
+            let expected = format!("prefix:{}", STANDARD.encode(aligned(&pieces)));
             prop_assert_eq!(String::from_utf8(out).unwrap(), expected);
+            // Without the alignment spaces it is exactly what the plain sink wrote.
+            let plain_again: Vec<u8> = pieces.iter().flat_map(|(_, bytes)| bytes.iter().copied()).collect();
+            prop_assert_eq!(plain, plain_again);
         }
     }
 
     #[test]
-    fn every_phase_and_short_fragments_are_exact() {
-        // Dynamic prefixes of length 0, 1 and 2 put the encoder in each phase before fragments of 0 to 4 bytes.
-        for lead in 0..3 {
+    fn every_length_of_run_and_fragment_is_exact() {
+        // Dynamic runs of 0 to 3 bytes before fragments of 0 to 4 bytes, then a dynamic tail.
+        for lead in 0..4 {
             for len in 0..5 {
-                let pieces = vec![(false, vec![b'd'; lead]), (true, (0..len as u8).collect()), (false, b"x".to_vec())];
-                let (out, plain) = encode_pieces(&pieces);
-                assert_eq!(out, [b"prefix:".as_slice(), STANDARD.encode(&plain).as_bytes()].concat(), "{lead} {len}");
+                let pieces =
+                    vec![(false, vec![b'd'; lead]), (true, (b'a'..b'a' + len).collect()), (false, b"x".to_vec())];
+                let (out, _) = encode_pieces(&pieces);
+                let decoded = STANDARD.decode(&out[b"prefix:".len()..]).unwrap();
+                let run = [vec![b'd'; lead], vec![b' '; (3 - lead % 3) % 3]].concat();
+                let fragment = [(b'a'..b'a' + len).collect(), vec![b' '; (3 - len as usize % 3) % 3]].concat();
+                assert_eq!(decoded, [run, fragment, b"x".to_vec()].concat(), "{lead} {len}");
             }
         }
+    }
+
+    #[test]
+    fn aligned_json_parses_to_the_same_value() {
+        // A fragment and a dynamic run meeting between tokens, as the patch writer has them.
+        let pieces = vec![
+            (true, br#"[{"op":"add","path":"/a","value":"#.to_vec()),
+            (false, br#""x""#.to_vec()),
+            (true, br#"},{"op":"add","path":"/b","value":{"k":"#.to_vec()),
+            (false, b"1".to_vec()),
+            (true, b"}".to_vec()),
+            (false, b"}]".to_vec()),
+        ];
+        let (out, plain) = encode_pieces(&pieces);
+        let decoded = STANDARD.decode(&out[b"prefix:".len()..]).unwrap();
+        assert_ne!(decoded, plain, "the seams carry spaces");
+        let parsed: serde_json::Value = serde_json::from_slice(&decoded).unwrap();
+        assert_eq!(parsed, serde_json::from_slice::<serde_json::Value>(&plain).unwrap());
     }
 }

@@ -7,15 +7,15 @@ use std::ops::Range;
 use super::schema::{Place, Shape, merge_key_for, shape_of};
 use super::yaml::{PathSeg, YNode, YValue};
 use crate::json::{path_token, write_str};
-use crate::patch::{Fragment, Sink, op_head};
+use crate::patch::{Fragment, OpHead, Sink, op_head};
 
 /// A compiled template node.
 #[derive(Debug)]
 pub(crate) enum TNode {
     Object(Object),
     List(List),
-    /// A JSON scalar, as text.
-    Scalar(Box<[u8]>),
+    /// A JSON scalar, as text (a fragment: added alone, as a label's value is, it is copied in base64 too).
+    Scalar(Fragment),
     /// A pod-dependent leaf: the index of its rendered JSON in [`Rendered`].
     Dynamic(usize),
 }
@@ -36,7 +36,7 @@ pub(crate) struct Member {
     pub token: Box<str>,
     pub node: TNode,
     /// The start of an `add` of this member, when its path is the same in every pod (no list index on the way).
-    pub add_head: Option<Fragment>,
+    pub add_head: Option<OpHead>,
 }
 
 #[derive(Debug)]
@@ -45,7 +45,7 @@ pub(crate) struct List {
     pub merge_key: Option<&'static str>,
     pub items: Vec<Item>,
     /// The start of an `add` appending to this list (`…/-`), when its path is the same in every pod.
-    pub append_head: Option<Fragment>,
+    pub append_head: Option<OpHead>,
     /// The whole list as JSON.
     whole: Pieces,
 }
@@ -107,7 +107,7 @@ impl PiecesBuilder {
 
     fn node(&mut self, node: &TNode) {
         match node {
-            TNode::Scalar(json) => self.text.extend_from_slice(json),
+            TNode::Scalar(scalar) => self.text.extend_from_slice(scalar.json()),
             TNode::Dynamic(slot) => {
                 self.flush();
                 self.pieces.push(Piece::Slot(*slot));
@@ -146,7 +146,7 @@ impl TNode {
     /// Writes the node as JSON.
     pub(crate) fn write(&self, out: &mut impl Sink, rendered: Rendered<'_>) {
         let pieces = match self {
-            TNode::Scalar(json) => return out.raw(json),
+            TNode::Scalar(scalar) => return out.fragment(scalar),
             TNode::Dynamic(slot) => return out.raw(rendered.slot(*slot)),
             TNode::Object(Object { whole, .. }) | TNode::List(List { whole, .. }) => whole,
         };
@@ -266,7 +266,7 @@ pub(crate) fn compile(
             let json = super::yaml::to_json(&YNode { line: node.line, value: scalar.clone() }, &mut |_| {
                 serde_json::Value::Null
             });
-            TNode::Scalar(serde_json::to_vec(&json).expect("a JSON value always serialises").into())
+            TNode::Scalar(Fragment::new(serde_json::to_vec(&json).expect("a JSON value always serialises")))
         }
     })
 }
