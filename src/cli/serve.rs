@@ -180,9 +180,10 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         "starting"
     );
     runtime.block_on(async {
+        let shutdown = shutdown_signal();
         let engine = Arc::new(ArcSwap::from_pointee(engine));
         let server = Server::bind(config, engine).await.map_err(|e| e.to_string())?;
-        server.run(shutdown_signal()).await;
+        server.run(shutdown).await;
         Ok(())
     })
 }
@@ -199,26 +200,31 @@ fn init_logging(args: &ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// SIGTERM (Kubernetes stopping the pod) or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Completes at the first SIGTERM (Kubernetes stopping the pod) or SIGINT (Ctrl-C) from the moment it is called:
+/// the handlers are installed here, not when the future is first polled, so that a signal arriving right after the
+/// server says it is serving stops it gracefully rather than killing it. Called inside the runtime.
+fn shutdown_signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
-                let _ = interrupt.await;
-                return;
+        use tokio::signal::unix::{SignalKind, signal};
+        let streams = signal(SignalKind::terminate()).and_then(|term| Ok((term, signal(SignalKind::interrupt())?)));
+        async move {
+            match streams {
+                Ok((mut term, mut interrupt)) => tokio::select! {
+                    _ = interrupt.recv() => tracing::info!("SIGINT received"),
+                    _ = term.recv() => tracing::info!("SIGTERM received"),
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
-        };
-        tokio::select! {
-            _ = interrupt => tracing::info!("SIGINT received"),
-            _ = term.recv() => tracing::info!("SIGTERM received"),
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = interrupt.await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
