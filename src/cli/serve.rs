@@ -215,7 +215,7 @@ fn shutdown_signal() -> impl Future<Output = ()> {
                     _ = term.recv() => tracing::info!("SIGTERM received"),
                 },
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                    tracing::warn!(error = %e, "cannot listen for SIGTERM and SIGINT; only Ctrl-C stops the server");
                     let _ = tokio::signal::ctrl_c().await;
                 }
             }

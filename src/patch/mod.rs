@@ -66,17 +66,21 @@ pub(crate) struct OpHead {
 /// The [`OpHead`] of an `add` at `path` (JSON-escaped pointer text); `append` adds `/-`.
 pub(crate) fn op_head(path: &str, append: bool) -> OpHead {
     let head = |before: &[u8]| {
-        let mut head = Vec::with_capacity(before.len() + OP_OPEN.len() + path.len() + 2 + OP_VALUE.len());
-        head.extend_from_slice(before);
-        head.extend_from_slice(OP_OPEN);
-        head.extend_from_slice(path.as_bytes());
-        if append {
-            head.extend_from_slice(b"/-");
-        }
-        head.extend_from_slice(OP_VALUE);
+        let mut head = Vec::new();
+        write_head(&mut head, before, path, append);
         Fragment::new(head)
     };
     OpHead { first: head(BEFORE_FIRST), next: head(BEFORE_NEXT) }
+}
+
+/// Writes `before`, then the start of an `add` at `path` (followed by `/-` when `append`) up to its value: what an
+/// [`OpHead`] holds precompiled, and what is written per request when the path has a list index.
+fn write_head(out: &mut impl Sink, before: &[u8], path: &str, append: bool) {
+    out.raw(before);
+    out.raw(OP_OPEN);
+    out.raw(path.as_bytes());
+    out.raw(if append { b"/-" } else { b"" });
+    out.raw(OP_VALUE);
 }
 
 /// Writes `[{"op":"add","path":…,"value":…},…]` into a [`Sink`].
@@ -106,13 +110,7 @@ impl<'a, S: Sink> PatchWriter<'a, S> {
         self.ops += 1;
         match head {
             Some(head) => self.out.fragment(if first { &head.first } else { &head.next }),
-            None => {
-                self.out.raw(if first { BEFORE_FIRST } else { BEFORE_NEXT });
-                self.out.raw(OP_OPEN);
-                self.out.raw(path.as_str().as_bytes());
-                self.out.raw(if append { b"/-" } else { b"" });
-                self.out.raw(OP_VALUE);
-            }
+            None => write_head(self.out, if first { BEFORE_FIRST } else { BEFORE_NEXT }, path.as_str(), append),
         }
         write_value(self.out);
     }
