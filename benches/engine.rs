@@ -63,7 +63,7 @@ fn review_of_size(target: usize) -> Vec<u8> {
 
 fn engine() -> Engine {
     let settings = Settings::default();
-    Engine::new(Template::builtin(&settings.annotation_prefix).unwrap(), &settings)
+    Engine::new(Template::builtin(&settings).unwrap(), &settings)
 }
 
 fn bench(c: &mut Criterion) {

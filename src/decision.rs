@@ -108,6 +108,15 @@ impl Keys {
             template: format!("{prefix}template"),
         }
     }
+    /// The three keys.
+    pub fn own(&self) -> impl Iterator<Item = &str> {
+        [self.inject.as_str(), self.status.as_str(), self.template.as_str()].into_iter()
+    }
+
+    /// Is `key` one of the three?
+    pub fn is_own(&self, key: &str) -> bool {
+        self.own().any(|k| k == key)
+    }
 }
 
 /// The annotation the kubelet sets on mirror pods.

@@ -12,6 +12,7 @@ use crate::pod::PodView;
 use crate::review::{self, ApiVersion, ReviewError};
 use crate::template::tree::Rendered;
 use crate::template::{LeafCache, PodContext, Policy, SelectError, Template, TemplateSet, Validation};
+use crate::validation::KubeVersion;
 use crate::{merge, response, validate};
 
 /// What the engine decided for one review. The response bytes are in the caller's buffer.
@@ -87,6 +88,8 @@ pub struct Settings {
     pub on_unknown_template: Policy,
     /// What `/validate` answers for an incompletely injected pod, unless its template says otherwise.
     pub validation: Validation,
+    /// The Kubernetes version the injected pods are validated for (templates at load, overrides per pod).
+    pub kubernetes_version: KubeVersion,
 }
 
 impl Default for Settings {
@@ -96,6 +99,7 @@ impl Default for Settings {
             on_error: Policy::Allow,
             on_unknown_template: Policy::Allow,
             validation: Validation::Deny,
+            kubernetes_version: KubeVersion::DEFAULT,
         }
     }
 }
@@ -300,6 +304,7 @@ impl Engine {
         if !template.overrides.is_empty() {
             self.read_overrides(template, pod, overrides, warnings);
         }
+        self.unknown_annotations(template, pod, warnings);
         if until == Stage::Decide {
             return None;
         }
@@ -312,6 +317,9 @@ impl Engine {
                 labels: pod.labels(template.needs_labels()),
                 annotations: pod.annotations(template.needs_annotations()),
             };
+            if !overrides.is_empty() {
+                template.vet_overrides(&context, overrides, warnings);
+            }
             if let Err(e) = template.render(&context, overrides, leaf_cache, rendered, ranges) {
                 let failure = Failure {
                     reason: SkipReason::RenderFailed,
@@ -328,6 +336,19 @@ impl Engine {
             }
         }
         let slots = Rendered { buf: rendered, ranges };
+        if let Err((slot, error)) = template.check_leaves(slots) {
+            let failure = Failure {
+                reason: SkipReason::RenderFailed,
+                policy: template.on_error().unwrap_or(self.settings.on_error),
+                message: format!(
+                    "template {} field {} rendered a value the API server would refuse for pod {}: {error}",
+                    template.name(),
+                    template.slot_path(slot),
+                    pod.display_name(),
+                ),
+            };
+            return Some(self.fail(failure, out, warnings));
+        }
         let overridden = !overrides.is_empty();
         if mode == Mode::Validate {
             staged.clear();
@@ -404,6 +425,41 @@ impl Engine {
                     shorten(raw)
                 )),
             }
+        }
+    }
+
+    /// A warning for each annotation under our prefix that nothing reads: neither the injector's own, nor an
+    /// override of `template`, nor one the template injects. A misspelt override is otherwise ignored in silence.
+    fn unknown_annotations(&self, template: &Template, pod: &PodView<'_, '_>, warnings: &mut Vec<String>) {
+        let prefix = self.settings.annotation_prefix.as_str();
+        for (key, _) in pod.annotation_entries() {
+            if !key.starts_with(prefix) || self.keys.is_own(key) || template.reads_or_writes_annotation(key) {
+                continue;
+            }
+            warnings.push(self.unknown_annotation_warning(template, key));
+        }
+    }
+
+    #[cold]
+    fn unknown_annotation_warning(&self, template: &Template, key: &str) -> String {
+        let known: Vec<&str> = self.keys.own().chain(template.annotations_read_or_written()).collect();
+        let closest = known
+            .iter()
+            .map(|k| (strsim::levenshtein(k, key), *k))
+            .filter(|(distance, _)| *distance <= 2)
+            .min()
+            .map(|(_, k)| k);
+        match closest {
+            Some(closest) => format!(
+                "sidecar-injector: annotation {} is not one the injector reads (did you mean {closest}?); it is ignored",
+                shorten(key)
+            ),
+            None => format!(
+                "sidecar-injector: annotation {} is not one the injector reads for template {} (known: {}); it is ignored",
+                shorten(key),
+                template.name(),
+                known.join(", ")
+            ),
         }
     }
 

@@ -18,7 +18,7 @@
 //! use sidecar_injector::{Engine, Settings, Template, Verdict};
 //!
 //! let settings = Settings::default();
-//! let engine = Engine::new(Template::builtin(&settings.annotation_prefix).unwrap(), &settings);
+//! let engine = Engine::new(Template::builtin(&settings).unwrap(), &settings);
 //! let mut body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
 //!     "uid":"42","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","namespace":"shop",
 //!     "object":{"metadata":{"name":"web"},"spec":{"containers":[{"name":"web","image":"nginx"}]}}}}"#.to_vec();
@@ -43,6 +43,7 @@ pub mod review;
 pub mod server;
 pub mod template;
 mod validate;
+pub mod validation;
 
 pub use decision::SkipReason;
 pub use engine::{Engine, Outcome, PARSE_PADDING, Settings, Stage, Verdict};

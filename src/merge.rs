@@ -11,8 +11,9 @@
 //! The API's own rules widen "present" ([`Shape`](crate::template::schema::Shape)). Not added: a member of a
 //! union the pod has already chosen another member of (an env var's `valueFrom` beside its `value`, a second
 //! probe handler, a second volume source); a resource request or limit for a resource the pod sizes itself in the
-//! other map; a container the pod declares in another container list (names are unique across them); a port
-//! whose name the container gives another port. Each would make a pod the API server refuses, or quietly change
+//! other map; `allowPrivilegeEscalation` beside the user's `privileged: true` (or `CAP_SYS_ADMIN`), and back; a
+//! container the pod declares in another container list (names are unique across them); a port whose name the
+//! container gives another port. Each would make a pod the API server refuses, or quietly change
 //! what the user set.
 //!
 //! So nothing present is ever replaced, a second run adds nothing (idempotence), and a sidecar the user declared
@@ -24,6 +25,7 @@ use simd_json::tape::{Array, Value};
 
 use crate::patch::{OpHead, PatchWriter, Pointer, Sink};
 use crate::pod::{CONTAINER_LISTS, PodView};
+use crate::template::schema::Shape;
 use crate::template::tree::{Item, KeyValue, List, Object, Rendered, TNode};
 use crate::template::{InitPosition, Template};
 
@@ -115,6 +117,7 @@ impl<S: Sink> Merge<'_, '_, '_, '_, S> {
                 Some(v) => self.present(&member.node, v, &member.key, head, linked),
                 // The user chose another member of this union.
                 None if t.shape.rivals(&member.key).iter().any(|rival| is_set(Some(value), rival)) => {}
+                None if t.shape == Shape::SecurityContext && escalation_conflict(&member.key, value) => {}
                 None => self.add_here(&member.node, head, linked, &member.key),
             }
             self.path.truncate(mark);
@@ -217,6 +220,24 @@ fn named_elsewhere(lists: &[Option<Array<'_, '_>>; 3], field: &str, item: &Item)
     let others = lists.iter().enumerate().filter(|(i, _)| *i != list).filter_map(|(_, l)| *l);
     let named = |c: Value<'_, '_>| c.get("name").and_then(|n| n.into_string()) == Some(&**name);
     others.into_iter().any(|containers| containers.iter().any(named))
+}
+
+/// Would adding `key` to the user's security context `context` pair `allowPrivilegeEscalation` with privilege
+/// (`privileged: true`, or `CAP_SYS_ADMIN` added)? The API server refuses the pair; the user's setting wins.
+fn escalation_conflict(key: &str, context: Value<'_, '_>) -> bool {
+    let privileged = || {
+        context.get("privileged").and_then(|p| p.as_bool()) == Some(true)
+            || context
+                .get("capabilities")
+                .and_then(|c| c.get("add"))
+                .and_then(|a| a.as_array())
+                .is_some_and(|added| added.iter().any(|c| c.as_str() == Some("CAP_SYS_ADMIN")))
+    };
+    match key {
+        "allowPrivilegeEscalation" => privileged(),
+        "privileged" => context.get("allowPrivilegeEscalation").and_then(|a| a.as_bool()) == Some(false),
+        _ => false,
+    }
 }
 
 /// A map of the pod whose keys are the user's: a container's `limits` beside its `requests`, and back.

@@ -78,11 +78,10 @@ impl Format {
 
 /// Reads every document of `text` (YAML or JSON). Empty documents are dropped.
 pub fn read_documents(text: &str) -> Result<Vec<Value>, OfflineError> {
-    let mut options = serde_saphyr::options::Options::default();
     // kubectl's YAML (go-yaml v2) reads `defaultMode: 0644` as octal; YAML 1.2 would read 644.
-    options.legacy_octal_numbers = true;
     let documents: Vec<Value> =
-        serde_saphyr::from_multiple_with_options(text, options).map_err(|e| OfflineError::Syntax(e.to_string()))?;
+        serde_saphyr::from_multiple_with_options(text, crate::template::yaml::kubectl_options())
+            .map_err(|e| OfflineError::Syntax(e.to_string()))?;
     Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
 }
 
@@ -251,7 +250,7 @@ mod tests {
 
     fn engine() -> Engine {
         let settings = Settings::default();
-        Engine::new(TemplateSet::builtin(&settings.annotation_prefix).unwrap(), &settings)
+        Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings)
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! the webhooks it needs.
 
 mod common;
+#[path = "e2e/differential.rs"]
+mod differential;
 
 use std::net::SocketAddr;
 use std::path::Path;

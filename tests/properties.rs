@@ -15,7 +15,7 @@ fn engines() -> Vec<(&'static str, Engine)> {
     let native = std::fs::read_to_string("templates/native-sidecar.yaml").unwrap();
     let defaults = r#"
 pod:
-  metadata: { labels: { "team.example.com/mesh": "on" }, annotations: { "a/b~c": "x" } }
+  metadata: { labels: { "team.example.com/mesh": "on" }, annotations: { "example.com/b.c": "x" } }
   spec:
     containers:
       - name: proxy

@@ -27,7 +27,10 @@ fn template(tag: &str) -> String {
 
 /// The version (hash) the set of one `default.yaml` holding `source` serves.
 fn version(source: &str) -> String {
-    Template::compile("default", "default.yaml", source, "sidecar-injector.io/").unwrap().hash().to_owned()
+    Template::compile("default", "default.yaml", source, &sidecar_injector::Settings::default())
+        .unwrap()
+        .hash()
+        .to_owned()
 }
 
 /// A directory laid out and updated exactly as the kubelet's atomic writer does it.
@@ -81,7 +84,7 @@ async fn serve_volume(initial: &str, poll: Duration, events: bool) -> (Running, 
     let volume_dir = tempfile::tempdir().unwrap();
     let volume = ConfigMapVolume::new(volume_dir.path(), &[("default.yaml", initial)]);
     let settings = Settings::default();
-    let set = TemplateSet::load_dir(volume_dir.path(), "default", &settings.annotation_prefix).unwrap();
+    let set = TemplateSet::load_dir(volume_dir.path(), "default", &settings).unwrap();
     let engine = Arc::new(ArcSwap::from_pointee(Engine::new(set, &settings)));
     let watch = TemplateWatch {
         dir: volume_dir.path().to_owned(),
@@ -238,6 +241,9 @@ async fn broken_edits_are_refused_the_last_good_set_serves_and_a_later_good_edit
     assert!(!body.contains("refused") && body.contains("generation 2"), "{body}");
     let (_, metrics) = admin_get(server.metrics, "/metrics").await;
     assert_eq!(counter(&metrics, "sidecar_injector_template_last_reload_success"), 1.0);
-    let hash = TemplateSet::load_dir(&volume.root, "default", "sidecar-injector.io/").unwrap().hash().to_owned();
+    let hash = TemplateSet::load_dir(&volume.root, "default", &sidecar_injector::Settings::default())
+        .unwrap()
+        .hash()
+        .to_owned();
     assert_eq!(counter(&metrics, &format!("sidecar_injector_template_set_info{{hash=\"{hash}\"}}")), 1.0);
 }

@@ -56,12 +56,8 @@ fn sources(templates: &[(&str, &str)], values: Option<&str>) -> SetSources {
 }
 
 fn engine(settings: Settings) -> Engine {
-    let set = TemplateSet::compile(
-        sources(&[("default", MESH), ("agent", AGENT)], Some(VALUES)),
-        "default",
-        &settings.annotation_prefix,
-    )
-    .unwrap();
+    let set = TemplateSet::compile(sources(&[("default", MESH), ("agent", AGENT)], Some(VALUES)), "default", &settings)
+        .unwrap();
     Engine::new(set, &settings)
 }
 
@@ -168,7 +164,7 @@ fn a_render_failure_follows_the_templates_policy_then_the_servers() {
     let mesh_only = "pod:\n  spec:\n    containers:\n      - name: p\n        image: \"{{ pod.labels.version }}\"\n";
     let set = |policy| {
         let settings = Settings { on_error: policy, ..Settings::default() };
-        let set = TemplateSet::compile(sources(&[("default", mesh_only)], None), "default", "sidecar-injector.io/");
+        let set = TemplateSet::compile(sources(&[("default", mesh_only)], None), "default", &Settings::default());
         Engine::new(set.unwrap(), &settings)
     };
     let bare = json!({"metadata": {"name": "x"}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}});
@@ -201,7 +197,7 @@ fn overrides_land_when_valid_are_refused_with_a_warning_when_not_and_are_always_
 
     // A free-form string override carries any bytes, escaped into the patch as data.
     let free = MESH.replace("oneOf: [info, debug]", "maxLength: 100");
-    let set = TemplateSet::compile(sources(&[("default", &free)], Some(VALUES)), "default", "sidecar-injector.io/");
+    let set = TemplateSet::compile(sources(&[("default", &free)], Some(VALUES)), "default", &Settings::default());
     let engine = Engine::new(set.unwrap(), &Settings::default());
     let asked = pod(json!({"sidecar-injector.io/log-level": hostile}));
     let (_, _, patch) = answer(&engine, &review(&asked));
@@ -212,11 +208,22 @@ fn overrides_land_when_valid_are_refused_with_a_warning_when_not_and_are_always_
 
 #[test]
 fn a_set_without_its_default_template_or_with_broken_files_is_refused_naming_every_file() {
-    let err = TemplateSet::compile(sources(&[("mesh", MESH)], Some(VALUES)), "default", "p/").unwrap_err();
+    let err = TemplateSet::compile(
+        sources(&[("mesh", MESH)], Some(VALUES)),
+        "default",
+        &Settings { annotation_prefix: "p/".into(), ..Default::default() },
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("no template named `default`"), "{err}");
     let broken =
         sources(&[("default", "pod: [\n"), ("agent", "pod:\n  spec:\n    containers:\n      - name: a\n")], None);
-    match TemplateSet::compile(broken, "default", "p/").unwrap_err() {
+    match TemplateSet::compile(
+        broken,
+        "default",
+        &sidecar_injector::Settings { annotation_prefix: "p/".into(), ..Default::default() },
+    )
+    .unwrap_err()
+    {
         TemplateError::Several(errors) => {
             let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
             assert!(text.iter().any(|e| e.starts_with("agent.yaml:4: ") && e.contains("needs an `image`")), "{text:?}");
@@ -224,7 +231,11 @@ fn a_set_without_its_default_template_or_with_broken_files_is_refused_naming_eve
         }
         other => panic!("expected one error per file, got {other}"),
     }
-    let err = TemplateSet::compile(sources(&[("default", MESH)], Some("- not\n- a map\n")), "default", "p/");
+    let err = TemplateSet::compile(
+        sources(&[("default", MESH)], Some("- not\n- a map\n")),
+        "default",
+        &Settings { annotation_prefix: "p/".into(), ..Default::default() },
+    );
     assert!(err.unwrap_err().to_string().starts_with("values.yaml:1: "));
 }
 

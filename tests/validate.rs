@@ -28,7 +28,7 @@ fn injected(engine: &Engine, pod: &Value) -> Value {
 
 fn with_validation(policy: Validation) -> Engine {
     let settings = Settings { validation: policy, ..Settings::default() };
-    Engine::new(TemplateSet::builtin(&settings.annotation_prefix).unwrap(), &settings)
+    Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings)
 }
 
 fn refusal(response: &Value) -> (bool, i64, String) {
@@ -122,7 +122,7 @@ fn a_templates_own_policy_wins_and_the_strictest_part_of_a_combination_decides()
     std::fs::write(dir.path().join("default.yaml"), template("warn", "a")).unwrap();
     std::fs::write(dir.path().join("strict.yaml"), template("deny", "b")).unwrap();
     let settings = Settings { validation: Validation::Deny, ..Settings::default() };
-    let set = TemplateSet::load_dir(dir.path(), "default", &settings.annotation_prefix).unwrap();
+    let set = TemplateSet::load_dir(dir.path(), "default", &settings).unwrap();
     let engine = Engine::new(set, &settings);
     let pod = |template: Option<&str>| {
         let mut pod = app_pod();
@@ -141,12 +141,17 @@ fn a_templates_own_policy_wins_and_the_strictest_part_of_a_combination_decides()
     assert!(
         std::panic::catch_unwind(|| {
             let bad = "validation: maybe\npod: {}\n";
-            sidecar_injector::Template::compile("bad", "bad.yaml", bad, "sidecar-injector.io/").unwrap()
+            sidecar_injector::Template::compile("bad", "bad.yaml", bad, &sidecar_injector::Settings::default()).unwrap()
         })
         .is_err()
     );
-    let error =
-        sidecar_injector::Template::compile("bad", "bad.yaml", "pod: {}\nvalidation: maybe\n", "p/").unwrap_err();
+    let error = sidecar_injector::Template::compile(
+        "bad",
+        "bad.yaml",
+        "pod: {}\nvalidation: maybe\n",
+        &sidecar_injector::Settings { annotation_prefix: "p/".into(), ..Default::default() },
+    )
+    .unwrap_err();
     assert!(
         error.to_string().contains("bad.yaml:2") && error.to_string().contains("`validation` must be `deny` or `warn`"),
         "{error}"

@@ -120,7 +120,7 @@ async fn stalling_webhook(stall: Duration) -> (String, tempfile::NamedTempFile) 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://{}/mutate", listener.local_addr().unwrap());
     let settings = Settings::default();
-    let engine = Arc::new(Engine::new(Template::builtin(&settings.annotation_prefix).unwrap(), &settings));
+    let engine = Arc::new(Engine::new(Template::builtin(&settings).unwrap(), &settings));
     let count = Arc::new(AtomicU64::new(0));
     tokio::spawn(async move {
         loop {

@@ -21,32 +21,52 @@ pub struct CheckArgs {
     #[arg(long, value_name = "PREFIX", default_value = crate::template::DEFAULT_PREFIX,
           env = "SIDECAR_INJECTOR_ANNOTATION_PREFIX")]
     pub annotation_prefix: String,
+
+    /// The Kubernetes version the injected pods are for (1.29, v1.30.2): templates are validated against its API
+    /// server's rules when they load (a native sidecar needs 1.29, the sleep hook 1.30).
+    #[arg(long, value_name = "VERSION", default_value_t = crate::validation::KubeVersion::DEFAULT,
+          env = "SIDECAR_INJECTOR_KUBERNETES_VERSION")]
+    pub kubernetes_version: crate::validation::KubeVersion,
 }
 
 /// Runs `check`: a summary on stdout and exit 0, or every problem (file:line: reason) and exit 1.
 pub fn run(args: &CheckArgs) -> Result<(), String> {
-    let prefix = &args.annotation_prefix;
+    let settings = crate::Settings {
+        annotation_prefix: args.annotation_prefix.clone(),
+        kubernetes_version: args.kubernetes_version,
+        ..crate::Settings::default()
+    };
     let loaded = if args.path.is_dir() {
-        TemplateSet::load_dir(&args.path, &args.default_template, prefix)
+        TemplateSet::load_dir(&args.path, &args.default_template, &settings)
     } else {
-        TemplateSet::from_file(&args.path, prefix)
+        TemplateSet::from_file(&args.path, &settings)
     };
     let set = loaded.map_err(|e| {
-        let problems = match e {
-            TemplateError::Several(all) => all.iter().map(ToString::to_string).collect(),
-            one => vec![one.to_string()],
-        };
+        let mut problems = Vec::new();
+        every_problem(&e, &mut problems);
         format!("{} refused:\n{}", args.path.display(), problems.iter().map(|p| format!("  {p}\n")).collect::<String>())
             .trim_end()
             .to_owned()
     })?;
-    print!("{}", summary(&args.path.display().to_string(), &set));
+    print!("{}", summary(&args.path.display().to_string(), &set, args.kubernetes_version));
     Ok(())
 }
 
+/// Every problem of every file, one line each (a file's own problems are nested in the set's list).
+fn every_problem(error: &TemplateError, out: &mut Vec<String>) {
+    match error {
+        TemplateError::Several(all) => all.iter().for_each(|e| every_problem(e, out)),
+        one => out.push(one.to_string()),
+    }
+}
+
 /// What a set injects, template by template.
-fn summary(label: &str, set: &TemplateSet) -> String {
-    let mut text = format!("{label}: set {}, default template {}\n", set.hash(), set.default_template().name());
+fn summary(label: &str, set: &TemplateSet, version: crate::validation::KubeVersion) -> String {
+    let mut text = format!(
+        "{label}: set {}, default template {}; injected pods valid for Kubernetes {version}\n",
+        set.hash(),
+        set.default_template().name()
+    );
     for template in set.templates() {
         let status: serde_json::Value = serde_json::from_str(template.status()).unwrap_or_default();
         let list = |key: &str| {

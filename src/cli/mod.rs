@@ -102,6 +102,12 @@ pub struct TemplateArgs {
     #[arg(long, value_name = "PREFIX", default_value = crate::template::DEFAULT_PREFIX,
           env = "SIDECAR_INJECTOR_ANNOTATION_PREFIX")]
     pub annotation_prefix: String,
+
+    /// The Kubernetes version the injected pods are for (1.29, v1.30.2): templates are validated against its API
+    /// server's rules when they load (a native sidecar needs 1.29, the sleep hook 1.30).
+    #[arg(long, value_name = "VERSION", default_value_t = crate::validation::KubeVersion::DEFAULT,
+          env = "SIDECAR_INJECTOR_KUBERNETES_VERSION")]
+    pub kubernetes_version: crate::validation::KubeVersion,
 }
 
 /// `allow` or `deny`.
@@ -148,18 +154,19 @@ impl TemplateArgs {
             on_error: self.on_error.into(),
             on_unknown_template: self.unknown_template.into(),
             validation: self.validation.into(),
+            kubernetes_version: self.kubernetes_version,
         }
     }
 
     /// Loads the templates and builds the engine these options describe.
     pub fn engine(&self) -> Result<crate::Engine, crate::TemplateError> {
         use crate::TemplateSet;
-        let prefix = &self.annotation_prefix;
+        let settings = self.settings();
         let set = match (&self.template, &self.template_dir) {
-            (Some(file), _) => TemplateSet::from_file(file, prefix)?,
-            (None, Some(dir)) => TemplateSet::load_dir(dir, &self.default_template, prefix)?,
-            (None, None) => TemplateSet::builtin(prefix)?,
+            (Some(file), _) => TemplateSet::from_file(file, &settings)?,
+            (None, Some(dir)) => TemplateSet::load_dir(dir, &self.default_template, &settings)?,
+            (None, None) => TemplateSet::builtin(&settings)?,
         };
-        Ok(crate::Engine::new(set, &self.settings()))
+        Ok(crate::Engine::new(set, &settings))
     }
 }

@@ -42,7 +42,7 @@ pub struct TemplateWatch {
 impl TemplateWatch {
     /// Compiles the set in `sources` into an engine.
     pub fn compile(&self, sources: SetSources) -> Result<Engine, TemplateError> {
-        let set = TemplateSet::compile(sources, &self.default_template, &self.settings.annotation_prefix)?;
+        let set = TemplateSet::compile(sources, &self.default_template, &self.settings)?;
         Ok(Engine::new(set, &self.settings))
     }
 }
@@ -222,7 +222,7 @@ mod tests {
     fn reloader(dir: &std::path::Path, compile: Compile) -> Reloader {
         std::fs::write(dir.join("default.yaml"), SOURCE).unwrap();
         let settings = Settings::default();
-        let first = TemplateSet::load_dir(dir, "default", &settings.annotation_prefix).unwrap();
+        let first = TemplateSet::load_dir(dir, "default", &settings).unwrap();
         let engine = Arc::new(ArcSwap::from_pointee(Engine::new(first, &settings)));
         Reloader {
             watch: TemplateWatch {

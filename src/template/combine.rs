@@ -95,7 +95,7 @@ mod tests {
         )
         .unwrap();
         let b = parse(
-            "metadata: {labels: {b: 'true'}}\nspec:\n  containers:\n    - {name: proxy, image: b, env: [{name: X, value: b}, {name: Y, value: b}]}\n    - {name: agent, image: b}\n  tolerations: [{key: b}]\n",
+            "metadata: {labels: {b: 'true'}}\nspec:\n  containers:\n    - {name: proxy, image: b, env: [{name: X, value: b}, {name: Z, value: b}]}\n    - {name: agent, image: b}\n  tolerations: [{key: b}]\n",
         )
         .unwrap();
         fill(&mut a, &b, None);
@@ -104,7 +104,7 @@ mod tests {
             serde_json::json!({
                 "spec": {
                     "containers": [
-                        {"name": "proxy", "image": "a", "env": [{"name": "X", "value": "a"}, {"name": "Y", "value": "b"}]},
+                        {"name": "proxy", "image": "a", "env": [{"name": "X", "value": "a"}, {"name": "Z", "value": "b"}]},
                         {"name": "agent", "image": "b"}
                     ],
                     "volumes": [{"name": "v", "emptyDir": {}}],

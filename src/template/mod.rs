@@ -14,6 +14,7 @@
 //! malformed, an expression does not compile or render on a sample pod, or the result is not a valid part of
 //! a Pod.
 
+mod checks;
 mod combine;
 mod overrides;
 mod render;
@@ -28,6 +29,11 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+use crate::Settings;
+use crate::validation::KubeVersion;
+
+use checks::LeafCheck;
+pub(crate) use checks::dry_run;
 pub(crate) use overrides::OverrideSpec;
 pub(crate) use render::{LeafCache, Overrides, PodContext, RenderError, Renderer, StrEntries};
 use render::{LeafKind, is_template};
@@ -169,6 +175,14 @@ pub(crate) struct Trees {
     pub container_defaults: Option<TNode>,
 }
 
+/// The `pod` and `containerDefaults` sections as written (with the lines of their nodes), per-pod and
+/// overridable leaves as slots: what the checks validate and point at.
+#[derive(Debug)]
+struct Sources {
+    pod: YNode,
+    container_defaults: Option<YNode>,
+}
+
 /// A template ready to inject: one file, or several applied in order.
 #[derive(Debug)]
 pub struct Template {
@@ -186,6 +200,8 @@ pub struct Template {
     plain: Option<Trees>,
     /// Names of the containers the template declares; `containerDefaults` leaves them to the template.
     pub(crate) injected_containers: Vec<String>,
+    /// The annotations the template writes (the status annotation among them) and those its overrides read.
+    annotations: Vec<String>,
     pub(crate) init_position: InitPosition,
     pub(crate) inject_host_network: bool,
     on_error: Option<Policy>,
@@ -195,31 +211,73 @@ pub struct Template {
     renderers: Vec<Arc<Renderer>>,
     /// For each render slot, the file and place of its expression (for messages).
     slot_paths: Vec<String>,
+    /// The sections as written, for the checks of overrides.
+    sources: Sources,
+    /// The per-pod leaves that land in a field with a rule, and the rule.
+    leaf_checks: Vec<LeafCheck>,
+    /// The Kubernetes version the injected pods are validated for.
+    kubernetes_version: KubeVersion,
 }
 
 impl Template {
-    /// The built-in template, with the given annotation prefix.
-    pub fn builtin(prefix: &str) -> Result<Self, TemplateError> {
-        Self::compile(BUILTIN_NAME, "templates/default.yaml (built in)", BUILTIN_SOURCE, prefix)
+    /// The built-in template, with the given settings (the annotation prefix, the Kubernetes version).
+    pub fn builtin(settings: &Settings) -> Result<Self, TemplateError> {
+        Self::compile(BUILTIN_NAME, "templates/default.yaml (built in)", BUILTIN_SOURCE, settings)
     }
 
     /// Loads a template from a file; its name is the file stem.
-    pub fn from_file(path: &Path, prefix: &str) -> Result<Self, TemplateError> {
+    pub fn from_file(path: &Path, settings: &Settings) -> Result<Self, TemplateError> {
         let (name, file, source) = read_template_file(path)?;
-        Self::compile(&name, &file, &source, prefix)
+        Self::compile(&name, &file, &source, settings)
     }
 
-    /// Compiles a template from source, alone in its set. `file` labels error messages; `prefix` is the
-    /// annotation prefix, which names the status and override annotations.
-    pub fn compile(name: &str, file: &str, source: &str, prefix: &str) -> Result<Self, TemplateError> {
-        let part = Part::parse(name, file, source, None, prefix)?;
+    /// Compiles a template from source, alone in its set. `file` labels error messages; the settings' annotation
+    /// prefix names the status and override annotations, and their Kubernetes version is the one the injected
+    /// pods are validated for.
+    pub fn compile(name: &str, file: &str, source: &str, settings: &Settings) -> Result<Self, TemplateError> {
+        let part = Part::parse(name, file, source, None, &settings.annotation_prefix)?;
         let set_hash = set_hash([(name, source)].into_iter(), None);
-        Template::assemble(&[&part], &set_hash, prefix)
+        Template::assemble(&[&part], &set_hash, settings)
     }
 
     /// Assembles a template from parts applied in order: each later part fills only what the earlier ones leave
-    /// out (the same add-only merge as injection). Dry-renders on a sample pod and validates the result.
-    pub(crate) fn assemble(parts: &[&Part], set_hash: &str, prefix: &str) -> Result<Self, TemplateError> {
+    /// out (the same add-only merge as injection). Dry-runs it on sample pods and validates the results as the
+    /// API server would.
+    pub(crate) fn assemble(parts: &[&Part], set_hash: &str, settings: &Settings) -> Result<Self, TemplateError> {
+        let template = Self::assemble_unchecked(parts, set_hash, settings)?;
+        let file = parts.iter().map(|p| p.file.as_str()).collect::<Vec<_>>().join(" + ");
+        let Sources { pod, container_defaults } = &template.sources;
+        checks::check(&template, pod, container_defaults.as_ref(), &file, settings.kubernetes_version)?;
+        Ok(template)
+    }
+
+    /// Injects the template in `source` into `pod` (overrides read from its annotations, checked for their type
+    /// only) without the API server's rules being applied, neither to the template nor to the overrides: what the
+    /// injected pod would be if nothing checked it. For tests that compare those rules with a real API server.
+    #[doc(hidden)]
+    pub fn inject_unchecked(
+        source: &str,
+        pod: &serde_json::Value,
+        settings: &Settings,
+    ) -> Result<serde_json::Value, String> {
+        let part = Part::parse("unchecked", "unchecked.yaml", source, None, &settings.annotation_prefix)
+            .map_err(|e| e.to_string())?;
+        let template = Self::assemble_unchecked(&[&part], "unchecked", settings).map_err(|e| e.to_string())?;
+        let annotations = pod["metadata"]["annotations"].as_object();
+        let overrides: Vec<(String, serde_json::Value)> = template
+            .overrides
+            .iter()
+            .filter_map(|spec| {
+                let raw = annotations?.get(&spec.annotation)?.as_str()?;
+                Some((spec.value.clone(), spec.accept(raw).ok()?))
+            })
+            .collect();
+        dry_run(&template, pod, &overrides)
+    }
+
+    /// [`Template::assemble`] without the checks against the API server's rules.
+    fn assemble_unchecked(parts: &[&Part], set_hash: &str, settings: &Settings) -> Result<Self, TemplateError> {
+        let prefix = settings.annotation_prefix.as_str();
         let first = parts.first().expect("a template is assembled from at least one part");
         let name = parts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(",");
         let file = parts.iter().map(|p| p.file.as_str()).collect::<Vec<_>>().join(" + ");
@@ -331,6 +389,11 @@ impl Template {
         };
         let audit_json =
             serde_json::json!({"template": name, "template-version": hash, "template-set": set_hash}).to_string();
+        let all_slot_paths: Vec<Vec<PathSeg>> = parts.iter().flat_map(|p| p.slot_paths.iter().cloned()).collect();
+        // Leaves that read only overridable values are checked with the overrides (`vet_overrides`), not per pod.
+        let mut leaf_checks =
+            checks::leaf_checks(&pod, container_defaults.as_ref(), &all_slot_paths, settings.kubernetes_version);
+        leaf_checks.retain(|check| !fixed.contains_key(&check.slot));
         Ok(Template {
             name,
             hash,
@@ -338,6 +401,7 @@ impl Template {
             status,
             audit_json,
             injected_containers: names_in(&pod, "containers"),
+            annotations: annotation_keys(&pod).chain(overrides.iter().map(|o| o.annotation.clone())).collect(),
             overridable,
             plain,
             init_position: first.init_position,
@@ -348,6 +412,9 @@ impl Template {
             overrides,
             renderers,
             slot_paths,
+            sources: Sources { pod, container_defaults },
+            leaf_checks,
+            kubernetes_version: settings.kubernetes_version,
         })
     }
 
@@ -405,6 +472,16 @@ impl Template {
         status == self.status
             || serde_json::from_str::<Written<'_>>(status)
                 .is_ok_and(|w| w.template == self.name && w.version == self.hash)
+    }
+
+    /// Does the template write the annotation `key`, or read it as an override?
+    pub(crate) fn reads_or_writes_annotation(&self, key: &str) -> bool {
+        self.annotations.iter().any(|a| a == key)
+    }
+
+    /// The annotations the template writes or reads, for messages.
+    pub(crate) fn annotations_read_or_written(&self) -> impl Iterator<Item = &str> {
+        self.annotations.iter().map(String::as_str)
     }
 
     /// What to inject into a pod with (or without) overrides.
@@ -632,6 +709,16 @@ fn names_in(pod: &YNode, list: &str) -> Vec<String> {
         }
         _ => Vec::new(),
     }
+}
+
+/// The keys of the template's `pod.metadata.annotations`.
+fn annotation_keys(pod: &YNode) -> impl Iterator<Item = String> + '_ {
+    let annotations = pod.map_get("metadata").and_then(|m| m.map_get("annotations"));
+    let members = match annotations.map(|a| &a.value) {
+        Some(YValue::Map(members)) => members.as_slice(),
+        _ => &[],
+    };
+    members.iter().map(|(key, _)| key.clone())
 }
 
 /// The status annotation: which template, its version and the set's, and what it injects.

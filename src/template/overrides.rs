@@ -235,10 +235,10 @@ mod tests {
 
     #[test]
     fn declarations_are_checked_against_values() {
-        let values = serde_json::json!({"cpu": "50m", "level": "info", "ports": [15000], "n": 3});
+        let values = serde_json::json!({"cpu": "50m", "level": "info", "ports": [15000], "k": 3});
         let ok = specs(
             "proxy-cpu: {value: cpu, type: quantity}\nlog-level: {value: level, type: string, oneOf: [info, debug]}\n\
-             exclude-ports: {value: ports, type: ports}\nworkers: {value: n, type: integer, min: 1, max: 8}\n",
+             exclude-ports: {value: ports, type: ports}\nworkers: {value: k, type: integer, min: 1, max: 8}\n",
             values.clone(),
         )
         .unwrap();

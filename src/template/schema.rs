@@ -46,16 +46,20 @@ pub(crate) enum Shape {
     /// `resources` (requests and limits): a resource the pod names in either map is the user's in both. A
     /// template's request above the user's limit, or limit below the user's request, would be refused.
     Resources,
+    /// A `securityContext`: the API server refuses `allowPrivilegeEscalation: false` beside `privileged: true` or
+    /// an added `CAP_SYS_ADMIN`, so neither side is added to a context whose user set the other.
+    SecurityContext,
 }
 
 /// A probe's handlers (`Probe`).
-const PROBE_HANDLERS: &[&str] = &["exec", "httpGet", "tcpSocket", "grpc"];
+pub(crate) const PROBE_HANDLERS: &[&str] = &["exec", "httpGet", "tcpSocket", "grpc"];
 /// A lifecycle hook's handlers (`LifecycleHandler`).
-const LIFECYCLE_HANDLERS: &[&str] = &["exec", "httpGet", "tcpSocket", "sleep"];
+pub(crate) const LIFECYCLE_HANDLERS: &[&str] = &["exec", "httpGet", "tcpSocket", "sleep"];
 /// The sources of an env var's `valueFrom` (`EnvVarSource`).
-const ENV_VAR_SOURCES: &[&str] = &["fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef", "fileKeyRef"];
+pub(crate) const ENV_VAR_SOURCES: &[&str] =
+    &["fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef", "fileKeyRef"];
 /// A volume's sources (`VolumeSource`).
-const VOLUME_SOURCES: &[&str] = &[
+pub(crate) const VOLUME_SOURCES: &[&str] = &[
     "hostPath",
     "emptyDir",
     "gcePersistentDisk",
@@ -98,6 +102,7 @@ pub(crate) fn shape_of(place: Place<'_>) -> Shape {
         Place::ItemOf("volumes") => Shape::OneOf(VOLUME_SOURCES),
         Place::ItemOf("volumeMounts") => Shape::OneOf(&["subPath", "subPathExpr"]),
         Place::Field("resources") => Shape::Resources,
+        Place::Field("securityContext") => Shape::SecurityContext,
         _ => Shape::Plain,
     }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use super::{BUILTIN_NAME, BUILTIN_SOURCE, Part, Template, TemplateError, set_hash, yaml};
+use crate::Settings;
 
 /// The name of the shared values file (with a `.yaml` or `.yml` extension).
 pub const VALUES_FILE: &str = "values";
@@ -89,7 +90,8 @@ pub struct TemplateSet {
     templates: Vec<Template>,
     default: usize,
     hash: String,
-    prefix: String,
+    /// What the set was compiled with, for the combinations compiled later.
+    settings: Settings,
     ignored: Vec<String>,
     /// Combinations pods asked for, compiled on first use, published lock-free; they live as long as the set.
     combinations: ArcSwap<Vec<Arc<Template>>>,
@@ -125,7 +127,7 @@ pub enum SelectError {
 
 impl TemplateSet {
     /// The built-in template, alone, as `default`.
-    pub fn builtin(prefix: &str) -> Result<Self, TemplateError> {
+    pub fn builtin(settings: &Settings) -> Result<Self, TemplateError> {
         let file = "templates/default.yaml (built in)";
         let sources = SetSources {
             origin: file.into(),
@@ -133,11 +135,11 @@ impl TemplateSet {
             values: None,
             ignored: Vec::new(),
         };
-        Self::compile(sources, BUILTIN_NAME, prefix)
+        Self::compile(sources, BUILTIN_NAME, settings)
     }
 
     /// One template file, which is the set's default whatever its name.
-    pub fn from_file(path: &Path, prefix: &str) -> Result<Self, TemplateError> {
+    pub fn from_file(path: &Path, settings: &Settings) -> Result<Self, TemplateError> {
         let (name, file, source) = super::read_template_file(path)?;
         let sources = SetSources {
             origin: file.clone(),
@@ -145,17 +147,18 @@ impl TemplateSet {
             values: None,
             ignored: Vec::new(),
         };
-        Self::compile(sources, &name, prefix)
+        Self::compile(sources, &name, settings)
     }
 
     /// Every template of a directory; `default` names the template of pods that do not ask for one.
-    pub fn load_dir(dir: &Path, default: &str, prefix: &str) -> Result<Self, TemplateError> {
-        Self::compile(SetSources::read_dir(dir)?, default, prefix)
+    pub fn load_dir(dir: &Path, default: &str, settings: &Settings) -> Result<Self, TemplateError> {
+        Self::compile(SetSources::read_dir(dir)?, default, settings)
     }
 
     /// Compiles a set from its sources. Every template is parsed, dry-rendered and validated; the errors of every
     /// file are reported together.
-    pub fn compile(mut sources: SetSources, default: &str, prefix: &str) -> Result<Self, TemplateError> {
+    pub fn compile(mut sources: SetSources, default: &str, settings: &Settings) -> Result<Self, TemplateError> {
+        let prefix = settings.annotation_prefix.as_str();
         sources.templates.sort();
         let origin = sources.origin.clone();
         let directory = |reason: String| TemplateError::Directory { dir: origin.clone(), reason };
@@ -173,7 +176,7 @@ impl TemplateSet {
         let mut errors = Vec::new();
         for (name, file, source) in &sources.templates {
             match Part::parse(name, file, source, shared, prefix)
-                .and_then(|part| Template::assemble(&[&part], &hash, prefix).map(|t| (part, t)))
+                .and_then(|part| Template::assemble(&[&part], &hash, settings).map(|t| (part, t)))
             {
                 Ok((part, template)) => {
                     parts.push(part);
@@ -196,7 +199,7 @@ impl TemplateSet {
             templates,
             default,
             hash,
-            prefix: prefix.to_owned(),
+            settings: settings.clone(),
             ignored: sources.ignored,
             combinations: ArcSwap::from_pointee(Vec::new()),
         })
@@ -270,7 +273,7 @@ impl TemplateSet {
             return Err(SelectError::Combination("this template cannot be combined with others".into()));
         }
         let combined = Arc::new(
-            Template::assemble(&parts, &self.hash, &self.prefix)
+            Template::assemble(&parts, &self.hash, &self.settings)
                 .map_err(|e| SelectError::Combination(e.to_string()))?,
         );
         self.combinations.rcu(|current| {
@@ -292,7 +295,7 @@ impl From<Template> for TemplateSet {
             hash: template.set_hash().to_owned(),
             templates: vec![template],
             default: 0,
-            prefix: String::new(),
+            settings: Settings::default(),
             ignored: Vec::new(),
             combinations: ArcSwap::from_pointee(Vec::new()),
         }

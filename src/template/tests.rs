@@ -3,7 +3,7 @@
 use super::*;
 
 fn refuse(source: &str) -> (usize, String) {
-    match Template::compile("t", "t.yaml", source, DEFAULT_PREFIX).unwrap_err() {
+    match Template::compile("t", "t.yaml", source, &crate::Settings::default()).unwrap_err() {
         TemplateError::Invalid { file, line, reason } => {
             assert_eq!(file, "t.yaml");
             (line, reason)
@@ -16,24 +16,35 @@ const CONTAINER: &str = "pod:\n  spec:\n    containers:\n      - name: p\n      
 
 #[test]
 fn the_shipped_templates_compile() {
-    let builtin = Template::builtin(DEFAULT_PREFIX).unwrap();
+    let builtin = Template::builtin(&crate::Settings::default()).unwrap();
     assert_eq!(builtin.name(), "default");
     assert_eq!(builtin.hash().len(), 16);
     assert_eq!(builtin.injected_containers, ["proxy"]);
     assert!(builtin.renders_per_pod(), "the default template has a per-pod leaf");
-    let native = Template::from_file(Path::new("templates/native-sidecar.yaml"), DEFAULT_PREFIX).unwrap();
+    let native = Template::from_file(Path::new("templates/native-sidecar.yaml"), &crate::Settings::default()).unwrap();
     assert_eq!(native.name(), "native-sidecar");
 }
 
 #[test]
 fn the_status_annotation_names_template_version_and_parts() {
-    let t = Template::compile("mesh", "t.yaml", CONTAINER, "example.com/").unwrap();
+    let t = Template::compile(
+        "mesh",
+        "t.yaml",
+        CONTAINER,
+        &crate::Settings { annotation_prefix: "example.com/".into(), ..Default::default() },
+    )
+    .unwrap();
     let status: serde_json::Value = serde_json::from_str(t.status()).unwrap();
     assert_eq!(status["template"], "mesh");
     assert_eq!(status["version"], t.hash());
     assert_eq!(status["containers"], serde_json::json!(["p"]));
-    let edited =
-        Template::compile("mesh", "t.yaml", &CONTAINER.replace("image: x", "image: y"), "example.com/").unwrap();
+    let edited = Template::compile(
+        "mesh",
+        "t.yaml",
+        &CONTAINER.replace("image: x", "image: z"),
+        &crate::Settings { annotation_prefix: "example.com/".into(), ..Default::default() },
+    )
+    .unwrap();
     assert_ne!(edited.hash(), t.hash(), "any edit changes the version");
 }
 
@@ -69,7 +80,7 @@ fn merge_keys_must_be_present_unique_and_static() {
     let (line, reason) = refuse("pod:\n  spec:\n    imagePullSecrets:\n      - {}\n");
     assert_eq!(line, 4);
     assert!(reason.contains("needs a `name`"), "{reason}");
-    let (line, reason) = refuse(&format!("{CONTAINER}      - name: p\n        image: y\n"));
+    let (line, reason) = refuse(&format!("{CONTAINER}      - name: p\n        image: z\n"));
     assert_eq!(line, 6);
     assert!(reason.contains("two items share the name \"p\""), "{reason}");
     let (_, reason) = refuse(&CONTAINER.replace("name: p", "name: \"{{ pod.name }}\""));
@@ -106,7 +117,7 @@ fn expression_errors_are_refused_at_their_line() {
 #[test]
 fn values_expressions_may_produce_whole_structures() {
     let source = "values:\n  res: { requests: { cpu: 10m } }\n  port: 9000\npod:\n  spec:\n    containers:\n      - name: p\n        image: x\n        resources: \"{{ values.res }}\"\n        ports: [{ containerPort: \"{{ values.port }}\" }]\n";
-    let t = Template::compile("t", "t.yaml", source, DEFAULT_PREFIX).unwrap();
+    let t = Template::compile("t", "t.yaml", source, &crate::Settings::default()).unwrap();
     assert!(!t.renders_per_pod(), "values-only expressions render at load time");
     // A values expression of the wrong type is caught by validation.
     let (_, reason) = refuse(&source.replace("port: 9000", "port: http"));
@@ -121,6 +132,6 @@ fn the_status_annotation_is_reserved() {
 
 #[test]
 fn a_missing_file_is_a_read_error_naming_it() {
-    let err = Template::from_file(Path::new("/nonexistent/t.yaml"), DEFAULT_PREFIX).unwrap_err();
+    let err = Template::from_file(Path::new("/nonexistent/t.yaml"), &crate::Settings::default()).unwrap_err();
     assert!(err.to_string().contains("/nonexistent/t.yaml"));
 }

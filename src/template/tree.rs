@@ -192,7 +192,8 @@ impl List {
 }
 
 impl Rendered<'_> {
-    fn slot(&self, slot: usize) -> &[u8] {
+    /// The JSON text rendered for `slot`.
+    pub(crate) fn slot(&self, slot: usize) -> &[u8] {
         &self.buf[self.ranges[slot].clone()]
     }
 }

@@ -1,7 +1,7 @@
 //! Template YAML to a small tree that remembers the line of every node, so that every later error (a bad
 //! expression, an unknown field, a missing image) can name the line a person has to edit.
 
-use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
+use saphyr::{MarkedYaml, Scalar, ScalarStyle, ScanError, Tag, YamlData, YamlLoader};
 
 /// A YAML node with its 1-based line.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,11 +100,26 @@ pub(crate) fn display_path(path: &[PathSeg]) -> String {
     out
 }
 
+/// The options that make serde-saphyr read YAML as kubectl does (go-yaml v2, YAML 1.1 scalars): `0644` is octal
+/// (420), `yes` and `on` are booleans. Templates and `inject`'s manifests are read the same way, so a value copied
+/// from a manifest means in a template what it meant there.
+pub(crate) fn kubectl_options() -> serde_saphyr::options::Options {
+    let mut options = serde_saphyr::options::Options::default();
+    options.legacy_octal_numbers = true;
+    options
+}
+
 /// Parses one YAML document. An empty file is a problem, and so are several documents in one file.
 pub(crate) fn parse(source: &str) -> Result<YNode, YamlProblem> {
-    let docs = MarkedYaml::load_from_str(source)
-        .map_err(|e| YamlProblem { line: e.marker().line(), reason: e.info().to_owned() })?;
-    let mut docs = docs.into_iter();
+    // Scalars are loaded as written and resolved below, the way kubectl resolves them (not as YAML 1.2 would).
+    let mut loader: YamlLoader<'_, MarkedYaml<'_>> = YamlLoader::default();
+    loader.early_parse(false);
+    let scan = |e: &ScanError| YamlProblem { line: e.marker().line(), reason: e.info().to_owned() };
+    saphyr_parser::Parser::new_from_str(source).load(&mut loader, true).map_err(|e| scan(&e))?;
+    if let Some(e) = loader.error() {
+        return Err(scan(e));
+    }
+    let mut docs = loader.into_documents().into_iter();
     let Some(doc) = docs.next() else {
         return Err(YamlProblem { line: 1, reason: "the file holds no YAML document".to_owned() });
     };
@@ -117,10 +132,43 @@ pub(crate) fn parse(source: &str) -> Result<YNode, YamlProblem> {
     convert(doc)
 }
 
+/// A scalar as kubectl reads it: quoted and block scalars (and `!!str`) are strings; a plain one is resolved by
+/// YAML 1.1's rules, through the same reader `inject` uses for manifests.
+fn scalar(text: &str, style: ScalarStyle, tag: Option<&Tag>, line: usize) -> Result<YValue, YamlProblem> {
+    let problem = |reason: String| YamlProblem { line, reason };
+    let core = |suffix: &str| tag.is_some_and(|t| t.is_yaml_core_schema() && t.suffix == suffix);
+    if core("str") || (tag.is_none() && style != ScalarStyle::Plain) {
+        return Ok(YValue::Str(text.to_owned()));
+    }
+    if let Some(tag) = tag.filter(|t| !t.is_yaml_core_schema()) {
+        return Err(problem(format!("YAML tags ({tag}) are not supported in templates")));
+    }
+    // The scalar alone, as the value of a one-key document: what any plain scalar can be in block context.
+    let document = format!("v: {text}");
+    let mut value: std::collections::BTreeMap<String, serde_json::Value> =
+        serde_saphyr::from_str_with_options(&document, kubectl_options())
+            .map_err(|e| problem(format!("unreadable YAML value `{text}`: {e}")))?;
+    Ok(match value.remove("v").unwrap_or(serde_json::Value::Null) {
+        serde_json::Value::Null => YValue::Null,
+        serde_json::Value::Bool(b) => YValue::Bool(b),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => YValue::Int(i),
+            None => match n.as_f64() {
+                Some(f) if f.is_finite() => YValue::Float(f),
+                _ => return Err(problem("infinite and NaN numbers have no JSON form".to_owned())),
+            },
+        },
+        serde_json::Value::String(s) => YValue::Str(s),
+        // A plain scalar is never a collection; a text that reads as one is kept as written.
+        _ => YValue::Str(text.to_owned()),
+    })
+}
+
 fn convert(node: MarkedYaml<'_>) -> Result<YNode, YamlProblem> {
     let line = node.span.start.line();
     let problem = |reason: &str| YamlProblem { line, reason: reason.to_owned() };
     let value = match node.data {
+        YamlData::Representation(text, style, tag) => scalar(&text, style, tag.as_deref(), line)?,
         YamlData::Value(Scalar::Null) => YValue::Null,
         YamlData::Value(Scalar::Boolean(b)) => YValue::Bool(b),
         YamlData::Value(Scalar::Integer(i)) => YValue::Int(i),
@@ -136,12 +184,14 @@ fn convert(node: MarkedYaml<'_>) -> Result<YNode, YamlProblem> {
             let mut out: Vec<(String, YNode)> = Vec::with_capacity(members.len());
             for (k, v) in members {
                 let key_line = k.span.start.line();
-                let key = match k.data {
-                    YamlData::Value(Scalar::String(s)) => s.into_owned(),
+                let key = match convert(k)?.value {
+                    YValue::Str(s) => s,
                     _ => {
                         return Err(YamlProblem {
                             line: key_line,
-                            reason: "mapping keys must be strings (quote numeric or boolean keys)".to_owned(),
+                            reason: "mapping keys must be strings (quote numeric or boolean keys: `on`, `yes` and \
+                                     `no` are booleans to kubectl)"
+                                .to_owned(),
                         });
                     }
                 };
@@ -152,7 +202,7 @@ fn convert(node: MarkedYaml<'_>) -> Result<YNode, YamlProblem> {
         // The loader resolves aliases to their anchor's value; an alias that reaches us is unresolvable.
         YamlData::Alias(_) => return Err(problem("unresolvable YAML alias")),
         YamlData::Tagged(tag, _) => return Err(problem(&format!("YAML tags ({tag}) are not supported in templates"))),
-        YamlData::Representation(..) | YamlData::BadValue => return Err(problem("unreadable YAML value")),
+        YamlData::BadValue => return Err(problem("unreadable YAML value")),
     };
     Ok(YNode { line, value })
 }

@@ -9,12 +9,12 @@ use sidecar_injector::{Engine, Outcome, Settings, Template};
 
 pub fn engine_from(source: &str) -> Engine {
     let settings = Settings::default();
-    Engine::new(Template::compile("test", "test.yaml", source, &settings.annotation_prefix).unwrap(), &settings)
+    Engine::new(Template::compile("test", "test.yaml", source, &settings).unwrap(), &settings)
 }
 
 pub fn builtin() -> Engine {
     let settings = Settings::default();
-    Engine::new(Template::builtin(&settings.annotation_prefix).unwrap(), &settings)
+    Engine::new(Template::builtin(&settings).unwrap(), &settings)
 }
 
 /// Runs the `sidecar-injector` binary with `args` and `stdin`, as a person would, and shows what it did.
@@ -128,6 +128,13 @@ pub fn check_properties(engine: &Engine, pod: &Value) {
     for name in &after {
         let count = |names: &[&str]| names.iter().filter(|n| *n == name).count();
         assert!(count(&after) <= count(&before).max(1), "{name} is in both container lists: {after:?}");
+    }
+    // The API server's own rules: a pod it would accept is still one it accepts once injected.
+    let version = sidecar_injector::validation::KubeVersion::DEFAULT;
+    if sidecar_injector::validation::validate_pod(pod, version).is_empty() {
+        let problems = sidecar_injector::validation::validate_pod(&patched, version);
+        let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert!(problems.is_empty(), "a valid pod became one the API server refuses: {problems:#?}\n{patched}");
     }
     assert_eq!(patch_for(engine, &patched), None, "second run on the patched pod must give no patch");
     // The validating webhook agrees: the injected pod is complete, the original one is not.

@@ -30,7 +30,7 @@ pub struct Running {
 
 pub fn engine() -> Arc<ArcSwap<Engine>> {
     let settings = Settings::default();
-    Arc::new(ArcSwap::from_pointee(Engine::new(Template::builtin(&settings.annotation_prefix).unwrap(), &settings)))
+    Arc::new(ArcSwap::from_pointee(Engine::new(Template::builtin(&settings).unwrap(), &settings)))
 }
 
 pub fn test_config(dir: &Path) -> ServeConfig {

@@ -1,0 +1,342 @@
+//! One case per rule: a valid and an invalid pod, and the API server's message for the invalid one.
+
+use serde_json::{Value as J, json};
+
+use super::{KubeVersion, validate_pod};
+
+/// A valid pod with `container` merged into its first container, `spec` into its spec and `metadata` into its
+/// metadata (JSON merge: a null removes).
+fn pod(container: J, spec: J, metadata: J) -> J {
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "labels": {"app": "web"}, "annotations": {"team": "shop"}},
+        "spec": {"containers": [{"name": "app", "image": "nginx:1.27",
+                                 "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                 "volumes": [{"name": "data", "emptyDir": {}}]},
+    });
+    json_patch::merge(&mut pod["spec"]["containers"][0], &container);
+    json_patch::merge(&mut pod["spec"], &spec);
+    json_patch::merge(&mut pod["metadata"], &metadata);
+    pod
+}
+
+fn errors_at(pod: &J, version: u32) -> Vec<String> {
+    validate_pod(pod, KubeVersion::new(version)).iter().map(ToString::to_string).collect()
+}
+
+fn errors(pod: &J) -> Vec<String> {
+    errors_at(pod, 29)
+}
+
+/// `good` is accepted; `bad` is refused with exactly `message` among its errors.
+#[track_caller]
+fn rule(good: J, bad: J, message: &str) {
+    assert_eq!(errors(&good), Vec::<String>::new(), "the valid case");
+    let found = errors(&bad);
+    assert!(found.iter().any(|e| e == message), "expected {message:?} in {found:#?}");
+}
+
+fn c(container: J) -> J {
+    pod(container, json!({}), json!({}))
+}
+
+fn s(spec: J) -> J {
+    pod(json!({}), spec, json!({}))
+}
+
+fn m(metadata: J) -> J {
+    pod(json!({}), json!({}), metadata)
+}
+
+#[test]
+fn the_base_pod_is_valid_at_every_version() {
+    for version in [20, 24, 28, 29, 30, 33, 34] {
+        assert_eq!(errors_at(&pod(json!({}), json!({}), json!({})), version), Vec::<String>::new());
+    }
+}
+
+#[test]
+fn container_names_are_dns_labels_unique_across_lists() {
+    rule(
+        c(json!({"name": "proxy-sidecar"})),
+        c(json!({"name": "Proxy_Sidecar"})),
+        "spec.containers[0].name: Invalid value: \"Proxy_Sidecar\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+    );
+    rule(
+        s(json!({"initContainers": [{"name": "init", "image": "x"}]})),
+        s(json!({"initContainers": [{"name": "app", "image": "x"}]})),
+        "spec.initContainers[0].name: Duplicate value: \"app\"",
+    );
+    let twice = json!({"containers": [{"name": "a", "image": "x"}, {"name": "a", "image": "y"}]});
+    rule(s(json!({})), s(twice), "spec.containers[1].name: Duplicate value: \"a\"");
+    rule(c(json!({"image": "x"})), c(json!({"image": ""})), "spec.containers[0].image: Required value");
+}
+
+#[test]
+fn volume_names_and_sources() {
+    rule(
+        s(json!({"volumes": [{"name": "data", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "c"}}]})),
+        s(json!({"volumes": [{"name": "data", "emptyDir": {}}, {"name": "data", "configMap": {"name": "c"}}]})),
+        "spec.volumes[1].name: Duplicate value: \"data\"",
+    );
+    rule(
+        s(json!({"volumes": [{"name": "data"}]})),
+        s(json!({"volumes": [{"name": "data", "emptyDir": {}, "configMap": {"name": "c"}}]})),
+        "spec.volumes[0].configMap: Forbidden: may not specify more than 1 volume type",
+    );
+    rule(
+        s(json!({"volumes": [{"name": "data", "secret": {"secretName": "s", "defaultMode": 420}}]})),
+        s(json!({"volumes": [{"name": "data", "secret": {"secretName": "s", "defaultMode": 644}}]})),
+        "spec.volumes[0].secret.defaultMode: Invalid value: 644: must be a number between 0 and 0777 (octal), both inclusive",
+    );
+    rule(
+        s(
+            json!({"volumes": [{"name": "data", "configMap": {"name": "c", "items": [{"key": "k", "path": "p", "mode": 256}]}}]}),
+        ),
+        s(
+            json!({"volumes": [{"name": "data", "configMap": {"name": "c", "items": [{"key": "k", "path": "p", "mode": 1000}]}}]}),
+        ),
+        "spec.volumes[0].configMap.items[0].mode: Invalid value: 1000: must be a number between 0 and 0777 (octal), both inclusive",
+    );
+    rule(
+        s(json!({"volumes": [{"name": "data", "hostPath": {"path": "/var/run", "type": "Directory"}}]})),
+        s(json!({"volumes": [{"name": "data", "hostPath": {"path": "/var/run", "type": "Folder"}}]})),
+        "spec.volumes[0].hostPath.type: Unsupported value: \"Folder\": supported values: \"\", \"BlockDevice\", \"CharDevice\", \"Directory\", \"DirectoryOrCreate\", \"File\", \"FileOrCreate\", \"Socket\"",
+    );
+}
+
+#[test]
+fn mounts_name_a_valid_volume_at_a_unique_path() {
+    rule(
+        c(json!({"volumeMounts": [{"name": "data", "mountPath": "/data"}]})),
+        c(json!({"volumeMounts": [{"name": "cache", "mountPath": "/cache"}]})),
+        "spec.containers[0].volumeMounts[0].name: Not found: \"cache\"",
+    );
+    rule(
+        c(json!({"volumeMounts": [{"name": "data", "mountPath": "/a"}, {"name": "data", "mountPath": "/b"}]})),
+        c(json!({"volumeMounts": [{"name": "data", "mountPath": "/a"}, {"name": "data", "mountPath": "/a"}]})),
+        "spec.containers[0].volumeMounts[1].mountPath: Invalid value: \"/a\": must be unique",
+    );
+    rule(
+        c(json!({"volumeMounts": [{"name": "data", "mountPath": "/a", "subPath": "x/y"}]})),
+        c(json!({"volumeMounts": [{"name": "data", "mountPath": "/a", "subPath": "../y"}]})),
+        "spec.containers[0].volumeMounts.subPath: Invalid value: \"../y\": must not contain '..'",
+    );
+}
+
+#[test]
+fn ports_are_in_range_and_their_names_unique() {
+    rule(
+        c(json!({"ports": [{"containerPort": 15000, "name": "admin"}]})),
+        c(json!({"ports": [{"containerPort": 99999}]})),
+        "spec.containers[0].ports[0].containerPort: Invalid value: 99999: must be between 1 and 65535, inclusive",
+    );
+    rule(
+        c(json!({"ports": [{"containerPort": 1, "name": "a"}, {"containerPort": 2, "name": "b"}]})),
+        c(json!({"ports": [{"containerPort": 1, "name": "a"}, {"containerPort": 2, "name": "a"}]})),
+        "spec.containers[0].ports[1].name: Duplicate value: \"a\"",
+    );
+    rule(
+        c(json!({"ports": [{"containerPort": 1, "name": "metrics"}]})),
+        c(json!({"ports": [{"containerPort": 1, "name": "metrics_port"}]})),
+        "spec.containers[0].ports[0].name: Invalid value: \"metrics_port\": must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)",
+    );
+    rule(
+        c(json!({"ports": [{"containerPort": 1, "protocol": "UDP"}]})),
+        c(json!({"ports": [{"containerPort": 1, "protocol": "HTTP"}]})),
+        "spec.containers[0].ports[0].protocol: Unsupported value: \"HTTP\": supported values: \"SCTP\", \"TCP\", \"UDP\"",
+    );
+    // A duplicate containerPort is accepted (the API server only warns, from 1.29).
+    assert!(errors(&c(json!({"ports": [{"containerPort": 1}, {"containerPort": 1}]}))).is_empty());
+}
+
+#[test]
+fn env_var_names_and_sources() {
+    rule(
+        c(json!({"env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]})),
+        c(json!({"env": [{"name": "POD IP", "value": "x"}]})),
+        "spec.containers[0].env[0].name: Invalid value: \"POD IP\": a valid environment variable name must consist of alphabetic characters, digits, '_', '-', or '.', and must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or 'MyEnvName1', regex used for validation is '[-._a-zA-Z][-._a-zA-Z0-9]*')",
+    );
+    // From 1.32, any printable ASCII character but `=`.
+    assert!(errors_at(&c(json!({"env": [{"name": "POD IP", "value": "x"}]})), 32).is_empty());
+    rule(
+        c(json!({"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}}]})),
+        c(json!({"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "status.phase"}}}]})),
+        "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: Unsupported value: \"status.phase\": supported values: \"metadata.name\", \"metadata.namespace\", \"metadata.uid\", \"spec.nodeName\", \"spec.serviceAccountName\", \"status.hostIP\", \"status.hostIPs\", \"status.podIP\", \"status.podIPs\"",
+    );
+    rule(
+        c(json!({"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]})),
+        c(json!({"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.nam"}}}]})),
+        "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: Invalid value: \"metadata.nam\": error converting fieldPath: field label not supported: metadata.nam",
+    );
+    rule(
+        c(json!({"env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]})),
+        c(json!({"env": [{"name": "A", "value": "v", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]})),
+        "spec.containers[0].env[0].valueFrom: Invalid value: \"\": may not be specified when `value` is not empty",
+    );
+    rule(
+        c(json!({"env": [{"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory"}}}]})),
+        c(json!({"env": [{"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "limits.gpu"}}}]})),
+        "spec.containers[0].env[0].valueFrom.resourceFieldRef.resource: Unsupported value: \"limits.gpu\": supported values: \"limits.cpu\", \"limits.ephemeral-storage\", \"limits.memory\", \"requests.cpu\", \"requests.ephemeral-storage\", \"requests.memory\"",
+    );
+}
+
+#[test]
+fn quantities_are_non_negative_and_requests_within_limits() {
+    rule(
+        c(json!({"resources": {"requests": {"cpu": "100m"}}})),
+        c(json!({"resources": {"requests": {"cpu": "-100m"}}})),
+        "spec.containers[0].resources.requests[cpu]: Invalid value: \"-100m\": must be greater than or equal to 0",
+    );
+    rule(
+        c(json!({"resources": {"requests": {"memory": "64Mi"}, "limits": {"memory": "256Mi"}}})),
+        c(json!({"resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "256Mi"}}})),
+        "spec.containers[0].resources.requests: Invalid value: \"1Gi\": must be less than or equal to memory limit",
+    );
+    rule(
+        c(json!({"resources": {"limits": {"cpu": 1}}})),
+        c(json!({"resources": {"limits": {"cpu": "1 core"}}})),
+        "spec.containers[0].resources.limits[cpu]: Invalid value: \"1 core\": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+    );
+    rule(
+        c(json!({"resources": {"limits": {"example.com/gpu": 1}}})),
+        c(json!({"resources": {"requests": {"example.com/gpu": 1}}})),
+        "spec.containers[0].resources.limits: Required value: Limit must be set for non overcommitable resources",
+    );
+    rule(
+        c(json!({"resources": {"limits": {"memory": "1Gi"}}})),
+        c(json!({"resources": {"limits": {"gpu": "1"}}})),
+        "spec.containers[0].resources.limits[gpu]: Invalid value: \"gpu\": must be a standard resource for containers",
+    );
+}
+
+#[test]
+fn probes_and_hooks_have_exactly_one_handler() {
+    rule(
+        c(json!({"readinessProbe": {"httpGet": {"port": 8080}}})),
+        c(json!({"readinessProbe": {"httpGet": {"port": 8080}, "tcpSocket": {"port": 8080}}})),
+        "spec.containers[0].readinessProbe.tcpSocket: Forbidden: may not specify more than 1 handler type",
+    );
+    rule(
+        c(json!({"livenessProbe": {"exec": {"command": ["true"]}}})),
+        c(json!({"livenessProbe": {"periodSeconds": 5}})),
+        "spec.containers[0].livenessProbe: Required value: must specify a handler type",
+    );
+    rule(
+        c(json!({"livenessProbe": {"tcpSocket": {"port": "admin"}, "successThreshold": 1}})),
+        c(json!({"livenessProbe": {"tcpSocket": {"port": "admin"}, "successThreshold": 2}})),
+        "spec.containers[0].livenessProbe.successThreshold: Invalid value: 2: must be 1",
+    );
+    rule(
+        c(json!({"lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}}})),
+        c(json!({"lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}, "httpGet": {"port": 80}}}})),
+        "spec.containers[0].lifecycle.preStop.httpGet: Forbidden: may not specify more than 1 handler type",
+    );
+    rule(
+        c(json!({"readinessProbe": {"httpGet": {"port": 8080}}})),
+        c(json!({"readinessProbe": {"httpGet": {"port": 0}}})),
+        "spec.containers[0].readinessProbe.httpGet.port: Invalid value: 0: must be between 1 and 65535, inclusive",
+    );
+}
+
+#[test]
+fn enums() {
+    rule(
+        c(json!({"imagePullPolicy": "IfNotPresent"})),
+        c(json!({"imagePullPolicy": "Sometimes"})),
+        "spec.containers[0].imagePullPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"IfNotPresent\", \"Never\"",
+    );
+    rule(
+        s(json!({"restartPolicy": "OnFailure"})),
+        s(json!({"restartPolicy": "Sometimes"})),
+        "spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\"",
+    );
+    rule(
+        c(json!({"terminationMessagePolicy": "FallbackToLogsOnError"})),
+        c(json!({"terminationMessagePolicy": "Logs"})),
+        "spec.containers[0].terminationMessagePolicy: Invalid value: \"Logs\": must be 'File' or 'FallbackToLogsOnError'",
+    );
+}
+
+#[test]
+fn labels_and_annotations() {
+    rule(
+        m(json!({"labels": {"app.kubernetes.io/name": "web"}})),
+        m(json!({"labels": {"app": "a-value-longer-than-sixty-three-characters-is-refused-by-the-api-server"}})),
+        "metadata.labels: Invalid value: \"a-value-longer-than-sixty-three-characters-is-refused-by-the-api-server\": must be no more than 63 characters",
+    );
+    rule(
+        m(json!({"labels": {"example.com/tier": "web"}})),
+        m(json!({"labels": {"example.com/tier/x": "web"}})),
+        "metadata.labels: Invalid value: \"example.com/tier/x\": a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+    );
+    let big = "x".repeat(256 * 1024);
+    rule(
+        m(json!({"annotations": {"Example.com/Note": "fine"}})),
+        m(json!({"annotations": {"note": big}})),
+        "metadata.annotations: Too long: must have at most 262144 bytes",
+    );
+}
+
+#[test]
+fn security_contexts() {
+    rule(
+        c(json!({"securityContext": {"runAsUser": 1337}})),
+        c(json!({"securityContext": {"runAsUser": -1}})),
+        "spec.containers[0].securityContext.runAsUser: Invalid value: -1: must be between 0 and 2147483647, inclusive",
+    );
+    rule(
+        c(json!({"securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"add": ["NET_ADMIN"]}}})),
+        c(json!({"securityContext": {"allowPrivilegeEscalation": false, "privileged": true}})),
+        "spec.containers[0].securityContext: Invalid value: \"securityContext\": cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
+    );
+    rule(
+        s(json!({"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}})),
+        s(json!({"securityContext": {"seccompProfile": {"type": "Localhost"}}})),
+        "spec.securityContext.seccompProfile.localhostProfile: Required value: must be set when seccomp type is Localhost",
+    );
+    rule(
+        s(json!({"securityContext": {"fsGroup": 2000}})),
+        s(json!({"securityContext": {"fsGroup": -5}})),
+        "spec.securityContext.fsGroup: Invalid value: -5: must be between 0 and 2147483647, inclusive",
+    );
+}
+
+#[test]
+fn native_sidecars_need_1_29() {
+    let sidecar = s(json!({"initContainers": [{"name": "agent", "image": "x", "restartPolicy": "Always",
+                                               "readinessProbe": {"exec": {"command": ["ok"]}}}]}));
+    assert_eq!(errors_at(&sidecar, 29), Vec::<String>::new());
+    let old = errors_at(&sidecar, 28);
+    assert!(old.iter().any(|e| e.starts_with("spec.initContainers[0].restartPolicy: Forbidden: a container's restartPolicy (a native sidecar) needs Kubernetes 1.29")), "{old:#?}");
+    assert!(old.iter().any(|e| e == "spec.initContainers[0].readinessProbe: Invalid value: \"readinessProbe\": must not be set for init containers"), "{old:#?}");
+    rule(
+        sidecar.clone(),
+        s(json!({"initContainers": [{"name": "agent", "image": "x", "restartPolicy": "OnFailure"}]})),
+        "spec.initContainers[0].restartPolicy: Unsupported value: \"OnFailure\": supported values: \"Always\"",
+    );
+    rule(
+        sidecar,
+        c(json!({"restartPolicy": "Always"})),
+        "spec.containers[0].restartPolicy: Forbidden: may not be set for non-init containers",
+    );
+}
+
+#[test]
+fn handlers_of_newer_releases_are_refused_below_them() {
+    let sleep = c(json!({"lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}));
+    assert_eq!(errors_at(&sleep, 30), Vec::<String>::new());
+    assert!(errors_at(&sleep, 29).iter().any(|e| e.contains("the sleep handler needs Kubernetes 1.30")));
+    let zero = c(json!({"lifecycle": {"preStop": {"sleep": {"seconds": 0}}}}));
+    assert!(!errors_at(&zero, 32).is_empty() && errors_at(&zero, 33).is_empty());
+    let grpc = c(json!({"livenessProbe": {"grpc": {"port": 9090}}}));
+    assert!(errors_at(&grpc, 24).is_empty() && !errors_at(&grpc, 23).is_empty());
+}
+
+#[test]
+fn values_the_api_types_cannot_hold_are_refused_as_decoding_errors() {
+    let found = errors(&c(json!({"ports": [{"containerPort": 4_294_967_296u64}]})));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("spec.containers[0].ports[0].containerPort: Invalid value: 4294967296"), "{found:?}");
+    assert!(!errors(&c(json!({"ports": [{"containerPort": "http"}]}))).is_empty());
+}

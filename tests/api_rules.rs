@@ -1,0 +1,185 @@
+//! Never a pod the API server refuses (issue 20): the findings that each answered 200 with a pod the API server
+//! refuses, or said nothing, kept as regression tests. The rules themselves are tested one by one in
+//! `src/validation/tests.rs`, and against a real API server in tests/e2e.rs.
+
+mod common;
+
+use common::{answer, apply, builtin, review, run};
+use serde_json::{Value, json};
+use sidecar_injector::validation::{KubeVersion, validate_pod};
+use sidecar_injector::{Settings, Template, TemplateError, Verdict};
+
+fn pod_with_annotations(annotations: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "shop", "labels": {"app": "web"}, "annotations": annotations},
+        "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
+    })
+}
+
+/// Injects `pod` with the built-in template: the warnings, and the injected pod, which the API server's rules
+/// must accept.
+fn inject(pod: &Value) -> (Vec<String>, Value) {
+    let (outcome, _, patch) = answer(&builtin(), &review(pod));
+    assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
+    let injected = apply(pod, &patch.unwrap());
+    let problems = validate_pod(&injected, KubeVersion::DEFAULT);
+    assert!(problems.is_empty(), "the injected pod is invalid: {problems:#?}");
+    (outcome.warnings, injected)
+}
+
+fn proxy(pod: &Value) -> &Value {
+    pod["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == "proxy").unwrap()
+}
+
+#[test]
+fn a_negative_quantity_override_is_refused_naming_the_rule() {
+    let (warnings, injected) = inject(&pod_with_annotations(json!({"sidecar-injector.io/proxy-cpu": "-100m"})));
+    assert_eq!(proxy(&injected)["resources"]["requests"]["cpu"], "50m", "the template's value is used");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("sidecar-injector.io/proxy-cpu=\"-100m\" refused"), "{warnings:?}");
+    assert!(warnings[0].contains("Invalid value: \"-100m\": must be greater than or equal to 0"), "{warnings:?}");
+}
+
+#[test]
+fn an_override_above_the_limit_it_meets_is_refused_and_one_with_its_limit_is_not() {
+    let (warnings, injected) = inject(&pod_with_annotations(json!({"sidecar-injector.io/proxy-memory": "1Gi"})));
+    assert_eq!(proxy(&injected)["resources"]["requests"]["memory"], "64Mi");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("must be less than or equal to memory limit"), "{warnings:?}");
+
+    // Both overrides together are a valid pair: the request meets the overridden limit.
+    let both = json!({"sidecar-injector.io/proxy-memory": "1Gi", "sidecar-injector.io/proxy-memory-limit": "2Gi"});
+    let (warnings, injected) = inject(&pod_with_annotations(both));
+    assert_eq!(warnings, Vec::<String>::new());
+    assert_eq!(
+        proxy(&injected)["resources"],
+        json!({"requests": {"cpu": "50m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}})
+    );
+
+    // A limit lowered below the request is the one refused when it alone is at fault.
+    let low = json!({"sidecar-injector.io/proxy-memory-limit": "32Mi", "sidecar-injector.io/proxy-cpu": "100m"});
+    let (warnings, injected) = inject(&pod_with_annotations(low));
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("proxy-memory-limit=\"32Mi\" refused"), "{warnings:?}");
+    assert_eq!(proxy(&injected)["resources"]["requests"]["cpu"], "100m", "the valid override stays");
+}
+
+/// The built-in template with one line changed.
+fn builtin_with(from: &str, to: &str) -> String {
+    let source = sidecar_injector::template::BUILTIN_SOURCE;
+    assert!(source.contains(from), "{from}");
+    source.replacen(from, to, 1)
+}
+
+fn refusal(source: &str) -> Vec<String> {
+    match Template::compile("edited", "edited.yaml", source, &Settings::default()) {
+        Ok(_) => panic!("accepted:\n{source}"),
+        Err(TemplateError::Several(all)) => all.iter().map(ToString::to_string).collect(),
+        Err(one) => vec![one.to_string()],
+    }
+}
+
+fn line_of(source: &str, text: &str) -> usize {
+    source.lines().position(|l| l.contains(text)).unwrap() + 1
+}
+
+#[test]
+fn template_edits_the_api_server_would_refuse_are_refused_at_their_line() {
+    let source = builtin_with("proxyMemory: 64Mi", "proxyMemory: 1Gi");
+    let errors = refusal(&source);
+    let requests = line_of(&source, "requests: { cpu: \"{{ values.proxyCPU }}\"");
+    assert!(
+        errors.iter().any(|e| e.starts_with(&format!("edited.yaml:{requests}: spec.containers[1].resources.requests: Invalid value: \"1Gi\": must be less than or equal to memory limit"))),
+        "{errors:#?}"
+    );
+
+    let source = builtin_with("- name: proxy\n", "- name: Proxy_Sidecar\n");
+    let errors = refusal(&source);
+    let name = line_of(&source, "name: Proxy_Sidecar");
+    assert!(
+        errors.iter().any(|e| e.starts_with(&format!(
+            "edited.yaml:{name}: spec.containers[1].name: Invalid value: \"Proxy_Sidecar\": a lowercase RFC 1123 label"
+        ))),
+        "{errors:#?}"
+    );
+
+    let source = builtin_with("containerPort: 15000", "containerPort: 99999");
+    let errors = refusal(&source);
+    let port = line_of(&source, "containerPort: 99999");
+    assert!(
+        errors.iter().any(|e| e.starts_with(&format!("edited.yaml:{port}: spec.containers[1].ports[0].containerPort: Invalid value: 99999: must be between 1 and 65535, inclusive"))),
+        "{errors:#?}"
+    );
+}
+
+#[test]
+fn a_leading_zero_is_octal_as_kubectl_reads_it() {
+    let source =
+        "pod:\n  spec:\n    volumes:\n      - name: config\n        configMap: { name: agent, defaultMode: 0644 }\n";
+    let template = Template::compile("t", "t.yaml", source, &Settings::default()).unwrap();
+    drop(template);
+    let pod = pod_with_annotations(json!({}));
+    let engine = common::engine_from(source);
+    let (_, _, patch) = answer(&engine, &review(&pod));
+    let injected = apply(&pod, &patch.unwrap());
+    assert_eq!(injected["spec"]["volumes"][0]["configMap"]["defaultMode"], 420, "0644 is octal, as in kubectl");
+    // Quoted, it is the string it looks like, and the API types refuse a string there.
+    assert!(Template::compile("t", "t.yaml", &source.replace("0644", "'0644'"), &Settings::default()).is_err());
+}
+
+#[test]
+fn a_misspelt_annotation_under_our_prefix_gets_a_warning_naming_the_closest() {
+    let (warnings, injected) = inject(&pod_with_annotations(json!({"sidecar-injector.io/proxy-cpus": "1"})));
+    assert_eq!(proxy(&injected)["resources"]["requests"]["cpu"], "50m");
+    assert_eq!(
+        warnings,
+        [
+            "sidecar-injector: annotation sidecar-injector.io/proxy-cpus is not one the injector reads (did you mean sidecar-injector.io/proxy-cpu?); it is ignored"
+        ]
+    );
+    // Our own annotations, declared overrides and other prefixes are quiet.
+    let quiet = json!({"sidecar-injector.io/inject": "true", "sidecar-injector.io/proxy-cpu": "100m",
+                       "example.com/proxy-cpus": "1"});
+    assert_eq!(inject(&pod_with_annotations(quiet)).0, Vec::<String>::new());
+    let far = inject(&pod_with_annotations(json!({"sidecar-injector.io/colour": "blue"}))).0;
+    assert!(far[0].contains("not one the injector reads for template default (known: "), "{far:?}");
+}
+
+#[test]
+fn check_lists_every_problem_of_every_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = builtin_with("containerPort: 15000", "containerPort: 99999")
+        .replacen("- name: proxy\n", "- name: Proxy_Sidecar\n", 1)
+        .replacen("proxyMemory: 64Mi", "proxyMemory: 1Gi", 1);
+    std::fs::write(dir.path().join("default.yaml"), &bad).unwrap();
+    std::fs::write(dir.path().join("other.yaml"), "pod:\n  metadata:\n    labels:\n      Bad Key: x\n").unwrap();
+    let output = run(&["check", dir.path().to_str().unwrap()], "");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    for expected in [
+        "Invalid value: 99999",
+        "Invalid value: \"Proxy_Sidecar\"",
+        "must be less than or equal to memory limit",
+        "other.yaml:4: metadata.labels: Invalid value: \"Bad Key\"",
+    ] {
+        assert!(stderr.contains(expected), "{expected} missing from:\n{stderr}");
+    }
+}
+
+#[test]
+fn container_defaults_never_pair_no_escalation_with_privilege() {
+    let source =
+        "containerDefaults:\n  securityContext: { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true }\n";
+    let engine = common::engine_from(source);
+    for context in [json!({"privileged": true}), json!({"capabilities": {"add": ["CAP_SYS_ADMIN"]}})] {
+        let mut pod = pod_with_annotations(json!({}));
+        pod["spec"]["containers"][0]["securityContext"] = context.clone();
+        let (_, _, patch) = answer(&engine, &review(&pod));
+        let injected = apply(&pod, &patch.unwrap());
+        let sc = &injected["spec"]["containers"][0]["securityContext"];
+        assert!(sc.get("allowPrivilegeEscalation").is_none(), "{sc}");
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "the rest of the defaults is added: {sc}");
+        assert!(validate_pod(&injected, KubeVersion::DEFAULT).is_empty(), "{injected}");
+    }
+}
