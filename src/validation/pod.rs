@@ -867,8 +867,14 @@ fn no_backsteps(cx: &mut Cx, target: &str, path: &FieldPath) {
 fn resource_requirements(cx: &mut Cx, resources: &J, path: &FieldPath) {
     let limits_path = path.child("limits");
     let requests_path = path.child("requests");
-    let limits = quantities(cx, obj(resources, "limits"), &limits_path);
-    let requests = quantities(cx, obj(resources, "requests"), &requests_path);
+    let limits_map = obj(resources, "limits");
+    let limits = quantities(cx, limits_map, &limits_path);
+    // A pod's container requests what it limits unless it says otherwise (the API server's default).
+    let mut requested = obj(resources, "requests").cloned().unwrap_or_default();
+    for (name, limit) in limits_map.into_iter().flatten() {
+        requested.entry(name.clone()).or_insert_with(|| limit.clone());
+    }
+    let requests = quantities(cx, Some(&requested), &requests_path);
     let compute = |name: &str| name == "cpu" || name == "memory";
     let has_compute = limits.keys().chain(requests.keys()).any(|n| compute(n));
     let has_huge_pages = limits.keys().chain(requests.keys()).any(|n| n.starts_with("hugepages-"));
@@ -896,11 +902,7 @@ fn resource_requirements(cx: &mut Cx, resources: &J, path: &FieldPath) {
 
 /// The valid quantities of a `limits` or `requests` map, with their text, by resource name; an error for each
 /// invalid one.
-fn quantities<'j>(
-    cx: &mut Cx,
-    map: Option<&'j Map<String, J>>,
-    path: &FieldPath,
-) -> HashMap<&'j str, (Quantity, String)> {
+fn quantities(cx: &mut Cx, map: Option<&Map<String, J>>, path: &FieldPath) -> HashMap<String, (Quantity, String)> {
     let mut out = HashMap::new();
     for (name, value) in map.into_iter().flatten() {
         let at = path.key(name);
@@ -914,7 +916,7 @@ fn quantities<'j>(
                 } else if integer_resource(name) && !q.is_integer() {
                     cx.push(FieldError::invalid(&at, text.as_str(), "must be an integer"));
                 }
-                out.insert(name.as_str(), (q, text));
+                out.insert(name.clone(), (q, text));
             }
         }
         // The leaf rule records that a string rendered here must be a non-negative quantity.
