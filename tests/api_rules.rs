@@ -183,3 +183,41 @@ fn container_defaults_never_pair_no_escalation_with_privilege() {
         assert!(validate_pod(&injected, KubeVersion::DEFAULT).is_empty(), "{injected}");
     }
 }
+
+#[test]
+fn a_per_pod_value_the_api_server_would_refuse_follows_on_error() {
+    // A label rendered from the pod's name is longer than 63 characters for a long name.
+    let template = |policy: &str| {
+        format!(
+            "onError: {policy}\npod:\n  metadata:\n    labels:\n      owner: \"{{{{ pod.name or pod.generateName }}}}-sidecar\"\n  spec:\n    \
+             containers:\n      - {{ name: proxy, image: \"proxy:1\" }}\n"
+        )
+    };
+    let long = "a".repeat(60);
+    let mut pod = pod_with_annotations(json!({}));
+    pod["metadata"]["name"] = json!(long);
+
+    let (outcome, response, patch) = answer(&common::engine_from(&template("deny")), &review(&pod));
+    assert!(matches!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::RenderFailed)), "{outcome:?}");
+    assert!(patch.is_none());
+    let message = response["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("field pod.metadata.labels.owner rendered a value the API server would refuse"),
+        "{message}"
+    );
+    assert!(
+        message.contains("metadata.labels[owner]: Invalid value: \"aaaa")
+            && message.contains("must be no more than 63 characters"),
+        "{message}"
+    );
+
+    let (outcome, _, patch) = answer(&common::engine_from(&template("allow")), &review(&pod));
+    assert!(matches!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::RenderFailed)), "{outcome:?}");
+    assert!(patch.is_none() && outcome.warnings[0].contains("admitted without the sidecar"), "{outcome:?}");
+
+    // A short name passes, and pays only the check of its one leaf.
+    pod["metadata"]["name"] = json!("web");
+    let (outcome, _, patch) = answer(&common::engine_from(&template("deny")), &review(&pod));
+    assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
+    assert_eq!(apply(&pod, &patch.unwrap())["metadata"]["labels"]["owner"], "web-sidecar");
+}

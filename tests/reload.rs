@@ -215,6 +215,11 @@ async fn broken_edits_are_refused_the_last_good_set_serves_and_a_later_good_edit
         ("bad YAML", "pod:\n  spec: [\n".to_owned(), "default.yaml:"),
         ("fails to render", template("a").replace("pod.namespace", "pod.labels.nope"), "cannot render on a sample pod"),
         ("no image", template("a").replace("        image: proxy:a\n", ""), "needs an `image`"),
+        (
+            "the API server would refuse it",
+            template("a").replace("image: proxy:a\n", "image: proxy:a\n        ports: [{containerPort: 99999}]\n"),
+            "default.yaml:6: spec.containers[1].ports[0].containerPort: Invalid value: 99999",
+        ),
         ("no default", String::new(), "no template named `default`"),
     ];
     for (i, (what, source, reason)) in broken.iter().enumerate() {
