@@ -320,34 +320,15 @@ impl Engine {
             if !overrides.is_empty() {
                 template.vet_overrides(&context, overrides, warnings);
             }
-            if let Err(e) = template.render(&context, overrides, leaf_cache, rendered, ranges) {
-                let failure = Failure {
-                    reason: SkipReason::RenderFailed,
-                    policy: template.on_error().unwrap_or(self.settings.on_error),
-                    message: format!(
-                        "template {} field {} failed to render for pod {}: {}",
-                        template.name(),
-                        template.slot_path(e.slot),
-                        pod.display_name(),
-                        e.reason
-                    ),
-                };
+            if let Err(e) = template.render(&context, overrides, Some(leaf_cache), rendered, ranges) {
+                let failure = self.leaf_failure(template, e.slot, pod, "failed to render", &e.reason);
                 return Some(self.fail(failure, out, warnings));
             }
         }
         let slots = Rendered { buf: rendered, ranges };
         if let Err((slot, error)) = template.check_leaves(slots) {
-            let failure = Failure {
-                reason: SkipReason::RenderFailed,
-                policy: template.on_error().unwrap_or(self.settings.on_error),
-                message: format!(
-                    "template {} field {} rendered a value the API server would refuse for pod {}: {error}",
-                    template.name(),
-                    template.slot_path(slot),
-                    pod.display_name(),
-                ),
-            };
-            return Some(self.fail(failure, out, warnings));
+            let what = "rendered a value the API server would refuse";
+            return Some(self.fail(self.leaf_failure(template, slot, pod, what, &error), out, warnings));
         }
         let overridden = !overrides.is_empty();
         if mode == Mode::Validate {
@@ -425,6 +406,28 @@ impl Engine {
                     shorten(raw)
                 )),
             }
+        }
+    }
+
+    /// A per-pod leaf of `template` that cannot be injected into `pod`: the template's error policy decides.
+    #[cold]
+    fn leaf_failure(
+        &self,
+        template: &Template,
+        slot: usize,
+        pod: &PodView<'_, '_>,
+        what: &str,
+        why: &dyn std::fmt::Display,
+    ) -> Failure {
+        Failure {
+            reason: SkipReason::RenderFailed,
+            policy: template.on_error().unwrap_or(self.settings.on_error),
+            message: format!(
+                "template {} field {} {what} for pod {}: {why}",
+                template.name(),
+                template.slot_path(slot),
+                pod.display_name()
+            ),
         }
     }
 

@@ -13,7 +13,7 @@ use serde_json::{Value as J, json};
 use super::schema::merge_key_for;
 use super::tree::Rendered;
 use super::yaml::{self, PathSeg, YNode};
-use super::{PodContext, RenderError, StrEntries, Template, TemplateError};
+use super::{PodContext, StrEntries, Template, TemplateError};
 use crate::patch::Pointer;
 use crate::pod::PodView;
 use crate::validation::{self, FieldError, FieldPath, KubeVersion, Rule, Seg};
@@ -83,7 +83,7 @@ pub(crate) fn dry_run(template: &Template, pod: &J, overrides: &super::Overrides
         annotations: view.annotations(true),
     };
     let (mut buf, mut ranges) = (Vec::new(), Vec::new());
-    template.render_uncached(&context, overrides, &mut buf, &mut ranges).map_err(|e| e.reason)?;
+    template.render(&context, overrides, None, &mut buf, &mut ranges).map_err(|e| e.reason)?;
     let mut patch = Vec::new();
     let rendered = Rendered { buf: &buf, ranges: &ranges };
     crate::merge::merge(template, !overrides.is_empty(), &view, rendered, &mut Pointer::default(), &mut patch);
@@ -247,25 +247,6 @@ fn same_place(path: &FieldPath, template_path: &[PathSeg]) -> bool {
 }
 
 impl Template {
-    /// Renders every per-pod leaf without the per-thread cache (for dry runs and checks, not the request path).
-    pub(crate) fn render_uncached<M: StrEntries>(
-        &self,
-        pod: &PodContext<'_, M>,
-        overrides: &super::Overrides,
-        buf: &mut Vec<u8>,
-        ranges: &mut Vec<std::ops::Range<usize>>,
-    ) -> Result<(), RenderError> {
-        buf.clear();
-        ranges.clear();
-        for renderer in &self.renderers {
-            let base = ranges.len();
-            renderer
-                .render(pod, overrides, buf, ranges)
-                .map_err(|e| RenderError { slot: base + e.slot, reason: e.reason })?;
-        }
-        Ok(())
-    }
-
     /// Checks the rendered per-pod leaves against the rules of their fields: the first that breaks one, with the
     /// API server's error.
     pub(crate) fn check_leaves(&self, rendered: Rendered<'_>) -> Result<(), (usize, FieldError)> {
@@ -293,7 +274,7 @@ impl Template {
         let problems = |set: &[(String, J)]| -> Vec<FieldError> {
             let (mut buf, mut ranges) = (Vec::new(), Vec::new());
             // A leaf that fails to render is not this check's to judge: the render proper reports it.
-            if self.render_uncached(pod, set, &mut buf, &mut ranges).is_err() {
+            if self.render(pod, set, None, &mut buf, &mut ranges).is_err() {
                 return Vec::new();
             }
             let rendered = Rendered { buf: &buf, ranges: &ranges };

@@ -505,12 +505,13 @@ impl Template {
         self.renderers.iter().any(|r| r.needs_annotations())
     }
 
-    /// Renders every per-request leaf of every part for `pod` into `buf`, one range per slot (both cleared first).
+    /// Renders every per-request leaf of every part for `pod` into `buf`, one range per slot (both cleared first),
+    /// through the per-thread `cache` on the request path (without one for dry runs and checks).
     pub(crate) fn render<M: StrEntries>(
         &self,
         pod: &PodContext<'_, M>,
         overrides: &Overrides,
-        cache: &mut LeafCache,
+        mut cache: Option<&mut LeafCache>,
         buf: &mut Vec<u8>,
         ranges: &mut Vec<std::ops::Range<usize>>,
     ) -> Result<(), RenderError> {
@@ -518,9 +519,11 @@ impl Template {
         ranges.clear();
         for renderer in &self.renderers {
             let base = ranges.len();
-            renderer
-                .render_cached(pod, overrides, cache, buf, ranges)
-                .map_err(|e| RenderError { slot: base + e.slot, reason: e.reason })?;
+            match cache.as_deref_mut() {
+                Some(cache) => renderer.render_cached(pod, overrides, cache, buf, ranges),
+                None => renderer.render(pod, overrides, buf, ranges),
+            }
+            .map_err(|e| RenderError { slot: base + e.slot, reason: e.reason })?;
         }
         Ok(())
     }
