@@ -34,8 +34,9 @@ const UNIQUE_NAME: &str = "demo-00000000";
 
 /// The real API server request, grown with env vars and annotations to about `target` bytes.
 fn review_of_size(target: usize) -> Vec<u8> {
-    let base = std::fs::read("../shared/corpus/reviews/apiserver-1.20-pod-create.json")
-        .expect("the corpus sits beside the repository, in shared/");
+    let base =
+        std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/reviews/apiserver-1.20-pod-create.json"))
+            .expect("the recorded review is in tests/corpus");
     let mut review: Value = serde_json::from_slice(&base).unwrap();
     review["request"]["object"]["metadata"]["name"] = json!(UNIQUE_NAME);
     let mut i = 0;

@@ -5,7 +5,7 @@ mod common;
 use common::run;
 use std::process::{Command, Output, Stdio};
 
-const REVIEW: &str = "../shared/corpus/reviews/apiserver-1.20-pod-create.json";
+const REVIEW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/reviews/apiserver-1.20-pod-create.json");
 
 fn response(output: &Output) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).expect("stdout is the response AdmissionReview")
@@ -19,7 +19,8 @@ fn review_answers_a_file_and_stdin_identically() {
     assert!(from_stdin.status.success());
     assert_eq!(from_file.stdout, from_stdin.stdout);
     let answer = response(&from_file);
-    assert_eq!(answer["response"]["uid"], "b955855f-ac5d-4b46-aec2-7ccac9863c11");
+    let sent: serde_json::Value = serde_json::from_slice(&std::fs::read(REVIEW).unwrap()).unwrap();
+    assert_eq!(answer["response"]["uid"], sent["request"]["uid"]);
     assert_eq!(answer["response"]["patchType"], "JSONPatch");
     assert!(from_file.stderr.is_empty(), "nothing on stderr without --explain");
 }
@@ -61,7 +62,7 @@ fn a_bad_template_fails_with_file_line_and_reason() {
     let file = dir.join("broken.yaml");
     std::fs::write(&file, "pod:\n  spec:\n    containers:\n      - name: p\n").unwrap();
     let output = run(&["review", "-f", REVIEW, "--template", file.to_str().unwrap()], "");
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2), "the templates are review's configuration");
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(
         stderr.contains(&format!("{}:4: pod.spec.containers[0]: a container needs an `image`", file.display())),
@@ -151,7 +152,7 @@ fn check_summarises_a_good_directory_and_lists_every_problem_of_a_bad_one() {
     assert!(output.stdout.is_empty());
 
     let output = run(&["check", "/nonexistent/t.yaml"], "");
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2), "nothing to check is bad usage");
     assert!(String::from_utf8(output.stderr).unwrap().contains("/nonexistent/t.yaml"));
 }
 
@@ -160,13 +161,13 @@ fn serve_refuses_to_start_without_a_valid_template_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("default.yaml"), "pod:\n  spec: [\n").unwrap();
     let output = run(&["serve", "--template-dir", dir.path().to_str().unwrap(), "--listen", "127.0.0.1:0"], "");
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2), "serve's templates are its configuration");
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(stderr.contains("default.yaml:"), "{stderr}");
 
     std::fs::write(dir.path().join("default.yaml"), "pod: {}\n").unwrap();
     let output = run(&["serve", "--template-dir", dir.path().to_str().unwrap(), "--default-template", "mesh"], "");
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8(output.stderr).unwrap().contains("no template named `mesh`"));
 }
 
@@ -185,7 +186,11 @@ fn review_takes_a_template_directory_and_the_pods_template_annotation() {
 #[test]
 fn review_validate_answers_as_the_validating_webhook() {
     let output = run(&["review", "--validate", "-f", REVIEW, "--explain"], "");
-    assert!(output.status.success());
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "validation refused the pod: the answer is printed, and the exit says so"
+    );
     let answer = response(&output);
     assert_eq!(answer["response"]["allowed"], false);
     assert!(answer["response"]["status"]["message"].as_str().unwrap().contains("lacks what template default"));
@@ -196,4 +201,73 @@ fn review_validate_answers_as_the_validating_webhook() {
     let answer = response(&output);
     assert_eq!(answer["response"]["allowed"], true);
     assert_eq!(answer["response"]["warnings"].as_array().unwrap().len(), 1);
+}
+
+/// The exit code of a run: 0 success, 1 the work found a problem, 2 bad usage or configuration.
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("the binary exited (no signal)")
+}
+
+#[test]
+fn exit_codes_tell_a_refusal_from_bad_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(&broken, "pod:\n  spec:\n    containers:\n      - { name: Proxy_Sidecar, image: x }\n").unwrap();
+    let good = concat!(env!("CARGO_MANIFEST_DIR"), "/templates/default.yaml");
+    let missing = dir.path().join("missing.yaml");
+    let missing = missing.to_str().unwrap();
+
+    assert_eq!(code(&run(&["check", good], "")), 0);
+    assert_eq!(code(&run(&["check", broken.to_str().unwrap()], "")), 1, "check refused a template");
+    assert_eq!(code(&run(&["check", missing], "")), 2, "nothing to check");
+    assert_eq!(code(&run(&["check"], "")), 2, "clap's usage error");
+    assert_eq!(code(&run(&["check", good, "--kubernetes-version", "latest"], "")), 2, "a bad flag value");
+
+    assert_eq!(code(&run(&["review", "-f", REVIEW], "")), 0);
+    assert_eq!(code(&run(&["review"], "{not json")), 1, "the input is not a review");
+    assert_eq!(code(&run(&["review", "-f", missing], "")), 2, "an unreadable file");
+    assert_eq!(
+        code(&run(&["review", "-f", REVIEW, "--template", broken.to_str().unwrap()], "")),
+        2,
+        "unusable templates"
+    );
+    let review = std::fs::read(REVIEW).unwrap();
+    assert_eq!(code(&run(&["review", "--validate"], &review)), 1, "validation refused the uninjected pod");
+
+    let manifest = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, image: a}]}\n";
+    assert_eq!(code(&run(&["inject", "-f", "-"], manifest)), 0);
+    assert_eq!(code(&run(&["inject", "-f", "-"], "a: [1\n")), 1, "not YAML");
+    assert_eq!(code(&run(&["inject", "-f", missing], "")), 2);
+    assert_eq!(code(&run(&["serve", "--tls-cert", missing, "--tls-key", missing], "")), 2, "unusable TLS material");
+
+    let help = run(&["--help"], "");
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Exit codes: 0 success; 1 the work found a problem"));
+}
+
+#[test]
+fn certs_with_a_bad_base_leaves_the_output_directory_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let absent = dir.path().join("absent");
+    for out in [&empty, &absent] {
+        let output = run(&["certs", "--out", out.to_str().unwrap(), "--base", "/nonexistent/base"], "");
+        assert_eq!(code(&output), 2, "{}", String::from_utf8_lossy(&output.stderr));
+        assert!(String::from_utf8_lossy(&output.stderr).contains("--base /nonexistent/base: no such directory"));
+    }
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0, "the empty directory stays empty");
+    assert!(!absent.exists(), "the absent directory is not created");
+    // A directory that is no kustomize base is refused the same way.
+    let output = run(&["certs", "--out", absent.to_str().unwrap(), "--base", empty.to_str().unwrap()], "");
+    assert_eq!(code(&output), 2);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not a kustomize base"));
+    assert!(!absent.exists());
+    // From another directory, with the base given, it works.
+    let base = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/base");
+    let output = run(&["certs", "--out", absent.to_str().unwrap(), "--base", base], "");
+    assert_eq!(code(&output), 0, "{}", String::from_utf8_lossy(&output.stderr));
+    let kustomization = std::fs::read_to_string(absent.join("kustomization.yaml")).unwrap();
+    let reference =
+        kustomization.lines().find(|l| l.contains("manifests/base")).unwrap().trim().trim_start_matches("- ");
+    assert!(absent.join(reference).join("kustomization.yaml").is_file(), "{kustomization}");
 }

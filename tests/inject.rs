@@ -330,7 +330,7 @@ fn json_in_json_out_and_files_work_like_stdin() {
     assert_eq!(from_file.stdout, from_stdin.stdout);
     assert!(from_file.stderr.is_empty(), "--quiet");
 
-    let pod = std::fs::read_to_string("../shared/corpus/pods/k8s-examples-AI_model-serving-tensorflow_deployment.json")
+    let pod = std::fs::read_to_string(common::corpus("pods/k8s-examples-AI_model-serving-tensorflow_deployment.json"))
         .unwrap();
     let json = run(&["inject", "-f", "-"], &pod);
     assert!(json.status.success());

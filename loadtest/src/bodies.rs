@@ -105,9 +105,9 @@ impl Body {
     }
 }
 
-/// Where the harness finds `../shared/corpus` by default: beside the repository it was built from.
+/// Where the harness finds the corpus by default: `tests/corpus` of the repository it was built from.
 pub fn default_corpus() -> PathBuf {
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus");
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus");
     corpus.canonicalize().unwrap_or(corpus)
 }
 

@@ -161,12 +161,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub generate_name: bool,
 
-    /// The directory of pods (JSON) for --bodies corpus [default: ../shared/corpus/pods beside the repository].
+    /// The directory of pods (JSON) for --bodies corpus [default: tests/corpus/pods of the repository].
     #[arg(long, value_name = "DIR")]
     pub pods: Option<PathBuf>,
 
     /// The corpus directory holding reviews/apiserver-1.20-pod-create.json, the base of generated bodies
-    /// [default: ../shared/corpus beside the repository].
+    /// [default: tests/corpus of the repository].
     #[arg(long, value_name = "DIR")]
     pub corpus: Option<PathBuf>,
 

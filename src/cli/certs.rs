@@ -11,6 +11,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use clap::Args;
 
+use super::CliError;
 use crate::pki::Authority;
 
 /// The names `manifests/` gives the webhook's objects.
@@ -68,23 +69,27 @@ pub struct CertsArgs {
 /// A new CA is valid for ten years; the serving certificates it signs are renewed far more often.
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// Runs `certs`.
-pub fn run(args: &CertsArgs) -> Result<(), String> {
+/// Runs `certs`. Every input is checked (the base, an existing CA) and every file made in memory before the first
+/// is written, so a run that fails leaves the output directory as it was.
+pub fn run(args: &CertsArgs) -> Result<(), CliError> {
     let out = &args.out;
-    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    if out.exists() && !out.is_dir() {
+        return Err(CliError::Config(format!("--out {}: not a directory", out.display())));
+    }
+    let base = base_reference(&args.base, out)?;
     let (ca_cert, ca_key) = (out.join("ca.crt"), out.join("ca.key"));
-    let ca = if !args.new_ca && ca_cert.exists() && ca_key.exists() {
-        let ca = Authority::from_pem(&read(&ca_cert)?, &read(&ca_key)?).map_err(|e| {
-            format!("{} and {}: not a usable CA ({e}); use --new-ca to replace it", ca_cert.display(), ca_key.display())
-        })?;
-        eprintln!("sidecar-injector: keeping the CA in {} (the caBundle does not change)", ca_cert.display());
-        ca
+    let keep_ca = !args.new_ca && ca_cert.exists() && ca_key.exists();
+    let ca = if keep_ca {
+        Authority::from_pem(&read(&ca_cert)?, &read(&ca_key)?).map_err(|e| {
+            CliError::Config(format!(
+                "{} and {}: not a usable CA ({e}); use --new-ca to replace it",
+                ca_cert.display(),
+                ca_key.display()
+            ))
+        })?
     } else {
-        let ca =
-            Authority::generate(&format!("{} webhook CA", args.service), CA_VALIDITY).map_err(|e| e.to_string())?;
-        write(&ca_cert, ca.cert_pem(), false)?;
-        write(&ca_key, &ca.key_pem(), true)?;
-        ca
+        Authority::generate(&format!("{} webhook CA", args.service), CA_VALIDITY)
+            .map_err(|e| CliError::Config(e.to_string()))?
     };
     let (service, namespace) = (&args.service, &args.namespace);
     let dns_names = vec![
@@ -94,7 +99,16 @@ pub fn run(args: &CertsArgs) -> Result<(), String> {
         service.clone(),
     ];
     let validity = Duration::from_secs(args.days * 24 * 3600);
-    let leaf = ca.issue_server(&dns_names[0], &dns_names, validity).map_err(|e| e.to_string())?;
+    let leaf = ca.issue_server(&dns_names[0], &dns_names, validity).map_err(|e| CliError::Config(e.to_string()))?;
+
+    // Everything is known: now write, the CA first (a new one only).
+    std::fs::create_dir_all(out).map_err(|e| CliError::Config(format!("{}: {e}", out.display())))?;
+    if keep_ca {
+        eprintln!("sidecar-injector: keeping the CA in {} (the caBundle does not change)", ca_cert.display());
+    } else {
+        write(&ca_cert, ca.cert_pem(), false)?;
+        write(&ca_key, &ca.key_pem(), true)?;
+    }
     write(&out.join("tls.crt"), &leaf.cert_pem, false)?;
     write(&out.join("tls.key"), &leaf.key_pem, true)?;
     write(&out.join("webhook-ca-patch.yaml"), &ca_bundle_patch(ca.cert_pem()), false)?;
@@ -104,7 +118,6 @@ pub fn run(args: &CertsArgs) -> Result<(), String> {
         "# Written by `sidecar-injector certs`: private keys stay out of git.\n*.key\n",
         false,
     )?;
-    let base = base_reference(&args.base, out)?;
     write(&out.join("kustomization.yaml"), &kustomization(&base, namespace, args.image.as_deref()), false)?;
     if service != names::SERVICE || namespace != names::NAMESPACE {
         eprintln!(
@@ -193,29 +206,50 @@ fn image_fields(image: &str) -> String {
     }
 }
 
-/// How the overlay in `out` refers to `base`: a local directory relative to `out`, anything else as given.
-fn base_reference(base: &str, out: &Path) -> Result<String, String> {
+/// How the overlay in `out` refers to `base`: a local kustomize base as a path relative to `out` (which need not
+/// exist yet), a remote one as given.
+fn base_reference(base: &str, out: &Path) -> Result<String, CliError> {
+    let config = |reason: String| CliError::Config(format!("--base {base}: {reason}"));
     let path = Path::new(base);
     if !path.is_dir() {
         if base.contains("://") || base.starts_with("github.com/") {
             return Ok(base.to_owned());
         }
-        return Err(format!("--base {base}: no such directory (run from the repository, or give a path or URL)"));
+        return Err(config("no such directory (run from the repository, or give a path or URL)".into()));
     }
-    let canonical = |p: &Path| p.canonicalize().map_err(|e| format!("{}: {e}", p.display()));
-    let relative = pathdiff::diff_paths(canonical(path)?, canonical(out)?)
-        .ok_or_else(|| format!("--base {base}: cannot be reached from {}", out.display()))?;
+    if !["kustomization.yaml", "kustomization.yml", "Kustomization"].iter().any(|f| path.join(f).is_file()) {
+        return Err(config("not a kustomize base (no kustomization.yaml)".into()));
+    }
+    let base = path.canonicalize().map_err(|e| config(e.to_string()))?;
+    let out = canonical_to_be(out).map_err(|e| config(format!("{}: {e}", out.display())))?;
+    let relative =
+        pathdiff::diff_paths(&base, &out).ok_or_else(|| config(format!("cannot be reached from {}", out.display())))?;
     Ok(relative.to_string_lossy().into_owned())
 }
 
-fn read(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+/// The canonical path `path` has, or will have once created: its nearest existing ancestor resolved, the rest
+/// appended.
+fn canonical_to_be(path: &Path) -> std::io::Result<PathBuf> {
+    let absolute = std::path::absolute(path)?;
+    let mut missing = Vec::new();
+    let mut existing = absolute.as_path();
+    while !existing.exists() {
+        missing.push(existing.file_name().unwrap_or_default().to_owned());
+        existing = existing.parent().unwrap_or(Path::new("/"));
+    }
+    let mut resolved = existing.canonicalize()?;
+    resolved.extend(missing.iter().rev());
+    Ok(resolved)
+}
+
+fn read(path: &Path) -> Result<String, CliError> {
+    std::fs::read_to_string(path).map_err(|e| CliError::Config(format!("{}: {e}", path.display())))
 }
 
 /// Writes `contents`; a private key is created readable by its owner only.
-fn write(path: &Path, contents: &str, private: bool) -> Result<(), String> {
+fn write(path: &Path, contents: &str, private: bool) -> Result<(), CliError> {
     use std::io::Write;
-    let error = |e: std::io::Error| format!("{}: {e}", path.display());
+    let error = |e: std::io::Error| CliError::Config(format!("{}: {e}", path.display()));
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use super::CliError;
 use crate::{TemplateError, TemplateSet};
 use clap::Args;
 
@@ -29,8 +30,12 @@ pub struct CheckArgs {
     pub kubernetes_version: crate::validation::KubeVersion,
 }
 
-/// Runs `check`: a summary on stdout and exit 0, or every problem (file:line: reason) and exit 1.
-pub fn run(args: &CheckArgs) -> Result<(), String> {
+/// Runs `check`: a summary on stdout and exit 0, or every problem (file:line: reason) and exit 1; exit 2 when
+/// there is nothing to check.
+pub fn run(args: &CheckArgs) -> Result<(), CliError> {
+    if !args.path.exists() {
+        return Err(CliError::Config(format!("{}: no such file or directory", args.path.display())));
+    }
     let settings = crate::Settings {
         annotation_prefix: args.annotation_prefix.clone(),
         kubernetes_version: args.kubernetes_version,
@@ -44,9 +49,8 @@ pub fn run(args: &CheckArgs) -> Result<(), String> {
     let set = loaded.map_err(|e| {
         let mut problems = Vec::new();
         every_problem(&e, &mut problems);
-        format!("{} refused:\n{}", args.path.display(), problems.iter().map(|p| format!("  {p}\n")).collect::<String>())
-            .trim_end()
-            .to_owned()
+        let listed: String = problems.iter().map(|p| format!("  {p}\n")).collect();
+        CliError::Refused(format!("{} refused:\n{}", args.path.display(), listed.trim_end()))
     })?;
     print!("{}", summary(&args.path.display().to_string(), &set, args.kubernetes_version));
     Ok(())

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use super::TemplateArgs;
+use super::{CliError, TemplateArgs};
 use crate::Verdict;
 use crate::offline::{self, Format};
 
@@ -44,22 +44,22 @@ pub enum OutputFormat {
 }
 
 /// Runs `inject`. Nothing is printed unless every document could be injected.
-pub fn run(args: &InjectArgs) -> Result<(), String> {
-    let engine = args.template.engine().map_err(|e| e.to_string())?;
+pub fn run(args: &InjectArgs) -> Result<(), CliError> {
+    let engine = args.template.engine().map_err(|e| CliError::templates(e, false))?;
     let (label, text) = if args.file.as_os_str() == "-" {
         let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text).map_err(|e| format!("reading stdin: {e}"))?;
+        std::io::stdin().read_to_string(&mut text).map_err(|e| CliError::Config(format!("reading stdin: {e}")))?;
         ("stdin".to_owned(), text)
     } else {
         let label = args.file.display().to_string();
-        let text = std::fs::read_to_string(&args.file).map_err(|e| format!("{label}: {e}"))?;
+        let text = std::fs::read_to_string(&args.file).map_err(|e| CliError::Config(format!("{label}: {e}")))?;
         (label, text)
     };
-    let mut documents = offline::read_documents(&text).map_err(|e| format!("{label}: {e}"))?;
+    let mut documents = offline::read_documents(&text).map_err(|e| CliError::Refused(format!("{label}: {e}")))?;
     let mut notes = String::new();
     for document in &mut documents {
-        let reports =
-            offline::inject_document(&engine, document, &args.namespace).map_err(|e| format!("{label}: {e}"))?;
+        let reports = offline::inject_document(&engine, document, &args.namespace)
+            .map_err(|e| CliError::Refused(format!("{label}: {e}")))?;
         for report in reports {
             for warning in &report.warnings {
                 notes.push_str(&format!("{}: warning: {warning}\n", report.workload));
@@ -77,7 +77,7 @@ pub fn run(args: &InjectArgs) -> Result<(), String> {
     };
     std::io::stdout()
         .write_all(offline::write_documents(&documents, format).as_bytes())
-        .map_err(|e| format!("writing the manifests: {e}"))?;
+        .map_err(|e| CliError::Config(format!("writing the manifests: {e}")))?;
     eprint!("{notes}");
     Ok(())
 }

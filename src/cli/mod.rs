@@ -14,17 +14,55 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// What the exit codes mean, for scripts (`--help` shows it).
+pub const EXIT_CODES: &str = "Exit codes: 0 success; 1 the work found a problem (check refused a template, review or \
+validate refused a pod, inject could not inject, the input is not a review or not YAML); 2 bad usage or bad \
+configuration (an unknown flag, an unreadable file or directory, a bad flag value, unusable templates or TLS \
+material for serve).";
+
 /// A Kubernetes mutating admission webhook that injects a templated sidecar into Pods.
 #[derive(Debug, Parser)]
-#[command(name = "sidecar-injector", version, about, propagate_version = true)]
+#[command(name = "sidecar-injector", version, about, propagate_version = true, after_help = EXIT_CODES)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// Why a command failed: the exit code a script can act on, and the one-line reason printed on stderr.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The work found a problem: a template, a pod or the input was refused. Exit code 1.
+    #[error("{0}")]
+    Refused(String),
+    /// Bad usage or bad configuration: nothing was judged. Exit code 2, as clap's own usage errors.
+    #[error("{0}")]
+    Config(String),
+}
+
+impl CliError {
+    /// The process's exit code for this error (see [`EXIT_CODES`]).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Refused(_) => 1,
+            CliError::Config(_) => 2,
+        }
+    }
+
+    /// Why templates could not be loaded: refused (malformed or invalid) or not there to read.
+    pub(crate) fn templates(error: crate::TemplateError, refused: bool) -> Self {
+        match error {
+            crate::TemplateError::Read { .. } | crate::TemplateError::Directory { .. } => {
+                CliError::Config(error.to_string())
+            }
+            invalid if refused => CliError::Refused(invalid.to_string()),
+            invalid => CliError::Config(invalid.to_string()),
+        }
+    }
+}
+
 /// Parses `args` (the first one is the program's name) and runs the subcommand: the whole `sidecar-injector`
-/// binary. Exit codes: 0 success; 1 the input or a template was refused (the reason is on stderr); 2 usage error.
+/// binary, with the exit codes of [`EXIT_CODES`].
 pub fn main<I, T>(args: I) -> std::process::ExitCode
 where
     I: IntoIterator<Item = T>,
@@ -40,9 +78,9 @@ where
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("sidecar-injector: {message}");
-            std::process::ExitCode::from(1)
+        Err(error) => {
+            eprintln!("sidecar-injector: {error}");
+            std::process::ExitCode::from(error.exit_code())
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::Verdict;
 use base64::Engine as _;
 use clap::Args;
 
-use super::TemplateArgs;
+use super::{CliError, TemplateArgs};
 
 /// Arguments of `review`.
 #[derive(Debug, Args)]
@@ -30,29 +30,40 @@ pub struct ReviewArgs {
 }
 
 /// Runs `review`. The response goes to stdout; errors come back as a one-line message.
-pub fn run(args: &ReviewArgs) -> Result<(), String> {
-    let engine = args.template.engine().map_err(|e| e.to_string())?;
+pub fn run(args: &ReviewArgs) -> Result<(), CliError> {
+    let engine = args.template.engine().map_err(|e| CliError::templates(e, false))?;
     let (label, mut body) = match args.file.as_deref() {
         None => ("stdin".to_owned(), read_stdin()?),
         Some(p) if p.as_os_str() == "-" => ("stdin".to_owned(), read_stdin()?),
-        Some(p) => (p.display().to_string(), std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?),
+        Some(p) => {
+            let body = std::fs::read(p).map_err(|e| CliError::Config(format!("{}: {e}", p.display())))?;
+            (p.display().to_string(), body)
+        }
     };
     let original = args.explain.then(|| body.clone());
     let mut response = Vec::new();
     let outcome =
         if args.validate { engine.validate(&mut body, &mut response) } else { engine.review(&mut body, &mut response) }
-            .map_err(|e| format!("{label}: {e}"))?;
+            .map_err(|e| CliError::Refused(format!("{label}: {e}")))?;
     response.push(b'\n');
-    std::io::stdout().write_all(&response).map_err(|e| format!("writing the response: {e}"))?;
+    std::io::stdout().write_all(&response).map_err(|e| CliError::Config(format!("writing the response: {e}")))?;
     if let Some(original) = original {
         eprint!("{}", explain(&engine, &original, &outcome, &response));
     }
-    Ok(())
+    match outcome.verdict {
+        crate::Verdict::Denied(reason) => {
+            Err(CliError::Refused(format!("{label}: the pod is refused ({})", reason.as_str())))
+        }
+        crate::Verdict::Incomplete { refused: true, .. } => {
+            Err(CliError::Refused(format!("{label}: the pod is refused: it lacks part of its injection")))
+        }
+        _ => Ok(()),
+    }
 }
 
-fn read_stdin() -> Result<Vec<u8>, String> {
+fn read_stdin() -> Result<Vec<u8>, CliError> {
     let mut body = Vec::new();
-    std::io::stdin().read_to_end(&mut body).map_err(|e| format!("reading stdin: {e}"))?;
+    std::io::stdin().read_to_end(&mut body).map_err(|e| CliError::Config(format!("reading stdin: {e}")))?;
     Ok(body)
 }
 

@@ -10,7 +10,7 @@ use crate::server::{ServeConfig, Server, TlsSource};
 use arc_swap::ArcSwap;
 use clap::{Args, ValueEnum};
 
-use super::TemplateArgs;
+use super::{CliError, TemplateArgs};
 
 /// Arguments of `serve`. Every flag also reads `SIDECAR_INJECTOR_<FLAG>`.
 #[derive(Debug, Args)]
@@ -157,9 +157,9 @@ impl ServeArgs {
 }
 
 /// Runs `serve` until SIGTERM or SIGINT.
-pub fn run(args: &ServeArgs) -> Result<(), String> {
-    init_logging(args)?;
-    let engine = args.template.engine().map_err(|e| e.to_string())?;
+pub fn run(args: &ServeArgs) -> Result<(), CliError> {
+    init_logging(args).map_err(CliError::Config)?;
+    let engine = args.template.engine().map_err(|e| CliError::templates(e, false))?;
     // std reads the cgroup CPU quota, so a container limited to 2 CPUs gets 2 workers, not one per host core.
     let workers = match args.workers {
         Some(n) => usize::from(n),
@@ -169,7 +169,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         .worker_threads(workers)
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+        .map_err(|e| CliError::Config(format!("cannot start the runtime: {e}")))?;
     let config = args.config();
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -182,7 +182,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     runtime.block_on(async {
         let shutdown = shutdown_signal();
         let engine = Arc::new(ArcSwap::from_pointee(engine));
-        let server = Server::bind(config, engine).await.map_err(|e| e.to_string())?;
+        let server = Server::bind(config, engine).await.map_err(|e| CliError::Config(e.to_string()))?;
         server.run(shutdown).await;
         Ok(())
     })

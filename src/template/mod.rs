@@ -1,6 +1,6 @@
 //! Templates: what to inject, loaded from YAML, validated and compiled once, then applied to many pods.
 //!
-//! A template file is YAML with these top-level keys (see `templates/default.yaml` and the README):
+//! A template file is YAML with these top-level keys (see `templates/default.yaml` and docs/templates.md):
 //!
 //! - `values`: free-form data that expressions can use as `values.*`;
 //! - `pod`: a partial Pod (`metadata.labels`, `metadata.annotations` and any `spec` field) merged add-only into

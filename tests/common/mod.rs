@@ -7,6 +7,16 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use sidecar_injector::{Engine, Outcome, Settings, Template};
 
+/// A file of the corpus of real pods and reviews kept in the repository (`tests/corpus`, see its README).
+pub fn corpus(path: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus").join(path)
+}
+
+/// The AdmissionReview a real kube-apiserver sent for `kubectl create` of a pod, as recorded by tests/e2e.rs.
+pub fn recorded_review() -> Vec<u8> {
+    std::fs::read(corpus("reviews/apiserver-1.20-pod-create.json")).unwrap()
+}
+
 pub fn engine_from(source: &str) -> Engine {
     let settings = Settings::default();
     Engine::new(Template::compile("test", "test.yaml", source, &settings).unwrap(), &settings)
