@@ -426,13 +426,12 @@ fn the_configmap_carries_the_templates_and_they_pass_check() {
     assert!(status.success());
 }
 
-/// `kubectl kustomize` builds the base and both overlays, when kubectl is installed (CI machines may lack it).
+/// `kubectl kustomize` builds the base and both overlays. Run it where kubectl is installed:
+/// `cargo test --test manifests -- --ignored kustomize`.
 #[test]
+#[ignore = "needs kubectl on PATH (CI machines lack it)"]
 fn kustomize_builds_the_base_and_the_overlays() {
-    let Some(kubectl) = kubectl() else {
-        eprintln!("skipped: kubectl is not installed");
-        return;
-    };
+    let kubectl = kubectl().expect("kubectl is on PATH (this test is run on purpose, with --ignored)");
     let build = |dir: &Path| -> Vec<Value> {
         let output = std::process::Command::new(&kubectl).arg("kustomize").arg(dir).output().unwrap();
         assert!(
