@@ -102,6 +102,22 @@ fn bench(c: &mut Criterion) {
             })
         });
 
+        if label == "2KB" {
+            // A pod that overrides a template value: the override is checked against the API server's rules
+            // (`Template::vet_overrides`), a cost only such pods pay.
+            let mut review: Value = serde_json::from_slice(&body).unwrap();
+            review["request"]["object"]["metadata"]["annotations"]["sidecar-injector.io/proxy-cpu"] = json!("100m");
+            let overridden = serde_json::to_vec(&review).unwrap();
+            group.bench_with_input(BenchmarkId::new("engine-override", label), &overridden, |b, body| {
+                let mut buf = Vec::with_capacity(body.len());
+                b.iter(|| {
+                    buf.clear();
+                    buf.extend_from_slice(body);
+                    black_box(engine.review(&mut buf, &mut out).unwrap());
+                })
+            });
+        }
+
         group.bench_with_input(BenchmarkId::new("simd-json-parse", label), &body, |b, body| {
             let mut buf = Vec::with_capacity(body.len() + simd_json::INPUT_PADDING);
             let mut buffers = simd_json::Buffers::new(body.len());

@@ -282,11 +282,14 @@ impl Template {
             let (fragment, _) = fragment(&self.sources.pod, self.sources.container_defaults.as_ref(), &mut slot);
             validation::validate_pod(&fragment, self.kubernetes_version)
         };
-        // What the template's own values give (a fragment alone lacks the pod's volumes, say) is not an override's
-        // doing.
+        // Most pods' overrides are valid: one validation says so. Only then is the template's own fragment judged:
+        // what its own values give (a fragment alone lacks the pod's volumes, say) is not an override's doing.
+        let mut current = problems(overrides);
+        if current.is_empty() {
+            return;
+        }
         let baseline = problems(&[]);
         while !overrides.is_empty() {
-            let current = problems(overrides);
             let Some(first) = current.iter().find(|e| !baseline.contains(e)) else { return };
             // The override without which this problem goes away; failing that, the last one applied.
             let culprit = (0..overrides.len())
@@ -306,6 +309,7 @@ impl Template {
                 "sidecar-injector: annotation {annotation}={shown} refused: the API server would refuse the pod: \
                  {first}; the template's value is used"
             ));
+            current = problems(overrides);
         }
     }
 }
