@@ -20,7 +20,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
-use sidecar_injector::{Engine, Settings, Stage, Template, Verdict};
+use sidecar_injector::{Engine, Settings, Stage, TemplateSet, Verdict};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,7 +64,7 @@ fn review_of_size(target: usize) -> Vec<u8> {
 
 fn engine() -> Engine {
     let settings = Settings::default();
-    Engine::new(Template::builtin(&settings).unwrap(), &settings)
+    Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings)
 }
 
 fn bench(c: &mut Criterion) {

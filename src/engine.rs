@@ -3,19 +3,23 @@
 
 use std::cell::RefCell;
 use std::ops::Range;
+use std::sync::Arc;
 
 use simd_json::{Buffers, Tape};
 
 use crate::decision::{self, Keys, SkipReason};
 use crate::patch::Pointer;
 use crate::pod::PodView;
-use crate::review::{self, ApiVersion, ReviewError};
+use crate::review::{self, ApiVersion, Review, ReviewError};
 use crate::template::tree::Rendered;
-use crate::template::{LeafCache, PodContext, Policy, SelectError, Template, TemplateSet, Validation};
+use crate::template::{
+    LeafCache, PodContext, Policy, SelectError, Selection, Template, TemplateId, TemplateSet, Validation,
+};
 use crate::validation::KubeVersion;
 use crate::{merge, response, validate};
 
-/// What the engine decided for one review. The response bytes are in the caller's buffer.
+/// What the engine decided for one review, as facts: callers (the server's metrics, `review --explain`,
+/// `inject`, the tests) read these instead of the response bytes, which are in the caller's buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     /// The version the review arrived (and was answered) in.
@@ -24,6 +28,38 @@ pub struct Outcome {
     pub verdict: Verdict,
     /// Warnings sent back to the user (kubectl prints them).
     pub warnings: Vec<String>,
+    /// The template that was applied to the pod, or failed to apply: what the response's audit annotations name.
+    /// `None` when no template was applied (the pod was not one to inject, or named an unknown template).
+    pub template: Option<Arc<TemplateId>>,
+    /// The refusal's message, as the response's `status.message` carries it.
+    pub message: Option<String>,
+    /// Validation: what the pod lacks of its injection, one thing each (`container proxy`, `volume data`).
+    pub missing: Vec<String>,
+    /// With [`Engine::trace`] only: the pod's name and the patch as plain JSON.
+    pub trace: Option<Trace>,
+}
+
+/// What [`Engine::trace`] adds to an outcome, for people reading a decision (`review --explain`, `inject`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Trace {
+    /// The pod as messages name it: `namespace/name`, `namespace/generateName*` or `namespace/<unnamed>`.
+    pub pod: Option<String>,
+    /// The JSON Patch that was sent (the response carries it in base64), when one was.
+    pub patch: Option<Vec<u8>>,
+}
+
+impl Outcome {
+    fn new(version: ApiVersion, trace: bool) -> Self {
+        Outcome {
+            version,
+            verdict: Verdict::Skipped(SkipReason::NotAPod),
+            warnings: Vec::new(),
+            template: None,
+            message: None,
+            missing: Vec::new(),
+            trace: trace.then(Trace::default),
+        }
+    }
 }
 
 /// The engine's verdict on one review.
@@ -52,8 +88,10 @@ pub enum Verdict {
 
 /// What the engine is asked: to inject (`/mutate`) or to check that injection is complete (`/validate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub enum Mode {
+    /// Inject: answer with the patch.
     Mutate,
+    /// Validate: admit the pod if injecting it again would add nothing.
     Validate,
 }
 
@@ -153,6 +191,23 @@ const DENY_CODE: u16 = 400;
 /// Status code of a validation refusal: the pod is well-formed but lacks what policy requires.
 const INCOMPLETE_CODE: u16 = 403;
 
+/// A pod the engine injects, with the template it takes.
+struct Chosen<'s, 't, 'i> {
+    template: Selection<'s>,
+    pod: PodView<'t, 'i>,
+}
+
+/// What the response will say, decided before a byte of it is written.
+enum Decision<'s, 't, 'i> {
+    /// Admitted as it is.
+    Allow(Verdict),
+    /// Admitted with the patch that merges the template into the pod: written straight into the response, as
+    /// base64, so its verdict (injected, or already injected) is known once it is written.
+    Patch { template: Selection<'s>, pod: PodView<'t, 'i>, overridden: bool },
+    /// Refused with this status code; the message is the outcome's.
+    Deny { verdict: Verdict, code: u16 },
+}
+
 /// How injection of one pod could not proceed.
 struct Failure {
     reason: SkipReason,
@@ -161,9 +216,9 @@ struct Failure {
 }
 
 impl Engine {
-    /// An engine injecting from `set` (a [`TemplateSet`], or a single [`Template`]).
-    pub fn new(set: impl Into<TemplateSet>, settings: &Settings) -> Self {
-        Engine { set: set.into(), keys: Keys::new(&settings.annotation_prefix), settings: settings.clone() }
+    /// An engine injecting from `set`.
+    pub fn new(set: TemplateSet, settings: &Settings) -> Self {
+        Engine { set, keys: Keys::new(&settings.annotation_prefix), settings: settings.clone() }
     }
 
     /// The template set this engine injects from.
@@ -185,33 +240,38 @@ impl Engine {
     /// [`PARSE_PADDING`] for its capacity) and the response is written to `out`. An `Err` means the body is not a
     /// readable review: answer 400.
     pub fn review(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
-        // With `Stage::Respond` every stage runs and `run` always returns an outcome.
-        self.run(body, out, Stage::Respond, Mode::Mutate)
-            .map(|outcome| outcome.expect("the last stage returns an outcome"))
+        self.run(body, |engine, root, work| engine.answer(root, work, out, Mode::Mutate, false))
     }
 
     /// Validates one `AdmissionReview` (`/validate`): the pod is allowed if injecting it again would add nothing;
     /// otherwise it is refused, or admitted with a warning, naming what is missing. Everything `review` skips is
     /// allowed. Same buffers and errors as [`Engine::review`].
     pub fn validate(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
-        // As in `review`: the last stage always returns an outcome.
-        self.run(body, out, Stage::Respond, Mode::Validate)
-            .map(|outcome| outcome.expect("the last stage returns an outcome"))
+        self.run(body, |engine, root, work| engine.answer(root, work, out, Mode::Validate, false))
     }
 
-    /// Runs `body` through the stages up to `until` (see [`Stage`]): what the per-stage benchmarks measure.
+    /// [`Engine::review`] or [`Engine::validate`], with the outcome's [`Trace`]: for people reading a decision,
+    /// not for the request path (it writes the patch twice).
+    pub fn trace(&self, body: &mut Vec<u8>, out: &mut Vec<u8>, mode: Mode) -> Result<Outcome, ReviewError> {
+        self.run(body, |engine, root, work| engine.answer(root, work, out, mode, true))
+    }
+
+    /// Runs `body` through the stages up to `until` (see [`Stage`]): what the per-stage benchmarks measure. The
+    /// same steps as [`Engine::review`], stopped early.
     #[doc(hidden)]
     pub fn review_until(&self, body: &mut Vec<u8>, out: &mut Vec<u8>, until: Stage) -> Result<(), ReviewError> {
-        self.run(body, out, until, Mode::Mutate).map(drop)
+        self.run(body, |engine, root, work| match until {
+            Stage::Parse => Ok(()),
+            _ => engine.probe(root, work, out, until),
+        })
     }
 
-    fn run(
+    /// Parses `body` in place into the thread's scratch tape and hands its root to `then`.
+    fn run<R>(
         &self,
         body: &mut Vec<u8>,
-        out: &mut Vec<u8>,
-        until: Stage,
-        mode: Mode,
-    ) -> Result<Option<Outcome>, ReviewError> {
+        then: impl FnOnce(&Self, simd_json::tape::Value<'_, '_>, &mut Work) -> Result<R, ReviewError>,
+    ) -> Result<R, ReviewError> {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Err(ReviewError::Empty);
         }
@@ -225,8 +285,7 @@ impl Engine {
             let Scratch { buffers, tape: tape_slot, work } = &mut *scratch;
             let mut tape = tape_slot.take().unwrap_or_else(Tape::null).reset();
             let result = match simd_json::fill_tape_padded(body, len, buffers, &mut tape) {
-                Ok(()) if until == Stage::Parse => Ok(None),
-                Ok(()) => self.answer(tape.as_value(), work, out, until, mode),
+                Ok(()) => then(self, tape.as_value(), work),
                 Err(e) => Err(ReviewError::json(&e)),
             };
             *tape_slot = Some(tape.reset());
@@ -236,78 +295,105 @@ impl Engine {
         result
     }
 
+    /// Decides, then writes the response from the decision.
     fn answer(
         &self,
         root: simd_json::tape::Value<'_, '_>,
         work: &mut Work,
         out: &mut Vec<u8>,
-        until: Stage,
         mode: Mode,
-    ) -> Result<Option<Outcome>, ReviewError> {
+        trace: bool,
+    ) -> Result<Outcome, ReviewError> {
         let review = review::read(root)?;
-        if until == Stage::Read {
-            return Ok(None);
-        }
-        response::open(out, review.version, review.uid);
-        let mut warnings = Vec::new();
-        let pod = match decision::decide(&review, &self.keys) {
-            Ok(pod) => pod,
-            Err(reason) => {
-                response::allow(out);
-                response::close(out, &warnings, None);
-                return Ok(Some(Outcome { version: review.version, verdict: Verdict::Skipped(reason), warnings }));
-            }
+        let mut outcome = Outcome::new(review.version, trace);
+        let decision = match self.choose(&review, work, &mut outcome) {
+            Ok(chosen) => self.prepare(chosen, work, &mut outcome, mode),
+            Err(decision) => decision,
         };
-        let (verdict, template) = match self.set.select(pod.annotation(&self.keys.template)) {
-            Ok(template) => match self.inject(&template, &pod, work, out, &mut warnings, until, mode) {
-                Some(verdict) => (verdict, Some(template)),
-                None => return Ok(None),
-            },
-            Err(e) => (self.fail(self.unknown_template(&pod, e), out, &mut warnings), None),
-        };
-        // The audit log records which template and version were applied (or failed to apply) to the pod.
-        let applied = matches!(
-            verdict,
-            Verdict::Injected { .. }
-                | Verdict::Complete
-                | Verdict::Incomplete { .. }
-                | Verdict::Skipped(SkipReason::AlreadyInjected | SkipReason::RenderFailed)
-                | Verdict::Denied(SkipReason::RenderFailed)
-        );
-        let audit = template.as_ref().filter(|_| applied).map(|t| t.audit_json());
-        response::close(out, &warnings, audit);
-        Ok(Some(Outcome { version: review.version, verdict, warnings }))
+        self.write(&review, decision, work, out, &mut outcome);
+        Ok(outcome)
     }
 
-    /// Injects `template` into `pod` if it takes it: renders the per-pod leaves and writes the patch (or, when
-    /// validating, judges the pod by it). `None` when `until` stops it first.
-    #[allow(clippy::too_many_arguments)] // The stages' shared state, passed down rather than bundled for one call.
-    fn inject(
+    /// The steps of [`Engine::answer`] up to `until`, for the per-stage benchmarks.
+    fn probe(
         &self,
-        template: &Template,
-        pod: &PodView<'_, '_>,
+        root: simd_json::tape::Value<'_, '_>,
         work: &mut Work,
         out: &mut Vec<u8>,
-        warnings: &mut Vec<String>,
         until: Stage,
-        mode: Mode,
-    ) -> Option<Verdict> {
-        if let Err(reason) = decision::admits(pod, &self.keys, template) {
-            if reason == SkipReason::InjectedByOtherVersion {
-                warnings.push(self.other_version_warning(pod, template));
+    ) -> Result<(), ReviewError> {
+        let review = review::read(root)?;
+        if until == Stage::Read {
+            return Ok(());
+        }
+        if until < Stage::Respond {
+            // As in a whole review, where the response is opened before the stages after reading run.
+            response::open(out, review.version, review.uid);
+        }
+        let mut outcome = Outcome::new(review.version, false);
+        let decision = match self.choose(&review, work, &mut outcome) {
+            Ok(_) if until == Stage::Decide => return Ok(()),
+            Ok(chosen) => self.prepare(chosen, work, &mut outcome, Mode::Mutate),
+            Err(decision) => decision,
+        };
+        match (until, &decision) {
+            (Stage::Decide | Stage::Render, _) => {}
+            (Stage::Merge, Decision::Patch { template, pod, overridden }) => {
+                let Work { rendered, ranges, path, staged, .. } = work;
+                staged.clear();
+                let slots = Rendered { buf: rendered, ranges };
+                merge::merge(template, *overridden, pod, slots, path, staged, &mut ());
             }
-            response::allow(out);
-            return Some(Verdict::Skipped(reason));
+            (Stage::Merge, _) => {}
+            _ => self.write(&review, decision, work, out, &mut outcome),
         }
-        let Work { rendered, ranges, overrides, path, staged, leaf_cache } = work;
-        overrides.clear();
+        Ok(())
+    }
+
+    /// The pod to inject and the template it takes; or, when there is none, the decision already. Reads the
+    /// pod's overrides and warns about annotations nothing reads.
+    // The `Err` is a decision as large as the `Ok` (a pod view); boxing it would allocate per request.
+    #[allow(clippy::result_large_err)]
+    fn choose<'s, 't, 'i>(
+        &'s self,
+        review: &Review<'t, 'i>,
+        work: &mut Work,
+        outcome: &mut Outcome,
+    ) -> Result<Chosen<'s, 't, 'i>, Decision<'s, 't, 'i>> {
+        let pod = decision::decide(review, &self.keys).map_err(|reason| Decision::Allow(Verdict::Skipped(reason)))?;
+        if let Some(trace) = &mut outcome.trace {
+            trace.pod = Some(pod.display_name());
+        }
+        let template = match self.set.select(pod.annotation(&self.keys.template)) {
+            Ok(template) => template,
+            Err(e) => return Err(self.fail(self.unknown_template(&pod, e), outcome)),
+        };
+        if let Err(reason) = decision::admits(&pod, &self.keys, &template) {
+            if reason == SkipReason::InjectedByOtherVersion {
+                outcome.warnings.push(self.other_version_warning(&pod, &template));
+            }
+            return Err(Decision::Allow(Verdict::Skipped(reason)));
+        }
+        outcome.template = Some(template.id().clone());
+        work.overrides.clear();
         if !template.overrides.is_empty() {
-            self.read_overrides(template, pod, overrides, warnings);
+            self.read_overrides(&template, &pod, &mut work.overrides, &mut outcome.warnings);
         }
-        self.unknown_annotations(template, pod, warnings);
-        if until == Stage::Decide {
-            return None;
-        }
+        self.unknown_annotations(&template, &pod, &mut outcome.warnings);
+        Ok(Chosen { template, pod })
+    }
+
+    /// Renders the pod's leaves and checks them: the patch to send, or (when validating) the judgement of the
+    /// pod by it.
+    fn prepare<'s, 't, 'i>(
+        &self,
+        chosen: Chosen<'s, 't, 'i>,
+        work: &mut Work,
+        outcome: &mut Outcome,
+        mode: Mode,
+    ) -> Decision<'s, 't, 'i> {
+        let Chosen { template, pod } = chosen;
+        let Work { rendered, ranges, overrides, path, staged, leaf_cache } = work;
         if template.renders_per_pod() {
             let context = PodContext {
                 name: pod.name(),
@@ -318,71 +404,110 @@ impl Engine {
                 annotations: pod.annotations(template.needs_annotations()),
             };
             if !overrides.is_empty() {
-                template.vet_overrides(&context, overrides, warnings);
+                template.vet_overrides(&context, overrides, &mut outcome.warnings);
             }
             if let Err(e) = template.render(&context, overrides, Some(leaf_cache), rendered, ranges) {
-                let failure = self.leaf_failure(template, e.slot, pod, "failed to render", &e.reason);
-                return Some(self.fail(failure, out, warnings));
+                let failure = self.leaf_failure(&template, e.slot, &pod, "failed to render", &e.reason);
+                return self.fail(failure, outcome);
             }
         }
         let slots = Rendered { buf: rendered, ranges };
         if let Err((slot, error)) = template.check_leaves(slots) {
             let what = "rendered a value the API server would refuse";
-            return Some(self.fail(self.leaf_failure(template, slot, pod, what, &error), out, warnings));
+            return self.fail(self.leaf_failure(&template, slot, &pod, what, &error), outcome);
         }
         let overridden = !overrides.is_empty();
-        if mode == Mode::Validate {
-            staged.clear();
-            let missing = merge::merge(template, overridden, pod, slots, path, staged);
-            return Some(self.judge(template, pod, missing, staged, out, warnings));
-        }
-        match until {
-            Stage::Render => return None,
-            Stage::Merge => {
+        match mode {
+            Mode::Mutate => Decision::Patch { template, pod, overridden },
+            Mode::Validate => {
                 staged.clear();
-                merge::merge(template, overridden, pod, slots, path, staged);
-                return None;
+                let missing = merge::merge(&template, overridden, &pod, slots, path, staged, &mut ());
+                self.judge(&template, &pod, missing, (slots, overridden), path, staged, outcome)
             }
-            _ => {}
         }
-        response::allow(out);
-        Some(match response::patch(out, staged, |sink| merge::merge(template, overridden, pod, slots, path, sink)) {
-            0 => Verdict::Skipped(SkipReason::AlreadyInjected),
-            ops => Verdict::Injected { ops },
-        })
     }
 
-    /// Answers a validation: complete pods are allowed; an incomplete one is refused or warned about, as the
-    /// template (or the server) says, naming what is missing. `patch` is the JSON Patch injection would send.
-    fn judge(
+    /// Writes the response the decision makes, and the verdict into the outcome.
+    fn write(
+        &self,
+        review: &Review<'_, '_>,
+        decision: Decision<'_, '_, '_>,
+        work: &mut Work,
+        out: &mut Vec<u8>,
+        outcome: &mut Outcome,
+    ) {
+        response::open(out, review.version, review.uid);
+        outcome.verdict = match decision {
+            Decision::Allow(verdict) => {
+                response::allow(out);
+                verdict
+            }
+            Decision::Deny { verdict, code } => {
+                response::deny(out, code, outcome.message.as_deref().unwrap_or_default());
+                verdict
+            }
+            Decision::Patch { template, pod, overridden } => {
+                response::allow(out);
+                let Work { rendered, ranges, path, staged, .. } = work;
+                let slots = Rendered { buf: rendered, ranges };
+                if let Some(trace) = &mut outcome.trace {
+                    let mut plain = Vec::new();
+                    merge::merge(&template, overridden, &pod, slots, path, &mut plain, &mut ());
+                    trace.patch = Some(plain);
+                }
+                let ops = response::patch(out, staged, |sink| {
+                    merge::merge(&template, overridden, &pod, slots, path, sink, &mut ())
+                });
+                match ops {
+                    0 => Verdict::Skipped(SkipReason::AlreadyInjected),
+                    ops => Verdict::Injected { ops },
+                }
+            }
+        };
+        if let Some(trace) = &mut outcome.trace
+            && !matches!(outcome.verdict, Verdict::Injected { .. })
+        {
+            trace.patch = None;
+        }
+        response::close(out, &outcome.warnings, outcome.template.as_deref().map(TemplateId::audit_json));
+    }
+
+    /// Judges a pod for validation: complete pods are allowed; an incomplete one is refused or warned about, as
+    /// the template (or the server) says, naming what is missing. `missing` is the number of operations
+    /// injection would send; for an incomplete pod, the merge runs again, watched, to name them.
+    #[allow(clippy::too_many_arguments)] // The merge's inputs, passed through once more to name what it adds.
+    fn judge<'s, 't, 'i>(
         &self,
         template: &Template,
-        pod: &PodView<'_, '_>,
+        pod: &PodView<'t, 'i>,
         missing: usize,
-        patch: &[u8],
-        out: &mut Vec<u8>,
-        warnings: &mut Vec<String>,
-    ) -> Verdict {
+        (slots, overridden): (Rendered<'_>, bool),
+        path: &mut Pointer,
+        staged: &mut Vec<u8>,
+        outcome: &mut Outcome,
+    ) -> Decision<'s, 't, 'i> {
         if missing == 0 {
-            response::allow(out);
-            return Verdict::Complete;
+            return Decision::Allow(Verdict::Complete);
         }
+        let mut watch = validate::Missing::new(pod);
+        staged.clear();
+        merge::merge(template, overridden, pod, slots, path, staged, &mut watch);
+        outcome.missing = watch.into_items();
         let message = format!(
             "sidecar-injector: pod {} lacks what template {} (version {}) injects: {}",
             pod.display_name(),
             template.name(),
             template.hash(),
-            validate::describe_missing(pod, patch)
+            validate::one_line(&outcome.missing)
         );
         match template.validation().unwrap_or(self.settings.validation) {
             Validation::Deny => {
-                response::deny(out, INCOMPLETE_CODE, &message);
-                Verdict::Incomplete { missing, refused: true }
+                outcome.message = Some(message);
+                Decision::Deny { verdict: Verdict::Incomplete { missing, refused: true }, code: INCOMPLETE_CODE }
             }
             Validation::Warn => {
-                response::allow(out);
-                warnings.push(message);
-                Verdict::Incomplete { missing, refused: false }
+                outcome.warnings.push(message);
+                Decision::Allow(Verdict::Incomplete { missing, refused: false })
             }
         }
     }
@@ -466,18 +591,17 @@ impl Engine {
         }
     }
 
-    /// Answers a pod whose injection cannot proceed, as the policy says: admitted without the sidecar and with
-    /// a warning, or refused with the reason.
-    fn fail(&self, failure: Failure, out: &mut Vec<u8>, warnings: &mut Vec<String>) -> Verdict {
+    /// Decides for a pod whose injection cannot proceed, as the policy says: admitted without the sidecar and
+    /// with a warning, or refused with the reason.
+    fn fail<'s, 't, 'i>(&self, failure: Failure, outcome: &mut Outcome) -> Decision<'s, 't, 'i> {
         match failure.policy {
             Policy::Allow => {
-                response::allow(out);
-                warnings.push(format!("sidecar-injector: admitted without the sidecar: {}", failure.message));
-                Verdict::Skipped(failure.reason)
+                outcome.warnings.push(format!("sidecar-injector: admitted without the sidecar: {}", failure.message));
+                Decision::Allow(Verdict::Skipped(failure.reason))
             }
             Policy::Deny => {
-                response::deny(out, DENY_CODE, &format!("sidecar-injector: {}", failure.message));
-                Verdict::Denied(failure.reason)
+                outcome.message = Some(format!("sidecar-injector: {}", failure.message));
+                Decision::Deny { verdict: Verdict::Denied(failure.reason), code: DENY_CODE }
             }
         }
     }
@@ -487,6 +611,7 @@ impl Engine {
             SelectError::Unknown(names) => {
                 format!("no template named {} (known: {})", names.join(", "), self.set.names())
             }
+            SelectError::TooMany { .. } => format!("the templates cannot be combined: {error}"),
             SelectError::Combination(reason) => format!("the templates cannot be combined: {reason}"),
         };
         Failure {

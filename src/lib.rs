@@ -15,16 +15,17 @@
 //! [`Engine`] runs them for one request, bytes in, bytes out:
 //!
 //! ```
-//! use sidecar_injector::{Engine, Settings, Template, Verdict};
+//! use sidecar_injector::{Engine, Settings, TemplateSet, Verdict};
 //!
 //! let settings = Settings::default();
-//! let engine = Engine::new(Template::builtin(&settings).unwrap(), &settings);
+//! let engine = Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings);
 //! let mut body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
 //!     "uid":"42","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","namespace":"shop",
 //!     "object":{"metadata":{"name":"web"},"spec":{"containers":[{"name":"web","image":"nginx"}]}}}}"#.to_vec();
 //! let mut response = Vec::new();
 //! let outcome = engine.review(&mut body, &mut response).unwrap();
 //! assert!(matches!(outcome.verdict, Verdict::Injected { .. }));
+//! assert_eq!(outcome.template.unwrap().name, "default");
 //! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -46,6 +47,8 @@ mod validate;
 pub mod validation;
 
 pub use decision::SkipReason;
-pub use engine::{Engine, Outcome, PARSE_PADDING, Settings, Stage, Verdict};
+pub use engine::{Engine, Mode, Outcome, PARSE_PADDING, Settings, Stage, Trace, Verdict};
 pub use review::{ApiVersion, ReviewError};
-pub use template::{Policy, SelectError, Selection, SetSources, Template, TemplateError, TemplateSet, Validation};
+pub use template::{
+    Policy, SelectError, Selection, SetSources, Template, TemplateError, TemplateId, TemplateSet, Validation,
+};

@@ -11,7 +11,7 @@
 
 use serde_json::{Value, json};
 
-use crate::{Engine, Verdict};
+use crate::{Engine, Mode, Verdict};
 
 /// Why manifests could not be injected.
 #[derive(Debug, thiserror::Error)]
@@ -215,18 +215,14 @@ fn inject_pod(
     });
     // Serialising a `Value` cannot fail.
     let mut body = serde_json::to_vec(&review).expect("JSON values serialise");
-    let mut response_bytes = Vec::new();
-    let outcome = engine.review(&mut body, &mut response_bytes).map_err(|e| internal(e.to_string()))?;
-    let response: Value = serde_json::from_slice(&response_bytes).map_err(|e| internal(e.to_string()))?;
-    let response = &response["response"];
+    let mut response = Vec::new();
+    let outcome = engine.trace(&mut body, &mut response, Mode::Mutate).map_err(|e| internal(e.to_string()))?;
     if let Verdict::Denied(_) = outcome.verdict {
-        let message = response["status"]["message"].as_str().unwrap_or_default().to_owned();
+        let message = outcome.message.clone().unwrap_or_default();
         return Err(OfflineError::Refused { workload: workload.to_owned(), message });
     }
-    if let Some(patch) = response["patch"].as_str() {
-        use base64::Engine as _;
-        let patch = base64::engine::general_purpose::STANDARD.decode(patch).map_err(|e| internal(e.to_string()))?;
-        let patch: json_patch::Patch = serde_json::from_slice(&patch).map_err(|e| internal(e.to_string()))?;
+    if let Some(patch) = outcome.trace.as_ref().and_then(|t| t.patch.as_deref()) {
+        let patch: json_patch::Patch = serde_json::from_slice(patch).map_err(|e| internal(e.to_string()))?;
         let mut injected = review["request"]["object"].take();
         json_patch::patch(&mut injected, &patch).map_err(|e| internal(format!("the patch does not apply: {e}")))?;
         let metadata = injected["metadata"].as_object_mut().ok_or_else(|| internal("metadata vanished".into()))?;

@@ -4,6 +4,7 @@ use simd_json::prelude::*;
 use simd_json::tape::{Array, Value};
 
 use crate::template::StrEntries;
+use crate::template::schema::CONTAINER_LISTS;
 
 /// The Pod under review. Accessors read the tape; nothing is copied. The metadata fields and the spec fields
 /// several stages read are located in one walk over each when the view is made (a `get` per field would rescan
@@ -25,9 +26,6 @@ pub(crate) struct PodView<'t, 'i> {
     /// `spec.containers`, `spec.initContainers` and `spec.ephemeralContainers`, when they are arrays.
     container_lists: [Option<Value<'t, 'i>>; 3],
 }
-
-/// The spec's container lists, in the order [`PodView::container_lists`] gives them.
-pub(crate) const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
 
 impl<'t, 'i> PodView<'t, 'i> {
     pub(crate) fn new(object: Value<'t, 'i>, request_namespace: &'i str) -> Self {
@@ -86,6 +84,11 @@ impl<'t, 'i> PodView<'t, 'i> {
     /// The spec's container lists, in [`CONTAINER_LISTS`] order.
     pub(crate) fn container_lists(&self) -> [Option<Array<'t, 'i>>; 3] {
         self.container_lists.map(|list| list.and_then(|l| l.as_array()))
+    }
+
+    /// The same, as the values the merge rules read.
+    pub(crate) fn container_list_values(&self) -> [Option<Value<'t, 'i>>; 3] {
+        self.container_lists
     }
 
     pub(crate) fn spec(&self) -> Option<Value<'t, 'i>> {

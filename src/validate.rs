@@ -1,84 +1,109 @@
 //! Validation (`POST /validate`): what a pod still lacks of its template's injection, in words a person can act on.
 //!
-//! Injection is idempotent, so "the final pod is correct" means "injecting it again would add nothing". The
-//! engine writes the patch it would send; each of its `add` operations is one thing missing, described here by
-//! what it adds (`container proxy`, `volume data`, `annotation sidecar-injector.io/status`) rather than by its
-//! JSON Pointer. Only pods that fail validation get here, so this may allocate.
+//! Injection is idempotent, so "the final pod is correct" means "injecting it again would add nothing". For a pod
+//! that lacks something, the merge runs again watched by [`Missing`]: each `add` it would make is one thing
+//! missing, named by what it adds (`container proxy`, `volume data`, `annotation sidecar-injector.io/status`)
+//! rather than by its JSON Pointer. Only pods that fail validation get here, so this may allocate.
 
-use serde_json::Value;
 use simd_json::prelude::*;
 
+use crate::merge::{Added, Observer, Step};
 use crate::pod::PodView;
+use crate::template::tree::{Item, KeyValue, TNode};
 
 /// At most this many missing things are named in a message; the rest are counted.
 const MAX_NAMED: usize = 10;
 
-/// One line naming what the operations of `patch` (a JSON Patch of `add` operations) would add to `pod`.
-pub(crate) fn describe_missing(pod: &PodView<'_, '_>, patch: &[u8]) -> String {
-    let ops: Vec<Value> = serde_json::from_slice(patch).unwrap_or_default();
-    let mut items: Vec<String> =
-        ops.iter().map(|op| describe(pod, op["path"].as_str().unwrap_or_default(), &op["value"])).collect();
-    items.dedup();
+/// Watches a merge and names each thing it adds.
+pub(crate) struct Missing<'m, 'p, 't, 'i> {
+    pod: &'p PodView<'t, 'i>,
+    steps: Vec<Step<'m>>,
+    items: Vec<String>,
+}
+
+impl<'m, 'p, 't, 'i> Missing<'m, 'p, 't, 'i> {
+    pub(crate) fn new(pod: &'p PodView<'t, 'i>) -> Self {
+        Missing { pod, steps: Vec::new(), items: Vec::new() }
+    }
+
+    /// What the pod lacks, one thing each, in the merge's order.
+    pub(crate) fn into_items(mut self) -> Vec<String> {
+        self.items.dedup();
+        self.items
+    }
+}
+
+impl<'m> Observer<'m> for Missing<'m, '_, '_, '_> {
+    fn enter(&mut self, step: Step<'m>) {
+        self.steps.push(step);
+    }
+
+    fn leave(&mut self) {
+        self.steps.pop();
+    }
+
+    fn added(&mut self, what: Added<'m, '_>) {
+        describe(self.pod, &self.steps, what, &mut self.items);
+    }
+}
+
+/// One line naming `items`, the things a pod lacks: the first [`MAX_NAMED`], and how many more.
+pub(crate) fn one_line(items: &[String]) -> String {
+    let mut line = items.iter().take(MAX_NAMED).map(String::as_str).collect::<Vec<_>>().join(", ");
     let more = items.len().saturating_sub(MAX_NAMED);
-    items.truncate(MAX_NAMED);
-    let mut line = items.join(", ");
     if more > 0 {
         line.push_str(&format!(" and {more} more"));
     }
     line
 }
 
-/// What one `add` at `path` of `value` adds.
-fn describe(pod: &PodView<'_, '_>, path: &str, value: &Value) -> String {
-    let segments: Vec<String> = path.split('/').skip(1).map(|s| s.replace("~1", "/").replace("~0", "~")).collect();
-    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
-    match segments.as_slice() {
-        ["metadata", map @ ("annotations" | "labels"), key] => format!("{} {key}", singular(map)),
-        ["metadata", map @ ("annotations" | "labels")] => each(singular(map), keys(value)),
-        ["spec", list @ ("containers" | "initContainers" | "volumes" | "imagePullSecrets")] => {
-            each(singular(list), value.as_array().into_iter().flatten().filter_map(item_key).collect())
+/// The container lists and the other lists of a pod spec whose items are named when they are missing.
+const NAMED_LISTS: [&str; 4] = ["containers", "initContainers", "volumes", "imagePullSecrets"];
+
+/// Names what one `add` of `what` at `steps` adds, one item per thing.
+fn describe(pod: &PodView<'_, '_>, steps: &[Step<'_>], what: Added<'_, '_>, out: &mut Vec<String>) {
+    use Step::{Field, Index};
+    match (steps, what) {
+        ([Field("metadata"), Field(map @ ("annotations" | "labels")), Field(key)], _) => {
+            out.push(format!("{} {key}", singular(map)))
         }
-        ["spec", list @ ("containers" | "initContainers" | "volumes" | "imagePullSecrets"), position]
-            if is_position(position) =>
-        {
-            format!("{} {}", singular(list), item_key(value).unwrap_or_else(|| "(unnamed)".to_owned()))
+        ([Field("metadata"), Field(map @ ("annotations" | "labels"))], what) => {
+            out.extend(member_keys(what).into_iter().map(|key| format!("{} {key}", singular(map))))
         }
-        ["spec", list @ ("containers" | "initContainers"), index, rest @ ..] if index.parse::<usize>().is_ok() => {
-            let name = container_name(pod, list, index).unwrap_or_else(|| format!("#{index}"));
-            format!("{} {name}: {}", singular(list), field(rest, value))
+        ([Field("spec"), Field(list)], Added::Item(item)) if NAMED_LISTS.contains(list) => {
+            out.push(format!("{} {}", singular(list), item_key(item).unwrap_or_else(|| "(unnamed)".to_owned())))
         }
-        rest => field(rest, value),
+        ([Field("spec"), Field(list)], what) if NAMED_LISTS.contains(list) => {
+            out.extend(item_keys(what).into_iter().map(|name| format!("{} {name}", singular(list))))
+        }
+        ([Field("spec"), Field(list @ ("containers" | "initContainers")), Index(index), rest @ ..], what) => {
+            let name = container_name(pod, list, *index).unwrap_or_else(|| format!("#{index}"));
+            out.push(format!("{} {name}: {}", singular(list), field(rest, what)))
+        }
+        (rest, what) => out.push(field(rest, what)),
     }
 }
 
-/// A field inside an object: its dotted path, with the key of a list item (`env[POD_NAME]`).
-fn field(segments: &[&str], value: &Value) -> String {
+/// A field inside an object: its dotted path, with the key of a list item (`env[POD_IP]`).
+fn field(steps: &[Step<'_>], what: Added<'_, '_>) -> String {
     let mut text = String::new();
-    for segment in segments {
-        if is_position(segment) {
-            continue;
+    for step in steps {
+        if let Step::Field(key) = step {
+            if !text.is_empty() {
+                text.push('.');
+            }
+            text.push_str(key);
         }
-        if !text.is_empty() {
-            text.push('.');
-        }
-        text.push_str(segment);
     }
-    if let [.., list, last] = segments
-        && is_position(last)
-    {
-        if let Some(key) = merge_key(list, value) {
+    if let Added::Item(item) = what {
+        if let Some(key) = item_key(item) {
             text.push_str(&format!("[{key}]"));
         }
     } else if text.is_empty() {
         text.push_str("the pod's ");
-        text.push_str(&keys(value).join(", "));
+        text.push_str(&member_keys(what).join(", "));
     }
     text
-}
-
-/// `-` or an index: the add goes into a list.
-fn is_position(segment: &str) -> bool {
-    segment == "-" || segment.parse::<usize>().is_ok()
 }
 
 fn singular(collection: &str) -> &str {
@@ -93,37 +118,35 @@ fn singular(collection: &str) -> &str {
     }
 }
 
-/// The merge key of an item of `list`, as the merge matches them: `mountPath` for volume mounts,
-/// `containerPort` for ports, `name` for the rest.
-fn merge_key(list: &str, value: &Value) -> Option<String> {
-    let key = match list {
-        "volumeMounts" => "mountPath",
-        "ports" => "containerPort",
-        _ => "name",
-    };
-    match &value[key] {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
+/// The item's merge-key value (`name`, `mountPath`, `containerPort`...), as the merge matched it.
+fn item_key(item: &Item) -> Option<String> {
+    match item.key.as_ref()? {
+        KeyValue::Str(s) => Some(s.to_string()),
+        KeyValue::Int(i) => Some(i.to_string()),
     }
 }
 
-fn item_key(value: &Value) -> Option<String> {
-    merge_key("", value)
+/// The keys of the members an object `add` writes.
+fn member_keys<'m>(what: Added<'m, '_>) -> Vec<&'m str> {
+    match what {
+        Added::Value(TNode::Object(object)) => object.members.iter().map(|m| &*m.key).collect(),
+        Added::Members(object, keep) => object.members.iter().map(|m| &*m.key).filter(|k| keep(k)).collect(),
+        _ => Vec::new(),
+    }
 }
 
-/// `volume a, volume b`: one item per name, as if each had been added alone.
-fn each(noun: &str, names: Vec<String>) -> String {
-    names.iter().map(|name| format!("{noun} {name}")).collect::<Vec<_>>().join(", ")
-}
-
-fn keys(value: &Value) -> Vec<String> {
-    value.as_object().map(|map| map.keys().cloned().collect()).unwrap_or_default()
+/// The keys of the items a list `add` writes.
+fn item_keys(what: Added<'_, '_>) -> Vec<String> {
+    match what {
+        Added::Value(TNode::List(list)) => list.items.iter().filter_map(item_key).collect(),
+        Added::Items(list, keep) => list.items.iter().filter(|i| keep(i)).filter_map(item_key).collect(),
+        Added::Item(item) => item_key(item).into_iter().collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The name of the pod's container (or init container) at `index`.
-fn container_name(pod: &PodView<'_, '_>, list: &str, index: &str) -> Option<String> {
-    let index = index.parse().ok()?;
+fn container_name(pod: &PodView<'_, '_>, list: &str, index: usize) -> Option<String> {
     let containers = pod.spec()?.get(list)?.as_array()?;
     containers.get(index)?.get("name")?.into_string().map(str::to_owned)
 }
@@ -131,42 +154,75 @@ fn container_name(pod: &PodView<'_, '_>, list: &str, index: &str) -> Option<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Engine, Settings, TemplateSet};
 
-    fn missing(pod: &str, patch: &str) -> String {
-        let mut bytes = pod.as_bytes().to_vec();
-        let tape = simd_json::to_tape(&mut bytes).unwrap();
-        let view = PodView::new(tape.as_value(), "ns");
-        describe_missing(&view, patch.as_bytes())
+    /// What `/validate` says `pod` lacks of the template in `source`.
+    fn missing(source: &str, pod: serde_json::Value) -> Vec<String> {
+        let settings = Settings::default();
+        let engine = Engine::new(TemplateSet::from_source("t", "t.yaml", source, &settings).unwrap(), &settings);
+        let review = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+                        "namespace": "ns", "object": pod}
+        });
+        let mut body = serde_json::to_vec(&review).unwrap();
+        let outcome = engine.validate(&mut body, &mut Vec::new()).unwrap();
+        assert!(outcome.message.as_deref().unwrap_or_default().ends_with(&one_line(&outcome.missing)));
+        outcome.missing
     }
 
     #[test]
     fn names_what_each_operation_adds() {
-        let pod = r#"{"metadata":{"name":"p"},"spec":{"containers":[{"name":"app"},{"name":"proxy"}]}}"#;
-        let patch = r#"[
-            {"op":"add","path":"/metadata/annotations/sidecar-injector.io~1status","value":"{}"},
-            {"op":"add","path":"/metadata/labels","value":{"a":"1","b":"2"}},
-            {"op":"add","path":"/spec/initContainers","value":[{"name":"init"}]},
-            {"op":"add","path":"/spec/containers/-","value":{"name":"agent"}},
-            {"op":"add","path":"/spec/volumes/-","value":{"name":"data"}},
-            {"op":"add","path":"/spec/containers/1/env/-","value":{"name":"POD_IP"}},
-            {"op":"add","path":"/spec/containers/1/volumeMounts/0","value":{"name":"data","mountPath":"/d"}},
-            {"op":"add","path":"/spec/containers/1/ports/-","value":{"name":"admin","containerPort":15000}},
-            {"op":"add","path":"/spec/containers/1/resources/requests/cpu","value":"50m"}
-        ]"#;
+        let template = "pod:
+  metadata:
+    labels: {a: '1', b: '2'}
+  spec:
+    initContainers: [{name: init, image: busybox}]
+    containers:
+      - {name: agent, image: agent}
+      - name: proxy
+        image: proxy
+        env: [{name: POD_IP, value: x}]
+        volumeMounts: [{name: data, mountPath: /d}]
+        ports: [{name: admin, containerPort: 15000}]
+        resources: {requests: {cpu: 50m}}
+    volumes: [{name: data, emptyDir: {}}]
+";
+        let pod = serde_json::json!({
+            "metadata": {"name": "p", "annotations": {"team": "x"}},
+            "spec": {
+                "containers": [
+                    {"name": "app", "image": "a"},
+                    {"name": "proxy", "image": "p", "env": [{"name": "OTHER", "value": "1"}],
+                     "volumeMounts": [{"name": "x", "mountPath": "/x"}], "ports": [{"containerPort": 80}],
+                     "resources": {"requests": {"memory": "1Mi"}}}
+                ],
+                "volumes": [{"name": "x", "emptyDir": {}}]
+            }
+        });
         assert_eq!(
-            missing(pod, patch),
-            "annotation sidecar-injector.io/status, label a, label b, init container init, container agent, \
-             volume data, container proxy: env[POD_IP], container proxy: volumeMounts[/d], container proxy: ports[15000], \
-             container proxy: resources.requests.cpu"
+            missing(template, pod).join(", "),
+            "label a, label b, annotation sidecar-injector.io/status, init container init, \
+             container proxy: env[POD_IP], container proxy: volumeMounts[/d], container proxy: ports[15000], \
+             container proxy: resources.requests.cpu, container agent, volume data"
         );
     }
 
     #[test]
     fn a_long_list_is_cut_and_counted() {
-        let pod = r#"{"metadata":{},"spec":{"containers":[]}}"#;
-        let ops: Vec<String> =
-            (0..12).map(|i| format!(r#"{{"op":"add","path":"/spec/volumes/-","value":{{"name":"v{i}"}}}}"#)).collect();
-        let text = missing(pod, &format!("[{}]", ops.join(",")));
+        let items: Vec<String> = (0..12).map(|i| format!("volume v{i}")).collect();
+        let text = one_line(&items);
         assert!(text.starts_with("volume v0, volume v1,") && text.ends_with("volume v9 and 2 more"), "{text}");
+    }
+
+    #[test]
+    fn a_union_member_or_a_name_elsewhere_is_not_missing() {
+        // The pod chose `valueFrom` for X and declares `agent` as an init container: neither is missing.
+        let template = "pod:\n  spec:\n    containers:\n      - name: agent\n        image: a\n        env: [{name: X, value: x}]\n      - {name: proxy, image: p, env: [{name: X, value: x}]}\n";
+        let pod = serde_json::json!({"metadata": {"name": "p", "annotations": {}}, "spec": {
+            "initContainers": [{"name": "agent", "image": "a"}],
+            "containers": [{"name": "proxy", "image": "p", "env": [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}]
+        }});
+        assert_eq!(missing(template, pod), ["annotation sidecar-injector.io/status"]);
     }
 }

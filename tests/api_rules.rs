@@ -7,7 +7,7 @@ mod common;
 use common::{answer, apply, builtin, review, run};
 use serde_json::{Value, json};
 use sidecar_injector::validation::{KubeVersion, validate_pod};
-use sidecar_injector::{Settings, Template, TemplateError, Verdict};
+use sidecar_injector::{Settings, TemplateError, TemplateSet, Verdict};
 
 fn pod_with_annotations(annotations: Value) -> Value {
     json!({
@@ -73,7 +73,7 @@ fn builtin_with(from: &str, to: &str) -> String {
 }
 
 fn refusal(source: &str) -> Vec<String> {
-    match Template::compile("edited", "edited.yaml", source, &Settings::default()) {
+    match TemplateSet::from_source("edited", "edited.yaml", source, &Settings::default()) {
         Ok(_) => panic!("accepted:\n{source}"),
         Err(TemplateError::Several(all)) => all.iter().map(ToString::to_string).collect(),
         Err(one) => vec![one.to_string()],
@@ -117,7 +117,7 @@ fn template_edits_the_api_server_would_refuse_are_refused_at_their_line() {
 fn a_leading_zero_is_octal_as_kubectl_reads_it() {
     let source =
         "pod:\n  spec:\n    volumes:\n      - name: config\n        configMap: { name: agent, defaultMode: 0644 }\n";
-    let template = Template::compile("t", "t.yaml", source, &Settings::default()).unwrap();
+    let template = TemplateSet::from_source("t", "t.yaml", source, &Settings::default()).unwrap();
     drop(template);
     let pod = pod_with_annotations(json!({}));
     let engine = common::engine_from(source);
@@ -125,7 +125,7 @@ fn a_leading_zero_is_octal_as_kubectl_reads_it() {
     let injected = apply(&pod, &patch.unwrap());
     assert_eq!(injected["spec"]["volumes"][0]["configMap"]["defaultMode"], 420, "0644 is octal, as in kubectl");
     // Quoted, it is the string it looks like, and the API types refuse a string there.
-    assert!(Template::compile("t", "t.yaml", &source.replace("0644", "'0644'"), &Settings::default()).is_err());
+    assert!(TemplateSet::from_source("t", "t.yaml", &source.replace("0644", "'0644'"), &Settings::default()).is_err());
 }
 
 #[test]

@@ -528,3 +528,41 @@ fn review_until_stops_at_each_stage_and_the_last_one_is_the_whole_review() {
     let mut not_json = b"{".to_vec();
     assert!(engine.review_until(&mut not_json, &mut Vec::new(), Stage::Parse).is_err());
 }
+
+/// The outcome carries the facts the response says, so callers read them instead of the bytes: the template
+/// and version (as the audit annotations name them), the refusal's message, what is missing, and, traced, the
+/// pod's name and the patch itself.
+#[test]
+fn the_outcome_states_what_the_response_says() {
+    use sidecar_injector::Mode;
+    let engine = builtin();
+    let pod = json!({"metadata": {"name": "web"}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}});
+    let (outcome, response, patch) = answer(&engine, &review(&pod));
+    let template = outcome.template.as_ref().expect("a template was applied");
+    let audit = &response["response"]["auditAnnotations"];
+    assert_eq!(
+        (audit["template"].as_str(), audit["template-version"].as_str()),
+        (Some(&*template.name), Some(&*template.version))
+    );
+    assert_eq!(outcome.trace, None, "only traced reviews carry a trace");
+
+    let mut body = serde_json::to_vec(&review(&pod)).unwrap();
+    let traced = engine.trace(&mut body, &mut Vec::new(), Mode::Mutate).unwrap();
+    let trace = traced.trace.expect("traced");
+    assert_eq!(trace.pod.as_deref(), Some("shop/web"));
+    assert_eq!(serde_json::from_slice::<Value>(&trace.patch.unwrap()).unwrap(), patch.unwrap());
+
+    // Validation: what is missing, one thing each, and the refusal's message as the response carries it.
+    let mut body = serde_json::to_vec(&review(&pod)).unwrap();
+    let mut out = Vec::new();
+    let judged = engine.validate(&mut body, &mut out).unwrap();
+    let response: Value = serde_json::from_slice(&out).unwrap();
+    assert!(judged.missing.iter().any(|m| m == "container proxy"), "{:?}", judged.missing);
+    assert_eq!(judged.message.as_deref(), response["response"]["status"]["message"].as_str());
+
+    // A pod that is not injected names no template.
+    let opted_out = json!({"metadata": {"name": "x", "annotations": {"sidecar-injector.io/inject": "false"}}, "spec": {"containers": []}});
+    let (outcome, response, _) = answer(&engine, &review(&opted_out));
+    assert_eq!((outcome.template, outcome.message), (None, None));
+    assert!(response["response"].get("auditAnnotations").is_none());
+}

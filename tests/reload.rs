@@ -14,7 +14,7 @@ use common::server::*;
 use hyper::StatusCode;
 use serde_json::Value;
 use sidecar_injector::server::reload::TemplateWatch;
-use sidecar_injector::{Engine, Settings, Template, TemplateSet};
+use sidecar_injector::{Engine, Settings, TemplateSet};
 
 const REVIEW: &[u8] = include_bytes!("data/pod-create.json");
 
@@ -27,8 +27,9 @@ fn template(tag: &str) -> String {
 
 /// The version (hash) the set of one `default.yaml` holding `source` serves.
 fn version(source: &str) -> String {
-    Template::compile("default", "default.yaml", source, &sidecar_injector::Settings::default())
+    TemplateSet::from_source("default", "default.yaml", source, &sidecar_injector::Settings::default())
         .unwrap()
+        .default_template()
         .hash()
         .to_owned()
 }

@@ -141,11 +141,12 @@ fn a_templates_own_policy_wins_and_the_strictest_part_of_a_combination_decides()
     assert!(
         std::panic::catch_unwind(|| {
             let bad = "validation: maybe\npod: {}\n";
-            sidecar_injector::Template::compile("bad", "bad.yaml", bad, &sidecar_injector::Settings::default()).unwrap()
+            sidecar_injector::TemplateSet::from_source("bad", "bad.yaml", bad, &sidecar_injector::Settings::default())
+                .unwrap()
         })
         .is_err()
     );
-    let error = sidecar_injector::Template::compile(
+    let error = sidecar_injector::TemplateSet::from_source(
         "bad",
         "bad.yaml",
         "pod: {}\nvalidation: maybe\n",

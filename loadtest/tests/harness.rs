@@ -14,7 +14,7 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject as _;
 use serde_json::Value;
 use sidecar_injector::server::tls::DevCertificates;
-use sidecar_injector::{Engine, Settings, Template};
+use sidecar_injector::{Engine, Settings, TemplateSet};
 
 /// Runs `loadtest ARGS --json`; returns its exit code, its report and its stderr.
 fn loadtest(args: &[&str]) -> (i32, Value, String) {
@@ -120,7 +120,7 @@ async fn stalling_webhook(stall: Duration) -> (String, tempfile::NamedTempFile) 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://{}/mutate", listener.local_addr().unwrap());
     let settings = Settings::default();
-    let engine = Arc::new(Engine::new(Template::builtin(&settings).unwrap(), &settings));
+    let engine = Arc::new(Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings));
     let count = Arc::new(AtomicU64::new(0));
     tokio::spawn(async move {
         loop {

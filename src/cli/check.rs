@@ -72,18 +72,15 @@ fn summary(label: &str, set: &TemplateSet, version: crate::validation::KubeVersi
         set.default_template().name()
     );
     for template in set.templates() {
-        let status: serde_json::Value = serde_json::from_str(template.status()).unwrap_or_default();
-        let list = |key: &str| {
-            let names: Vec<&str> = status[key].as_array().into_iter().flatten().filter_map(|v| v.as_str()).collect();
-            if names.is_empty() { "-".to_owned() } else { names.join(", ") }
-        };
+        let list = |names: &[String]| if names.is_empty() { "-".to_owned() } else { names.join(", ") };
+        let injects = template.injects();
         text.push_str(&format!(
             "  {}: version {}; containers: {}; init containers: {}; volumes: {}\n",
             template.name(),
             template.hash(),
-            list("containers"),
-            list("initContainers"),
-            list("volumes")
+            list(&injects.containers),
+            list(&injects.init_containers),
+            list(&injects.volumes)
         ));
         for (annotation, kind) in template.override_annotations() {
             text.push_str(&format!("    override: {annotation} ({kind})\n"));

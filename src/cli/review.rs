@@ -3,8 +3,7 @@
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
-use crate::Verdict;
-use base64::Engine as _;
+use crate::{Mode, Outcome, Verdict};
 use clap::Args;
 
 use super::{CliError, TemplateArgs};
@@ -40,15 +39,20 @@ pub fn run(args: &ReviewArgs) -> Result<(), CliError> {
             (p.display().to_string(), body)
         }
     };
-    let original = args.explain.then(|| body.clone());
     let mut response = Vec::new();
-    let outcome =
-        if args.validate { engine.validate(&mut body, &mut response) } else { engine.review(&mut body, &mut response) }
-            .map_err(|e| CliError::Refused(format!("{label}: {e}")))?;
+    let mode = if args.validate { Mode::Validate } else { Mode::Mutate };
+    let outcome = if args.explain {
+        engine.trace(&mut body, &mut response, mode)
+    } else if args.validate {
+        engine.validate(&mut body, &mut response)
+    } else {
+        engine.review(&mut body, &mut response)
+    }
+    .map_err(|e| CliError::Refused(format!("{label}: {e}")))?;
     response.push(b'\n');
     std::io::stdout().write_all(&response).map_err(|e| CliError::Config(format!("writing the response: {e}")))?;
-    if let Some(original) = original {
-        eprint!("{}", explain(&engine, &original, &outcome, &response));
+    if args.explain {
+        eprint!("{}", explain(&engine, &outcome));
     }
     match outcome.verdict {
         crate::Verdict::Denied(reason) => {
@@ -67,41 +71,36 @@ fn read_stdin() -> Result<Vec<u8>, CliError> {
     Ok(body)
 }
 
-/// The human-readable account of a decision.
-fn explain(engine: &crate::Engine, request: &[u8], outcome: &crate::Outcome, response: &[u8]) -> String {
-    let request: serde_json::Value = serde_json::from_slice(request).unwrap_or_default();
-    let object = &request["request"]["object"];
-    let namespace = object["metadata"]["namespace"].as_str().or(request["request"]["namespace"].as_str()).unwrap_or("");
-    let name = object["metadata"]["name"]
-        .as_str()
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("{}*", object["metadata"]["generateName"].as_str().unwrap_or("<unnamed>")));
-    let response: serde_json::Value = serde_json::from_slice(response).unwrap_or_default();
-    let audit = &response["response"]["auditAnnotations"];
-    let mut text = format!("pod: {namespace}/{name}\n");
-    if let Some(template) = audit["template"].as_str() {
-        let version = audit["template-version"].as_str().unwrap_or("");
-        text.push_str(&format!("template: {template} (version {version}, set {})\n", engine.set().hash()));
+/// The human-readable account of a decision, from the outcome's facts.
+fn explain(engine: &crate::Engine, outcome: &Outcome) -> String {
+    let trace = outcome.trace.clone().unwrap_or_default();
+    let mut text = format!("pod: {}\n", trace.pod.as_deref().unwrap_or("-"));
+    if let Some(template) = &outcome.template {
+        text.push_str(&format!(
+            "template: {} (version {}, set {})\n",
+            template.name,
+            template.version,
+            engine.set().hash()
+        ));
     }
+    let message = outcome.message.as_deref().unwrap_or_default();
     match outcome.verdict {
         Verdict::Injected { ops } => {
             text.push_str(&format!("decision: injected, {ops} add operation(s)\npatch:\n"));
-            let patch = response["response"]["patch"].as_str().unwrap_or("");
-            let decoded = base64::engine::general_purpose::STANDARD.decode(patch).unwrap_or_default();
-            let patch: serde_json::Value = serde_json::from_slice(&decoded).unwrap_or_default();
-            text.push_str(&serde_json::to_string_pretty(&patch).unwrap_or_default());
+            // The patch is our own JSON: it reads back as JSON.
+            let patch: serde_json::Value = serde_json::from_slice(trace.patch.as_deref().unwrap_or(b"[]"))
+                .expect("the engine writes a JSON patch");
+            text.push_str(&serde_json::to_string_pretty(&patch).expect("a JSON value serialises"));
             text.push('\n');
         }
         Verdict::Skipped(reason) => {
             text.push_str(&format!("decision: not injected ({}): {}\n", reason.as_str(), reason.explain()));
         }
         Verdict::Denied(reason) => {
-            let message = response["response"]["status"]["message"].as_str().unwrap_or("");
             text.push_str(&format!("decision: refused ({}): {message}\n", reason.as_str()));
         }
         Verdict::Complete => text.push_str("validation: complete, the pod has everything its template injects\n"),
         Verdict::Incomplete { missing, refused: true } => {
-            let message = response["response"]["status"]["message"].as_str().unwrap_or("");
             text.push_str(&format!("validation: refused, {missing} missing part(s): {message}\n"));
         }
         Verdict::Incomplete { missing, refused: false } => {

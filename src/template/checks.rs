@@ -86,7 +86,7 @@ pub(crate) fn dry_run(template: &Template, pod: &J, overrides: &super::Overrides
     template.render(&context, overrides, None, &mut buf, &mut ranges).map_err(|e| e.reason)?;
     let mut patch = Vec::new();
     let rendered = Rendered { buf: &buf, ranges: &ranges };
-    crate::merge::merge(template, !overrides.is_empty(), &view, rendered, &mut Pointer::default(), &mut patch);
+    crate::merge::merge(template, !overrides.is_empty(), &view, rendered, &mut Pointer::default(), &mut patch, &mut ());
     let patch: json_patch::Patch = serde_json::from_slice(&patch).map_err(|e| e.to_string())?;
     let mut injected = pod.clone();
     json_patch::patch(&mut injected, &patch).map_err(|e| format!("the patch does not apply: {e}"))?;
@@ -102,12 +102,12 @@ pub(super) fn check(
     file: &str,
     version: KubeVersion,
 ) -> Result<(), TemplateError> {
-    let init_containers = super::names_in(pod, "initContainers");
-    let sidecar = template
-        .injected_containers
+    let injects = template.injects();
+    let sidecar = injects
+        .containers
         .first()
         .map(|name| (name.as_str(), false))
-        .or_else(|| init_containers.first().map(|name| (name.as_str(), true)));
+        .or_else(|| injects.init_containers.first().map(|name| (name.as_str(), true)));
     let mut problems: Vec<(usize, String, String)> = Vec::new();
     for (shape, sample) in sample_pods(sidecar) {
         let injected = match dry_run(template, &sample, &[]) {

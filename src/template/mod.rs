@@ -183,23 +183,58 @@ struct Sources {
     container_defaults: Option<YNode>,
 }
 
-/// A template ready to inject: one file, or several applied in order.
-#[derive(Debug)]
-pub struct Template {
-    name: String,
-    hash: String,
-    set_hash: String,
-    status: String,
+/// Which template, at which version: what the status annotation, the response's audit annotations and an
+/// engine's [`Outcome`](crate::Outcome) name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateId {
+    /// The template's name: a file's stem, or the names of a combination joined by commas.
+    pub name: String,
+    /// The template's version: the first 16 hex digits of the SHA-256 of its sources (and the shared values).
+    pub version: String,
+    /// The hash of the whole set the template was loaded with.
+    pub set: String,
     /// The response's `auditAnnotations` for a pod this template was applied to, as JSON: the same for every pod,
     /// so written once.
     audit_json: String,
+}
+
+impl TemplateId {
+    fn new(name: String, version: String, set: String) -> Self {
+        let audit_json =
+            serde_json::json!({"template": name, "template-version": version, "template-set": set}).to_string();
+        TemplateId { name, version, set, audit_json }
+    }
+
+    /// The `auditAnnotations` object (JSON) of a response for a pod this template was applied to.
+    pub(crate) fn audit_json(&self) -> &str {
+        &self.audit_json
+    }
+}
+
+/// The names of what a template declares, as its status annotation lists them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Injects {
+    /// Its containers.
+    pub containers: Vec<String>,
+    /// Its init containers.
+    pub init_containers: Vec<String>,
+    /// Its volumes.
+    pub volumes: Vec<String>,
+}
+
+/// A template ready to inject: one file, or several applied in order.
+#[derive(Debug)]
+pub struct Template {
+    /// Shared with every outcome that names this template (a reference count, not a copy, per request).
+    id: Arc<TemplateId>,
+    status: String,
     /// What is injected, with the leaves that read overridable values as per-pod slots.
     overridable: Trees,
     /// The same with those leaves rendered from the template's own values: what a pod without overrides gets,
     /// so that it costs no more than a template without overrides. `None` when there are no such leaves.
     plain: Option<Trees>,
-    /// Names of the containers the template declares; `containerDefaults` leaves them to the template.
-    pub(crate) injected_containers: Vec<String>,
+    /// What the template declares; `containerDefaults` leaves its containers to the template.
+    injects: Injects,
     /// The annotations the template writes (the status annotation among them) and those its overrides read.
     annotations: Vec<String>,
     pub(crate) init_position: InitPosition,
@@ -220,26 +255,6 @@ pub struct Template {
 }
 
 impl Template {
-    /// The built-in template, with the given settings (the annotation prefix, the Kubernetes version).
-    pub fn builtin(settings: &Settings) -> Result<Self, TemplateError> {
-        Self::compile(BUILTIN_NAME, "templates/default.yaml (built in)", BUILTIN_SOURCE, settings)
-    }
-
-    /// Loads a template from a file; its name is the file stem.
-    pub fn from_file(path: &Path, settings: &Settings) -> Result<Self, TemplateError> {
-        let (name, file, source) = read_template_file(path)?;
-        Self::compile(&name, &file, &source, settings)
-    }
-
-    /// Compiles a template from source, alone in its set. `file` labels error messages; the settings' annotation
-    /// prefix names the status and override annotations, and their Kubernetes version is the one the injected
-    /// pods are validated for.
-    pub fn compile(name: &str, file: &str, source: &str, settings: &Settings) -> Result<Self, TemplateError> {
-        let part = Part::parse(name, file, source, None, &settings.annotation_prefix)?;
-        let set_hash = set_hash([(name, source)].into_iter(), None);
-        Template::assemble(&[&part], &set_hash, settings)
-    }
-
     /// Assembles a template from parts applied in order: each later part fills only what the earlier ones leave
     /// out (the same add-only merge as injection). Dry-runs it on sample pods and validates the results as the
     /// API server would.
@@ -293,11 +308,11 @@ impl Template {
         let mut overrides = first.overrides.clone();
         for part in &parts[1..] {
             let offset = slot_paths.len();
-            combine::fill(&mut pod, &combine::renumbered(&part.pod, offset), None);
+            combine::fill(&mut pod, &combine::renumbered(&part.pod, offset));
             if let Some(defaults) = &part.container_defaults {
                 let defaults = combine::renumbered(defaults, offset);
                 match &mut container_defaults {
-                    Some(mine) => combine::fill(mine, &defaults, None),
+                    Some(mine) => combine::fill(mine, &defaults),
                     None => container_defaults = Some(defaults),
                 }
             }
@@ -310,7 +325,12 @@ impl Template {
         }
         let renderers: Vec<Arc<Renderer>> = parts.iter().map(|p| p.renderer.clone()).collect();
 
-        let status = status_value(&name, &hash, set_hash, &pod);
+        let injects = Injects {
+            containers: names_in(&pod, "containers"),
+            init_containers: names_in(&pod, "initContainers"),
+            volumes: names_in(&pod, "volumes"),
+        };
+        let status = status_value(&name, &hash, set_hash, &injects);
         let status_key = format!("{prefix}status");
         insert_status(&mut pod, &status_key, &status).map_err(|(line, reason)| invalid(line, reason))?;
 
@@ -387,20 +407,15 @@ impl Template {
         } else {
             parts.iter().find_map(|p| p.validation)
         };
-        let audit_json =
-            serde_json::json!({"template": name, "template-version": hash, "template-set": set_hash}).to_string();
         let all_slot_paths: Vec<Vec<PathSeg>> = parts.iter().flat_map(|p| p.slot_paths.iter().cloned()).collect();
         // Leaves that read only overridable values are checked with the overrides (`vet_overrides`), not per pod.
         let mut leaf_checks =
             checks::leaf_checks(&pod, container_defaults.as_ref(), &all_slot_paths, settings.kubernetes_version);
         leaf_checks.retain(|check| !fixed.contains_key(&check.slot));
         Ok(Template {
-            name,
-            hash,
-            set_hash: set_hash.to_owned(),
+            id: Arc::new(TemplateId::new(name, hash, set_hash.to_owned())),
             status,
-            audit_json,
-            injected_containers: names_in(&pod, "containers"),
+            injects,
             annotations: annotation_keys(&pod).chain(overrides.iter().map(|o| o.annotation.clone())).collect(),
             overridable,
             plain,
@@ -420,28 +435,32 @@ impl Template {
 
     /// The template's name: a file's stem, or the names of a combination joined by commas.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.id.name
     }
 
     /// The template's version: the first 16 hex digits of the SHA-256 of its sources (and the shared values).
     pub fn hash(&self) -> &str {
-        &self.hash
+        &self.id.version
     }
 
     /// The hash of the whole set this template was loaded with.
     pub fn set_hash(&self) -> &str {
-        &self.set_hash
+        &self.id.set
     }
 
-    /// The `auditAnnotations` object (JSON) of a response for a pod this template was applied to: its name,
-    /// version and set.
-    pub(crate) fn audit_json(&self) -> &str {
-        &self.audit_json
+    /// The template's name and version.
+    pub fn id(&self) -> &Arc<TemplateId> {
+        &self.id
     }
 
     /// The value of the status annotation this template writes on the pods it injects.
     pub fn status(&self) -> &str {
         &self.status
+    }
+
+    /// The names of what the template declares.
+    pub fn injects(&self) -> &Injects {
+        &self.injects
     }
 
     /// The template's own error policy (`onError`), if it sets one.
@@ -471,7 +490,7 @@ impl Template {
         }
         status == self.status
             || serde_json::from_str::<Written<'_>>(status)
-                .is_ok_and(|w| w.template == self.name && w.version == self.hash)
+                .is_ok_and(|w| w.template == self.id.name && w.version == self.id.version)
     }
 
     /// Does the template write the annotation `key`, or read it as an override?
@@ -725,14 +744,14 @@ fn annotation_keys(pod: &YNode) -> impl Iterator<Item = String> + '_ {
 }
 
 /// The status annotation: which template, its version and the set's, and what it injects.
-fn status_value(name: &str, hash: &str, set_hash: &str, pod: &YNode) -> String {
+fn status_value(name: &str, hash: &str, set_hash: &str, injects: &Injects) -> String {
     serde_json::json!({
         "template": name,
         "version": hash,
         "set": set_hash,
-        "containers": names_in(pod, "containers"),
-        "initContainers": names_in(pod, "initContainers"),
-        "volumes": names_in(pod, "volumes"),
+        "containers": injects.containers,
+        "initContainers": injects.init_containers,
+        "volumes": injects.volumes,
     })
     .to_string()
 }

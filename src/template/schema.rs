@@ -132,3 +132,84 @@ impl Shape {
         }
     }
 }
+
+/// A container's ports: matched by `containerPort`, and their names are unique in the container too.
+pub(crate) const PORTS: &str = "ports";
+/// The container lists of a pod spec. A container's name is unique across all three.
+pub(crate) const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
+
+/// A node of what a template is merged into: the pod (on simd-json's tape) when injecting, or the template that
+/// comes first when templates are combined. The rules below read it through this trait, so that both merges
+/// apply the same rules.
+pub(crate) trait Existing<'a>: Copy {
+    /// The member `key`, unless it is absent or null.
+    fn member(self, key: &str) -> Option<Self>;
+    /// The node as a string, if it is one.
+    fn string(self) -> Option<&'a str>;
+    /// The node as a boolean, if it is one.
+    fn boolean(self) -> Option<bool>;
+    /// The node's items, if it is a list.
+    fn items(self) -> Option<impl Iterator<Item = Self>>;
+}
+
+/// May the template add the member `key` to `object`, an object of the given shape that lacks it? Not when the
+/// object has chosen another member of the same union, nor when it would pair `allowPrivilegeEscalation` with
+/// privilege: the API server refuses both, and what the user set wins.
+pub(crate) fn may_add_member<'a>(shape: Shape, key: &str, object: impl Existing<'a>) -> bool {
+    !(shape.rivals(key).iter().any(|rival| object.member(rival).is_some())
+        || shape == Shape::SecurityContext && escalation_conflict(key, object))
+}
+
+/// Would adding `key` to the security context `context` pair `allowPrivilegeEscalation` with privilege
+/// (`privileged: true`, or `CAP_SYS_ADMIN` added)? The API server refuses the pair.
+fn escalation_conflict<'a>(key: &str, context: impl Existing<'a>) -> bool {
+    let privileged = || {
+        context.member("privileged").and_then(Existing::boolean) == Some(true)
+            || context
+                .member("capabilities")
+                .and_then(|c| c.member("add"))
+                .and_then(Existing::items)
+                .is_some_and(|mut added| added.any(|c| c.string() == Some("CAP_SYS_ADMIN")))
+    };
+    match key {
+        "allowPrivilegeEscalation" => privileged(),
+        "privileged" => context.member("allowPrivilegeEscalation").and_then(Existing::boolean) == Some(false),
+        _ => false,
+    }
+}
+
+/// May the template add an item named `name` to `items`, the list under `field`, which has no item of the same
+/// merge key? Not when it repeats a name the API server wants unique: a port name the container gives another
+/// port, or a container the pod declares in another of its container `lists` (in [`CONTAINER_LISTS`] order; the
+/// pod's own, say a sidecar declared as a native sidecar, is the user's choice).
+pub(crate) fn may_add_item<'a, N: Existing<'a>>(
+    field: &str,
+    name: Option<&str>,
+    items: N,
+    lists: &[Option<N>; 3],
+) -> bool {
+    let Some(name) = name else { return true };
+    let named = |item: N| item.member("name").and_then(Existing::string) == Some(name);
+    if field == PORTS {
+        return !items.items().is_some_and(|mut ports| ports.any(named));
+    }
+    !named_elsewhere(lists, field, name)
+}
+
+/// Is `name`, of an item of the container list `field`, a container in another of the pod's container `lists`?
+pub(crate) fn named_elsewhere<'a, N: Existing<'a>>(lists: &[Option<N>; 3], field: &str, name: &str) -> bool {
+    let Some(own) = CONTAINER_LISTS.iter().position(|list| *list == field) else { return false };
+    let named = |item: N| item.member("name").and_then(Existing::string) == Some(name);
+    lists
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != own)
+        .filter_map(|(_, list)| list.and_then(Existing::items))
+        .any(|mut containers| containers.any(named))
+}
+
+/// Does `map` set `key` to anything but null? `map` is the pod's map whose keys are the user's beside the one
+/// being merged (a container's `limits` beside its `requests`: see [`Shape::linked`]).
+pub(crate) fn is_set<'a>(map: Option<impl Existing<'a>>, key: &str) -> bool {
+    map.and_then(|m| m.member(key)).is_some()
+}

@@ -117,37 +117,45 @@ impl std::ops::Deref for Selection<'_> {
 }
 
 /// Why a pod's template annotation could not be honoured.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SelectError {
     /// These names are not in the set.
+    #[error("no template named {}", .0.join(", "))]
     Unknown(Vec<String>),
-    /// The combination could not be assembled, or asks for too many templates.
-    Combination(String),
+    /// The combination asks for too many templates.
+    #[error("{requested} templates requested; at most {MAX_TEMPLATES_PER_POD} can be combined")]
+    TooMany {
+        /// How many the pod asked for.
+        requested: usize,
+    },
+    /// The combination could not be assembled.
+    #[error("the templates cannot be combined: {0}")]
+    Combination(#[source] Box<TemplateError>),
 }
 
 impl TemplateSet {
     /// The built-in template, alone, as `default`.
     pub fn builtin(settings: &Settings) -> Result<Self, TemplateError> {
-        let file = "templates/default.yaml (built in)";
-        let sources = SetSources {
-            origin: file.into(),
-            templates: vec![(BUILTIN_NAME.into(), file.into(), BUILTIN_SOURCE.into())],
-            values: None,
-            ignored: Vec::new(),
-        };
-        Self::compile(sources, BUILTIN_NAME, settings)
+        Self::from_source(BUILTIN_NAME, "templates/default.yaml (built in)", BUILTIN_SOURCE, settings)
     }
 
-    /// One template file, which is the set's default whatever its name.
+    /// One template file, which is the set's default whatever its name (its name is the file's stem).
     pub fn from_file(path: &Path, settings: &Settings) -> Result<Self, TemplateError> {
         let (name, file, source) = super::read_template_file(path)?;
+        Self::from_source(&name, &file, &source, settings)
+    }
+
+    /// One template from its source, alone in its set and its default. `file` labels error messages; the
+    /// settings' annotation prefix names the status and override annotations, and their Kubernetes version is the
+    /// one the injected pods are validated for.
+    pub fn from_source(name: &str, file: &str, source: &str, settings: &Settings) -> Result<Self, TemplateError> {
         let sources = SetSources {
-            origin: file.clone(),
-            templates: vec![(name.clone(), file, source)],
+            origin: file.into(),
+            templates: vec![(name.into(), file.into(), source.into())],
             values: None,
             ignored: Vec::new(),
         };
-        Self::compile(sources, &name, settings)
+        Self::compile(sources, name, settings)
     }
 
     /// Every template of a directory; `default` names the template of pods that do not ask for one.
@@ -251,10 +259,7 @@ impl TemplateSet {
             [] => return Ok(Selection::One(&self.templates[self.default])),
             [one] => return index(one).map(|i| Selection::One(&self.templates[i])).ok_or_else(|| unknown(&names)),
             many if many.len() > MAX_TEMPLATES_PER_POD => {
-                return Err(SelectError::Combination(format!(
-                    "{} templates requested; at most {MAX_TEMPLATES_PER_POD} can be combined",
-                    many.len()
-                )));
+                return Err(SelectError::TooMany { requested: many.len() });
             }
             _ => {}
         }
@@ -268,13 +273,11 @@ impl TemplateSet {
         }
         // First use of this combination in this snapshot: assemble it (a fraction of a millisecond), then publish it
         // for every thread without a lock.
-        let parts: Vec<&Part> = names.iter().filter_map(|n| index(n)).filter_map(|i| self.parts.get(i)).collect();
-        if parts.len() != names.len() {
-            return Err(SelectError::Combination("this template cannot be combined with others".into()));
-        }
+        // Every name is in the set (checked above): `parts[i]` is the part of `templates[i]`.
+        let parts: Vec<&Part> = names.iter().filter_map(|n| index(n)).map(|i| &self.parts[i]).collect();
         let combined = Arc::new(
             Template::assemble(&parts, &self.hash, &self.settings)
-                .map_err(|e| SelectError::Combination(e.to_string()))?,
+                .map_err(|e| SelectError::Combination(Box::new(e)))?,
         );
         self.combinations.rcu(|current| {
             let mut next = Vec::clone(current);
@@ -284,21 +287,6 @@ impl TemplateSet {
             next
         });
         Ok(Selection::Combined(combined))
-    }
-}
-
-impl From<Template> for TemplateSet {
-    /// A set of one template that is not backed by parts (so it cannot be combined with others).
-    fn from(template: Template) -> Self {
-        TemplateSet {
-            parts: Vec::new(),
-            hash: template.set_hash().to_owned(),
-            templates: vec![template],
-            default: 0,
-            settings: Settings::default(),
-            ignored: Vec::new(),
-            combinations: ArcSwap::from_pointee(Vec::new()),
-        }
     }
 }
 

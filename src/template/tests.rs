@@ -1,9 +1,10 @@
 //! Template loading: every refusal names the file, the line and the reason.
 
 use super::*;
+use crate::TemplateSet;
 
 fn refuse(source: &str) -> (usize, String) {
-    match Template::compile("t", "t.yaml", source, &crate::Settings::default()).unwrap_err() {
+    match TemplateSet::from_source("t", "t.yaml", source, &crate::Settings::default()).unwrap_err() {
         TemplateError::Invalid { file, line, reason } => {
             assert_eq!(file, "t.yaml");
             (line, reason)
@@ -16,36 +17,39 @@ const CONTAINER: &str = "pod:\n  spec:\n    containers:\n      - name: p\n      
 
 #[test]
 fn the_shipped_templates_compile() {
-    let builtin = Template::builtin(&crate::Settings::default()).unwrap();
+    let builtin = TemplateSet::builtin(&crate::Settings::default()).unwrap();
+    let builtin = builtin.default_template();
     assert_eq!(builtin.name(), "default");
     assert_eq!(builtin.hash().len(), 16);
-    assert_eq!(builtin.injected_containers, ["proxy"]);
+    assert_eq!(builtin.injects().containers, ["proxy"]);
     assert!(builtin.renders_per_pod(), "the default template has a per-pod leaf");
-    let native = Template::from_file(Path::new("templates/native-sidecar.yaml"), &crate::Settings::default()).unwrap();
-    assert_eq!(native.name(), "native-sidecar");
+    let native =
+        TemplateSet::from_file(Path::new("templates/native-sidecar.yaml"), &crate::Settings::default()).unwrap();
+    assert_eq!(native.default_template().name(), "native-sidecar");
 }
 
 #[test]
 fn the_status_annotation_names_template_version_and_parts() {
-    let t = Template::compile(
+    let t = TemplateSet::from_source(
         "mesh",
         "t.yaml",
         CONTAINER,
         &crate::Settings { annotation_prefix: "example.com/".into(), ..Default::default() },
     )
     .unwrap();
+    let t = t.default_template();
     let status: serde_json::Value = serde_json::from_str(t.status()).unwrap();
     assert_eq!(status["template"], "mesh");
     assert_eq!(status["version"], t.hash());
     assert_eq!(status["containers"], serde_json::json!(["p"]));
-    let edited = Template::compile(
+    let edited = TemplateSet::from_source(
         "mesh",
         "t.yaml",
         &CONTAINER.replace("image: x", "image: z"),
         &crate::Settings { annotation_prefix: "example.com/".into(), ..Default::default() },
     )
     .unwrap();
-    assert_ne!(edited.hash(), t.hash(), "any edit changes the version");
+    assert_ne!(edited.default_template().hash(), t.hash(), "any edit changes the version");
 }
 
 #[test]
@@ -117,8 +121,8 @@ fn expression_errors_are_refused_at_their_line() {
 #[test]
 fn values_expressions_may_produce_whole_structures() {
     let source = "values:\n  res: { requests: { cpu: 10m } }\n  port: 9000\npod:\n  spec:\n    containers:\n      - name: p\n        image: x\n        resources: \"{{ values.res }}\"\n        ports: [{ containerPort: \"{{ values.port }}\" }]\n";
-    let t = Template::compile("t", "t.yaml", source, &crate::Settings::default()).unwrap();
-    assert!(!t.renders_per_pod(), "values-only expressions render at load time");
+    let t = TemplateSet::from_source("t", "t.yaml", source, &crate::Settings::default()).unwrap();
+    assert!(!t.default_template().renders_per_pod(), "values-only expressions render at load time");
     // A values expression of the wrong type is caught by validation.
     let (_, reason) = refuse(&source.replace("port: 9000", "port: http"));
     assert!(reason.contains("containerPort"), "{reason}");
@@ -132,6 +136,6 @@ fn the_status_annotation_is_reserved() {
 
 #[test]
 fn a_missing_file_is_a_read_error_naming_it() {
-    let err = Template::from_file(Path::new("/nonexistent/t.yaml"), &crate::Settings::default()).unwrap_err();
+    let err = TemplateSet::from_file(Path::new("/nonexistent/t.yaml"), &crate::Settings::default()).unwrap_err();
     assert!(err.to_string().contains("/nonexistent/t.yaml"));
 }

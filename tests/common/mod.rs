@@ -5,7 +5,7 @@ pub mod server;
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use sidecar_injector::{Engine, Outcome, Settings, Template};
+use sidecar_injector::{Engine, Outcome, Settings, TemplateSet};
 
 /// A file of the corpus of real pods and reviews kept in the repository (`tests/corpus`, see its README).
 pub fn corpus(path: &str) -> std::path::PathBuf {
@@ -19,12 +19,12 @@ pub fn recorded_review() -> Vec<u8> {
 
 pub fn engine_from(source: &str) -> Engine {
     let settings = Settings::default();
-    Engine::new(Template::compile("test", "test.yaml", source, &settings).unwrap(), &settings)
+    Engine::new(TemplateSet::from_source("test", "test.yaml", source, &settings).unwrap(), &settings)
 }
 
 pub fn builtin() -> Engine {
     let settings = Settings::default();
-    Engine::new(Template::builtin(&settings).unwrap(), &settings)
+    Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings)
 }
 
 /// Runs the `sidecar-injector` binary with `args` and `stdin`, as a person would, and shows what it did.

@@ -13,7 +13,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use sidecar_injector::server::{ServeConfig, Server, TlsSource};
-use sidecar_injector::{Engine, Settings, Template};
+use sidecar_injector::{Engine, Settings, TemplateSet};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -30,7 +30,7 @@ pub struct Running {
 
 pub fn engine() -> Arc<ArcSwap<Engine>> {
     let settings = Settings::default();
-    Arc::new(ArcSwap::from_pointee(Engine::new(Template::builtin(&settings).unwrap(), &settings)))
+    Arc::new(ArcSwap::from_pointee(Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings)))
 }
 
 pub fn test_config(dir: &Path) -> ServeConfig {

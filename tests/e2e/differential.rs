@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use serde_json::{Value, json};
 use sidecar_injector::validation::{KubeVersion, validate_pod};
-use sidecar_injector::{Engine, Settings, Template, Verdict};
+use sidecar_injector::{Engine, Settings, Template, TemplateSet, Verdict};
 
 use super::Cluster;
 
@@ -362,7 +362,7 @@ async fn run_case(cluster: &Cluster, changes: &[Change], counts: &mut [usize; 3]
 
     // The guarantee: a template our checks accept, served by the engine with its overrides vetted, yields a pod
     // the API server stores.
-    if let Ok(template) = Template::compile("generated", "generated.yaml", &case.template, &settings) {
+    if let Ok(template) = TemplateSet::from_source("generated", "generated.yaml", &case.template, &settings) {
         counts[2] += 1;
         let engine = Engine::new(template, &settings);
         let (outcome, _, patch) = crate::common::answer(&engine, &crate::common::review(&pod));
