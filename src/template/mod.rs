@@ -158,10 +158,7 @@ pub(crate) struct Part {
     /// `pod` and `containerDefaults` with values-only expressions substituted and per-pod ones as slots.
     pod: YNode,
     container_defaults: Option<YNode>,
-    init_position: InitPosition,
-    inject_host_network: bool,
-    on_error: Option<Policy>,
-    validation: Option<Validation>,
+    settings: PartSettings,
     overrides: Vec<OverrideSpec>,
     renderer: Arc<Renderer>,
     /// For each render slot, where its expression sits.
@@ -290,9 +287,9 @@ impl Template {
         dry_run(&template, pod, &overrides)
     }
 
-    /// [`Template::assemble`] without the checks against the API server's rules.
+    /// [`Template::assemble`] without the checks against the API server's rules: the parts combined, the status
+    /// annotation added, the leaves dry-rendered and the result decoded as the API types, then compiled.
     fn assemble_unchecked(parts: &[&Part], set_hash: &str, settings: &Settings) -> Result<Self, TemplateError> {
-        let prefix = settings.annotation_prefix.as_str();
         let first = parts.first().expect("a template is assembled from at least one part");
         let name = parts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(",");
         let file = parts.iter().map(|p| p.file.as_str()).collect::<Vec<_>>().join(" + ");
@@ -302,57 +299,18 @@ impl Template {
             many => hex_prefix(&Sha256::digest(many.iter().map(|p| p.hash.as_str()).collect::<Vec<_>>().join(","))),
         };
 
-        let mut pod = first.pod.clone();
-        let mut container_defaults = first.container_defaults.clone();
-        let mut slot_paths: Vec<String> = first.slot_paths.iter().map(|p| display_path(p)).collect();
-        let mut overrides = first.overrides.clone();
-        for part in &parts[1..] {
-            let offset = slot_paths.len();
-            combine::fill(&mut pod, &combine::renumbered(&part.pod, offset));
-            if let Some(defaults) = &part.container_defaults {
-                let defaults = combine::renumbered(defaults, offset);
-                match &mut container_defaults {
-                    Some(mine) => combine::fill(mine, &defaults),
-                    None => container_defaults = Some(defaults),
-                }
-            }
-            slot_paths.extend(part.slot_paths.iter().map(|p| format!("{}: {}", part.file, display_path(p))));
-            for spec in &part.overrides {
-                if !overrides.iter().any(|o| o.annotation == spec.annotation) {
-                    overrides.push(spec.clone());
-                }
-            }
-        }
-        let renderers: Vec<Arc<Renderer>> = parts.iter().map(|p| p.renderer.clone()).collect();
-
+        let Combined { mut pod, container_defaults, slot_paths, overrides } = Combined::of(parts);
         let injects = Injects {
             containers: names_in(&pod, "containers"),
             init_containers: names_in(&pod, "initContainers"),
             volumes: names_in(&pod, "volumes"),
         };
         let status = status_value(&name, &hash, set_hash, &injects);
-        let status_key = format!("{prefix}status");
-        insert_status(&mut pod, &status_key, &status).map_err(|(line, reason)| invalid(line, reason))?;
+        insert_status(&mut pod, &format!("{}status", settings.annotation_prefix), &status, &invalid)?;
 
-        // Dry-render the per-pod leaves on a sample pod, then check the result against the API types.
-        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
-        let sample = sample_pod();
-        for (i, renderer) in renderers.iter().enumerate() {
-            let base = ranges.len();
-            if let Err(e) = renderer.render(&sample, &[], &mut buf, &mut ranges) {
-                let part = parts[i];
-                let path = &part.slot_paths[e.slot];
-                return Err(TemplateError::Invalid {
-                    file: part.file.clone(),
-                    line: part.root.line_of(path),
-                    reason: format!("{}: cannot render on a sample pod: {}", display_path(path), e.reason),
-                });
-            }
-            debug_assert_eq!(ranges.len() - base, parts[i].slot_paths.len());
-        }
+        let sample = dry_render(parts)?;
         let root = &first.root;
-        let mut rendered =
-            |slot: usize| serde_json::from_slice(&buf[ranges[slot].clone()]).unwrap_or(serde_json::Value::Null);
+        let mut rendered = |slot: usize| sample.slot(slot);
         let problem = |(path, reason): validate::Problem| {
             invalid(root.line_of(&path), format!("{}: {reason}", display_path(&path)))
         };
@@ -361,34 +319,11 @@ impl Template {
             validate::container_defaults(&yaml::to_json(defaults, &mut rendered)).map_err(problem)?;
         }
 
-        let compile_problem = |base: &str, (path, reason): tree::CompileProblem| {
-            let full = [vec![PathSeg::Key(base.to_owned())], path].concat();
-            invalid(root.line_of(&full), format!("{}: {reason}", display_path(&full)))
-        };
-        let compile = |pod: &YNode, defaults: Option<&YNode>| -> Result<Trees, TemplateError> {
-            Ok(Trees {
-                pod: tree::compile(pod, Place::Root, &mut Vec::new(), Some(""))
-                    .map_err(|p| compile_problem("pod", p))?,
-                container_defaults: match defaults {
-                    Some(d) => Some(
-                        tree::compile(d, Place::Root, &mut Vec::new(), None)
-                            .map_err(|p| compile_problem("containerDefaults", p))?,
-                    ),
-                    None => None,
-                },
-            })
-        };
+        let compile = |pod: &YNode, defaults: Option<&YNode>| compile_trees(pod, defaults, root, &invalid);
         let overridable = compile(&pod, container_defaults.as_ref())?;
-        // Leaves that read only overridable values, with their output for a pod that overrides nothing.
-        let mut fixed = std::collections::HashMap::new();
-        let mut offset = 0;
-        for part in parts {
-            for (slot, json) in part.renderer.override_defaults() {
-                let value = serde_json::from_str(json).unwrap_or(serde_json::Value::Null);
-                fixed.insert(offset + slot, value);
-            }
-            offset += part.slot_paths.len();
-        }
+        // Leaves that read only overridable values, with their output for a pod that overrides nothing: what a
+        // pod without overrides gets, compiled apart so that it costs no more than a template without them.
+        let fixed = override_defaults(parts);
         let plain = if fixed.is_empty() {
             None
         } else {
@@ -396,22 +331,12 @@ impl Template {
             let defaults = container_defaults.as_ref().map(|d| combine::substituted(d, &fixed));
             Some(compile(&pod, defaults.as_ref())?)
         };
-        let on_error = if parts.iter().any(|p| p.on_error == Some(Policy::Deny)) {
-            Some(Policy::Deny)
-        } else {
-            parts.iter().find_map(|p| p.on_error)
-        };
-        // The strictest part decides, as for onError.
-        let validation = if parts.iter().any(|p| p.validation == Some(Validation::Deny)) {
-            Some(Validation::Deny)
-        } else {
-            parts.iter().find_map(|p| p.validation)
-        };
         let all_slot_paths: Vec<Vec<PathSeg>> = parts.iter().flat_map(|p| p.slot_paths.iter().cloned()).collect();
         // Leaves that read only overridable values are checked with the overrides (`vet_overrides`), not per pod.
         let mut leaf_checks =
             checks::leaf_checks(&pod, container_defaults.as_ref(), &all_slot_paths, settings.kubernetes_version);
         leaf_checks.retain(|check| !fixed.contains_key(&check.slot));
+        let combined_settings = PartSettings::combined(parts);
         Ok(Template {
             id: Arc::new(TemplateId::new(name, hash, set_hash.to_owned())),
             status,
@@ -419,13 +344,12 @@ impl Template {
             annotations: annotation_keys(&pod).chain(overrides.iter().map(|o| o.annotation.clone())).collect(),
             overridable,
             plain,
-            init_position: first.init_position,
-            // A host-network pod is injected only if every part allows it.
-            inject_host_network: parts.iter().all(|p| p.inject_host_network),
-            on_error,
-            validation,
+            init_position: combined_settings.init_position,
+            inject_host_network: combined_settings.inject_host_network,
+            on_error: combined_settings.on_error,
+            validation: combined_settings.validation,
             overrides,
-            renderers,
+            renderers: parts.iter().map(|p| p.renderer.clone()).collect(),
             slot_paths,
             sources: Sources { pod, container_defaults },
             leaf_checks,
@@ -553,6 +477,186 @@ impl Template {
     }
 }
 
+/// The sections of several parts laid one over the other: each later part fills only what the earlier ones
+/// leave out, by injection's own rules ([`combine::fill`]), its render slots numbered after theirs.
+struct Combined {
+    pod: YNode,
+    container_defaults: Option<YNode>,
+    /// For each render slot, the file and place of its expression (for messages).
+    slot_paths: Vec<String>,
+    /// The overrides of every part; an annotation the first to declare it keeps.
+    overrides: Vec<OverrideSpec>,
+}
+
+impl Combined {
+    fn of(parts: &[&Part]) -> Self {
+        let first = parts.first().expect("a template is assembled from at least one part");
+        let mut combined = Combined {
+            pod: first.pod.clone(),
+            container_defaults: first.container_defaults.clone(),
+            slot_paths: first.slot_paths.iter().map(|p| display_path(p)).collect(),
+            overrides: first.overrides.clone(),
+        };
+        for part in &parts[1..] {
+            let offset = combined.slot_paths.len();
+            combine::fill(&mut combined.pod, &combine::renumbered(&part.pod, offset));
+            if let Some(defaults) = &part.container_defaults {
+                let defaults = combine::renumbered(defaults, offset);
+                match &mut combined.container_defaults {
+                    Some(mine) => combine::fill(mine, &defaults),
+                    None => combined.container_defaults = Some(defaults),
+                }
+            }
+            let paths = part.slot_paths.iter().map(|p| format!("{}: {}", part.file, display_path(p)));
+            combined.slot_paths.extend(paths);
+            for spec in &part.overrides {
+                if !combined.overrides.iter().any(|o| o.annotation == spec.annotation) {
+                    combined.overrides.push(spec.clone());
+                }
+            }
+        }
+        combined
+    }
+}
+
+/// The per-pod leaves of every part rendered on the sample pod, slot by slot.
+struct SampleRender {
+    buf: Vec<u8>,
+    ranges: Vec<std::ops::Range<usize>>,
+}
+
+impl SampleRender {
+    fn slot(&self, slot: usize) -> serde_json::Value {
+        serde_json::from_slice(&self.buf[self.ranges[slot].clone()]).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Renders the per-pod leaves of `parts` on the sample pod; a leaf that cannot render there is refused at its
+/// line.
+fn dry_render(parts: &[&Part]) -> Result<SampleRender, TemplateError> {
+    let mut sample = SampleRender { buf: Vec::new(), ranges: Vec::new() };
+    let pod = sample_pod();
+    for part in parts {
+        if let Err(e) = part.renderer.render(&pod, &[], &mut sample.buf, &mut sample.ranges) {
+            let path = &part.slot_paths[e.slot];
+            return Err(TemplateError::Invalid {
+                file: part.file.clone(),
+                line: part.root.line_of(path),
+                reason: format!("{}: cannot render on a sample pod: {}", display_path(path), e.reason),
+            });
+        }
+    }
+    Ok(sample)
+}
+
+/// Compiles the `pod` and `containerDefaults` sections into the trees the merge walks.
+fn compile_trees(
+    pod: &YNode,
+    defaults: Option<&YNode>,
+    root: &YNode,
+    invalid: &dyn Fn(usize, String) -> TemplateError,
+) -> Result<Trees, TemplateError> {
+    let problem = |base: &str, (path, reason): tree::CompileProblem| {
+        let full = [vec![PathSeg::Key(base.to_owned())], path].concat();
+        invalid(root.line_of(&full), format!("{}: {reason}", display_path(&full)))
+    };
+    let container_defaults = match defaults {
+        Some(d) => {
+            Some(tree::compile(d, Place::Root, &mut Vec::new(), None).map_err(|p| problem("containerDefaults", p))?)
+        }
+        None => None,
+    };
+    let pod = tree::compile(pod, Place::Root, &mut Vec::new(), Some("")).map_err(|p| problem("pod", p))?;
+    Ok(Trees { pod, container_defaults })
+}
+
+/// The leaves of `parts` that read only overridable values, by slot (numbered across the parts), with their
+/// value for a pod that overrides nothing.
+fn override_defaults(parts: &[&Part]) -> std::collections::HashMap<usize, serde_json::Value> {
+    let mut fixed = std::collections::HashMap::new();
+    let mut offset = 0;
+    for part in parts {
+        for (slot, json) in part.renderer.override_defaults() {
+            fixed.insert(offset + slot, serde_json::from_str(json).unwrap_or(serde_json::Value::Null));
+        }
+        offset += part.slot_paths.len();
+    }
+    fixed
+}
+
+/// A template file's settings: its top-level keys besides `values`, `pod`, `containerDefaults` and `overrides`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PartSettings {
+    /// `initContainerPosition`: `first` (the default) or `last`.
+    init_position: InitPosition,
+    /// `injectHostNetwork`: `false` by default.
+    inject_host_network: bool,
+    /// `onError`: `allow` or `deny`; the server's setting when absent.
+    on_error: Option<Policy>,
+    /// `validation`: `deny` or `warn`; the server's setting when absent.
+    validation: Option<Validation>,
+}
+
+impl PartSettings {
+    /// Reads a template file's settings, each refused at its line with what it must be.
+    fn read(root: &YNode, invalid: &dyn Fn(usize, String) -> TemplateError) -> Result<Self, TemplateError> {
+        let position = |n: &YNode| match n.as_str() {
+            Some("first") => Some(InitPosition::First),
+            Some("last") => Some(InitPosition::Last),
+            _ => None,
+        };
+        let boolean = |n: &YNode| match n.value {
+            YValue::Bool(b) => Some(b),
+            _ => None,
+        };
+        let policy = |n: &YNode| n.as_str().and_then(Policy::parse);
+        let validation = |n: &YNode| n.as_str().and_then(Validation::parse);
+        Ok(PartSettings {
+            init_position: setting(root, "initContainerPosition", "`first` or `last`", position, invalid)?
+                .unwrap_or(InitPosition::First),
+            inject_host_network: setting(root, "injectHostNetwork", "true or false", boolean, invalid)?
+                .unwrap_or(false),
+            on_error: setting(root, "onError", "`allow` or `deny`", policy, invalid)?,
+            validation: setting(root, "validation", "`deny` or `warn`", validation, invalid)?,
+        })
+    }
+
+    /// The settings of parts applied in order: the first part's init position; a host-network pod is injected
+    /// only if every part allows it; for each policy, the strictest part decides.
+    fn combined(parts: &[&Part]) -> Self {
+        let first = parts.first().expect("a template is assembled from at least one part");
+        let on_error = if parts.iter().any(|p| p.settings.on_error == Some(Policy::Deny)) {
+            Some(Policy::Deny)
+        } else {
+            parts.iter().find_map(|p| p.settings.on_error)
+        };
+        let validation = if parts.iter().any(|p| p.settings.validation == Some(Validation::Deny)) {
+            Some(Validation::Deny)
+        } else {
+            parts.iter().find_map(|p| p.settings.validation)
+        };
+        PartSettings {
+            init_position: first.settings.init_position,
+            inject_host_network: parts.iter().all(|p| p.settings.inject_host_network),
+            on_error,
+            validation,
+        }
+    }
+}
+
+/// The top-level setting `key` of a template file, if it is there, read by `parse`; refused at its line, saying
+/// what it must be, when `parse` cannot read it.
+fn setting<T>(
+    root: &YNode,
+    key: &str,
+    expected: &str,
+    parse: impl Fn(&YNode) -> Option<T>,
+    invalid: &dyn Fn(usize, String) -> TemplateError,
+) -> Result<Option<T>, TemplateError> {
+    let Some(node) = root.map_get(key) else { return Ok(None) };
+    parse(node).map(Some).ok_or_else(|| invalid(node.line, format!("`{key}` must be {expected}")))
+}
+
 impl Part {
     /// Parses one template file. `shared` is the set's shared values file, as `(source, values)`, which
     /// overrides the template's own `values` key by key.
@@ -586,33 +690,7 @@ impl Part {
         if let Some((_, shared)) = shared {
             combine::overlay_json(&mut values, shared.clone());
         }
-        let init_position = match root.map_get("initContainerPosition") {
-            None => InitPosition::First,
-            Some(n) => match n.as_str() {
-                Some("first") => InitPosition::First,
-                Some("last") => InitPosition::Last,
-                _ => return Err(invalid(n.line, "`initContainerPosition` must be `first` or `last`".into())),
-            },
-        };
-        let inject_host_network = match root.map_get("injectHostNetwork") {
-            None => false,
-            Some(YNode { value: YValue::Bool(b), .. }) => *b,
-            Some(n) => return Err(invalid(n.line, "`injectHostNetwork` must be true or false".into())),
-        };
-        let on_error = match root.map_get("onError") {
-            None => None,
-            Some(n) => match n.as_str().and_then(Policy::parse) {
-                Some(policy) => Some(policy),
-                None => return Err(invalid(n.line, "`onError` must be `allow` or `deny`".into())),
-            },
-        };
-        let validation = match root.map_get("validation") {
-            None => None,
-            Some(n) => match n.as_str().and_then(Validation::parse) {
-                Some(policy) => Some(policy),
-                None => return Err(invalid(n.line, "`validation` must be `deny` or `warn`".into())),
-            },
-        };
+        let settings = PartSettings::read(&root, &invalid)?;
         let overrides = match root.map_get("overrides") {
             None => Vec::new(),
             Some(section) => overrides::parse(section, &values, prefix)
@@ -646,10 +724,7 @@ impl Part {
             root,
             pod,
             container_defaults,
-            init_position,
-            inject_host_network,
-            on_error,
-            validation,
+            settings,
             overrides,
             renderer: Arc::new(renderer),
             slot_paths,
@@ -695,7 +770,7 @@ fn resolve(
                 slot_paths.push(path.clone());
                 node.value = YValue::Dynamic(slot);
             }
-            Err(reason) => return Err((node.line, path.clone(), reason)),
+            Err(error) => return Err((node.line, path.clone(), error.to_string())),
         },
         YValue::Map(members) => {
             for (key, value) in members {
@@ -758,9 +833,14 @@ fn status_value(name: &str, hash: &str, set_hash: &str, injects: &Injects) -> St
 
 /// Adds the status annotation to the template's `pod.metadata.annotations`, so that it is merged like any other
 /// annotation: added when absent, left alone when present.
-fn insert_status(pod: &mut YNode, key: &str, value: &str) -> Result<(), (usize, String)> {
+fn insert_status(
+    pod: &mut YNode,
+    key: &str,
+    value: &str,
+    invalid: &dyn Fn(usize, String) -> TemplateError,
+) -> Result<(), TemplateError> {
     let line = pod.line;
-    let section = |node: &mut YNode, name: &str| -> Result<(), (usize, String)> {
+    let section = |node: &mut YNode, name: &str| -> Result<(), TemplateError> {
         match &mut node.value {
             YValue::Map(members) => {
                 if !members.iter().any(|(k, _)| k == name) {
@@ -768,7 +848,7 @@ fn insert_status(pod: &mut YNode, key: &str, value: &str) -> Result<(), (usize, 
                 }
                 Ok(())
             }
-            _ => Err((node.line, format!("`{name}`'s parent must be a mapping"))),
+            _ => Err(invalid(node.line, format!("`{name}`'s parent must be a mapping"))),
         }
     };
     section(pod, "metadata")?;
@@ -776,10 +856,10 @@ fn insert_status(pod: &mut YNode, key: &str, value: &str) -> Result<(), (usize, 
     section(metadata, "annotations")?;
     let annotations = metadata.map_get_mut("annotations").expect("inserted above");
     if annotations.map_get(key).is_some() {
-        return Err((annotations.line, format!("the annotation `{key}` is written by the injector; remove it")));
+        return Err(invalid(annotations.line, format!("the annotation `{key}` is written by the injector; remove it")));
     }
     let YValue::Map(members) = &mut annotations.value else {
-        return Err((annotations.line, "`metadata.annotations` must be a mapping".into()));
+        return Err(invalid(annotations.line, "`metadata.annotations` must be a mapping".into()));
     };
     members.push((key.to_owned(), YNode { line, value: YValue::Str(value.to_owned()) }));
     Ok(())

@@ -292,16 +292,16 @@ impl Renderer {
     }
 
     /// Compiles one leaf. Values-only leaves are rendered now and come back as JSON; pod-dependent ones get a
-    /// slot. The error is a one-line reason.
-    pub(crate) fn add_leaf(&mut self, source: &str) -> Result<LeafKind, String> {
+    /// slot.
+    pub(crate) fn add_leaf(&mut self, source: &str) -> Result<LeafKind, LeafError> {
         let slot = self.leaves.len();
         let json = json_source(source);
         let name = format!("leaf{slot}");
-        self.env.add_template_owned(name.clone(), json.clone()).map_err(|e| describe(&e))?;
-        let template = self.env.get_template(&name).map_err(|e| describe(&e))?;
+        self.env.add_template_owned(name.clone(), json.clone())?;
+        let template = self.env.get_template(&name)?;
         let top = template.undeclared_variables(false);
         if let Some(unknown) = top.iter().find(|v| !KNOWN_VARIABLES.contains(&v.as_str())) {
-            return Err(format!("unknown variable `{unknown}` (a template can use `pod` and `values`)"));
+            return Err(LeafError::UnknownVariable(unknown.clone()));
         }
         let nested = template.undeclared_variables(true);
         let reads_pod = top.contains("pod");
@@ -316,9 +316,11 @@ impl Renderer {
         });
         if !reads_pod {
             let ctx = minijinja::context! { values => self.values.clone() };
-            let text = template.render(ctx).map_err(|e| describe(&e))?;
-            let value: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| format!("expression did not render to JSON ({e}): {text}"))?;
+            let text = template.render(ctx)?;
+            let value: serde_json::Value = match serde_json::from_str(&text) {
+                Ok(value) => value,
+                Err(source) => return Err(LeafError::NotJson { text, source }),
+            };
             if !reads_overridable {
                 self.env.remove_template(&name);
                 return Ok(LeafKind::Static(value));
@@ -339,7 +341,7 @@ impl Renderer {
         for (group, slots) in [(POD_LEAVES, &self.pod_slots), (OVERRIDE_LEAVES, &self.override_slots)] {
             let joined =
                 slots.iter().map(|s| self.leaves[*s].as_str()).collect::<Vec<_>>().join(&SEPARATOR.to_string());
-            self.env.add_template_owned(group, joined).map_err(|e| describe(&e))?;
+            self.env.add_template_owned(group, joined)?;
         }
         Ok(LeafKind::Dynamic(slot))
     }
@@ -547,6 +549,25 @@ pub(crate) struct RenderError {
 }
 
 /// minijinja's message without its multi-line source excerpt.
+/// Why a leaf (a string with an expression) could not be compiled.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LeafError {
+    /// The expression does not compile, or (reading only values) does not render.
+    #[error("{}", describe(.0))]
+    Expression(#[from] minijinja::Error),
+    /// It reads a variable templates do not have.
+    #[error("unknown variable `{0}` (a template can use `pod` and `values`)")]
+    UnknownVariable(String),
+    /// Reading only values, it rendered to text that is not JSON.
+    #[error("expression did not render to JSON ({source}): {text}")]
+    NotJson {
+        /// What it rendered to.
+        text: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
 fn describe(err: &minijinja::Error) -> String {
     let mut reason = err.kind().to_string();
     if let Some(detail) = err.detail() {
@@ -602,8 +623,8 @@ mod tests {
     #[test]
     fn typos_and_syntax_errors_are_refused() {
         let mut r = Renderer::new(&serde_json::json!({"image": "x"}));
-        assert!(r.add_leaf("{{ value.image }}").unwrap_err().contains("unknown variable `value`"));
-        assert!(r.add_leaf("{{ values.imag }}").unwrap_err().contains("undefined"));
+        assert!(r.add_leaf("{{ value.image }}").unwrap_err().to_string().contains("unknown variable `value`"));
+        assert!(r.add_leaf("{{ values.imag }}").unwrap_err().to_string().contains("undefined"));
         assert!(r.add_leaf("{{ values.image ").is_err());
     }
 
