@@ -394,3 +394,71 @@ async fn validate_refuses_what_mutate_would_still_add_and_counts_it() {
         "validations are not injections"
     );
 }
+
+/// Waits up to 5 s for `check` to hold, polling.
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(5);
+    while !check().await {
+        assert!(Instant::now() < until, "{what}: not within 5 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A client that sends the headers of a large body and most of it, waits until the request is in flight, then
+/// sends the rest and goes away at once: hyper reads the whole body, finds the connection closed before the
+/// handler has read the end of it, and drops the request's future unanswered. The in-flight gauge must still come
+/// back down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_mid_request_leaves_no_request_in_flight() {
+    let server = start(|_, _| {}).await;
+    let in_flight =
+        async || counter(&admin_get(server.metrics, "/metrics").await.1, "sidecar_injector_requests_in_flight");
+    assert_eq!(in_flight().await, 0.0);
+    let body = vec![b' '; 256 * 1024];
+    let (most, rest) = body.split_at(body.len() - 64 * 1024);
+    for round in 0..5 {
+        let mut tls = tls_connect(server.addr, client_config(&server.ca_pem, b"http/1.1", None)).await.unwrap();
+        let head = format!(
+            "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        tls.write_all(most).await.unwrap();
+        tls.flush().await.unwrap();
+        eventually("the request is in flight", async || in_flight().await == 1.0).await;
+        tls.write_all(rest).await.unwrap();
+        tls.flush().await.unwrap();
+        drop(tls);
+        eventually(&format!("round {round}: the gauge back at 0 after the disconnect"), async || {
+            in_flight().await == 0.0
+        })
+        .await;
+    }
+}
+
+/// With every connection permit held when shutdown begins, a connection made during the shutdown delay is not
+/// dropped: it waits for a permit and, once one frees within the delay, is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_made_during_the_shutdown_delay_waits_for_a_permit_and_is_answered() {
+    let mut server = start(|c, _| {
+        c.max_connections = 1;
+        c.shutdown_delay = Duration::from_secs(2);
+        c.shutdown_timeout = Duration::from_secs(5);
+    })
+    .await;
+    // The only permit: an open keep-alive connection.
+    let mut holder = Conn::open(server.addr, &server.ca_pem, false).await;
+    assert_eq!(holder.review(REVIEW).await.0, StatusCode::OK);
+    server.stop.take().unwrap().send(()).unwrap();
+    eventually("readiness turns 503", async || admin_get(server.metrics, "/readyz").await.0 == 503).await;
+    let (addr, ca) = (server.addr, server.ca_pem.clone());
+    let late = tokio::spawn(async move {
+        let mut conn = Conn::open_with(addr, client_config(&ca, b"http/1.1", None)).await?;
+        conn.send(post("/mutate?timeout=10s", "application/json", REVIEW)).await.map(|(status, _)| status)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(holder); // its permit frees within the delay
+    let answered = tokio::time::timeout(Duration::from_secs(4), late).await.expect("the late connection hung");
+    assert_eq!(answered.unwrap(), Ok(StatusCode::OK));
+    tokio::time::timeout(Duration::from_secs(6), &mut server.done).await.expect("run() did not return").unwrap();
+}

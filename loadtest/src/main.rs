@@ -11,6 +11,8 @@
 //!
 //! Exit codes: 0 every answer was correct; 1 errors (wrong answers or transport errors) or a failed setup; 2 usage.
 
+#![forbid(unsafe_code)]
+
 mod baseline;
 mod benchplot;
 mod bodies;

@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
+use crate::server::defaults::*;
 use crate::server::reload::TemplateWatch;
 use crate::server::{ServeConfig, Server, TlsSource};
 use arc_swap::ArcSwap;
@@ -12,23 +12,25 @@ use clap::{Args, ValueEnum};
 
 use super::{CliError, TemplateArgs};
 
-/// Arguments of `serve`. Every flag also reads `SIDECAR_INJECTOR_<FLAG>`.
+/// Arguments of `serve`. Every flag also reads `SIDECAR_INJECTOR_<FLAG>`. The defaults are those of
+/// [`crate::server::defaults`], the same that [`ServeConfig::default`] has; durations are written as humantime
+/// parses and prints them (`10s`, `1m30s`, `250ms`).
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Address of the HTTPS webhook listener.
-    #[arg(long, default_value = "0.0.0.0:8443", env = "SIDECAR_INJECTOR_LISTEN")]
+    #[arg(long, default_value_t = DEFAULT_LISTEN, env = "SIDECAR_INJECTOR_LISTEN")]
     pub listen: SocketAddr,
 
     /// Address of the plain-HTTP listener for /metrics, /healthz and /readyz.
-    #[arg(long, default_value = "0.0.0.0:9090", env = "SIDECAR_INJECTOR_METRICS_LISTEN")]
+    #[arg(long, default_value_t = DEFAULT_METRICS_LISTEN, env = "SIDECAR_INJECTOR_METRICS_LISTEN")]
     pub metrics_listen: SocketAddr,
 
     /// The webhook's path.
-    #[arg(long, default_value = "/mutate", env = "SIDECAR_INJECTOR_PATH")]
+    #[arg(long, default_value = DEFAULT_PATH, env = "SIDECAR_INJECTOR_PATH")]
     pub path: String,
 
     /// The validating webhook's path: refuses (or warns about) pods that lack part of their injection.
-    #[arg(long, default_value = "/validate", env = "SIDECAR_INJECTOR_VALIDATE_PATH")]
+    #[arg(long, default_value = DEFAULT_VALIDATE_PATH, env = "SIDECAR_INJECTOR_VALIDATE_PATH")]
     pub validate_path: String,
 
     /// Serving certificate chain (PEM), reloaded when it changes. Without it (and --tls-key), a development
@@ -54,40 +56,40 @@ pub struct ServeArgs {
     pub tls13_only: bool,
 
     /// How often the certificate files are checked for a change.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_TLS_RELOAD_INTERVAL")]
-    pub tls_reload_interval: Duration,
+    #[arg(long, default_value_t = DEFAULT_TLS_RELOAD_INTERVAL.into(), env = "SIDECAR_INJECTOR_TLS_RELOAD_INTERVAL")]
+    pub tls_reload_interval: humantime::Duration,
 
     /// Largest accepted request body, in bytes; larger ones get 413.
-    #[arg(long, default_value_t = 4 * 1024 * 1024, env = "SIDECAR_INJECTOR_MAX_BODY_BYTES")]
+    #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, env = "SIDECAR_INJECTOR_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
 
     /// Time allowed for the TLS handshake and for each request's headers (HTTP/1.1).
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_HEADER_READ_TIMEOUT")]
-    pub header_read_timeout: Duration,
+    #[arg(long, default_value_t = DEFAULT_HEADER_READ_TIMEOUT.into(), env = "SIDECAR_INJECTOR_HEADER_READ_TIMEOUT")]
+    pub header_read_timeout: humantime::Duration,
 
     /// Deadline of one request; the API server's `?timeout=` lowers it.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_REQUEST_TIMEOUT")]
-    pub request_timeout: Duration,
+    #[arg(long, default_value_t = DEFAULT_REQUEST_TIMEOUT.into(), env = "SIDECAR_INJECTOR_REQUEST_TIMEOUT")]
+    pub request_timeout: humantime::Duration,
 
     /// Connections served at once; more wait in the listen backlog.
-    #[arg(long, default_value_t = 1024, env = "SIDECAR_INJECTOR_MAX_CONNECTIONS")]
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS, env = "SIDECAR_INJECTOR_MAX_CONNECTIONS")]
     pub max_connections: usize,
 
     /// Concurrent streams per HTTP/2 connection.
-    #[arg(long, default_value_t = 256, env = "SIDECAR_INJECTOR_H2_MAX_CONCURRENT_STREAMS")]
+    #[arg(long, default_value_t = DEFAULT_H2_MAX_CONCURRENT_STREAMS, env = "SIDECAR_INJECTOR_H2_MAX_CONCURRENT_STREAMS")]
     pub h2_max_concurrent_streams: u32,
 
     /// After SIGTERM, keep accepting this long (readiness already 503) while endpoints are removed.
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_SHUTDOWN_DELAY")]
-    pub shutdown_delay: Duration,
+    #[arg(long, default_value_t = DEFAULT_SHUTDOWN_DELAY.into(), env = "SIDECAR_INJECTOR_SHUTDOWN_DELAY")]
+    pub shutdown_delay: humantime::Duration,
 
     /// After SIGTERM, exit within this long even if connections are still open (Kubernetes kills at 30 s).
-    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_SHUTDOWN_TIMEOUT")]
-    pub shutdown_timeout: Duration,
+    #[arg(long, default_value_t = DEFAULT_SHUTDOWN_TIMEOUT.into(), env = "SIDECAR_INJECTOR_SHUTDOWN_TIMEOUT")]
+    pub shutdown_timeout: humantime::Duration,
 
     /// With --template-dir: how often the directory is read even without a change event (events can be missed).
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_TEMPLATE_POLL_INTERVAL")]
-    pub template_poll_interval: Duration,
+    #[arg(long, default_value_t = DEFAULT_TEMPLATE_POLL_INTERVAL.into(), env = "SIDECAR_INJECTOR_TEMPLATE_POLL_INTERVAL")]
+    pub template_poll_interval: humantime::Duration,
 
     /// Worker threads [default: the CPUs this process may use, from affinity and the cgroup CPU quota]. Set it
     /// in a container without a CPU limit, which would otherwise get one worker per node CPU.
@@ -120,38 +122,32 @@ impl ServeArgs {
     fn config(&self) -> ServeConfig {
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => TlsSource::Files { cert: cert.clone(), key: key.clone() },
-            _ => TlsSource::SelfSigned {
-                ca_out: self
-                    .dev_ca_file
-                    .clone()
-                    .unwrap_or_else(|| std::env::temp_dir().join("sidecar-injector").join("dev-ca.pem")),
-            },
+            _ => TlsSource::SelfSigned { ca_out: self.dev_ca_file.clone().unwrap_or_else(default_dev_ca_file) },
         };
         ServeConfig {
             listen: self.listen,
             metrics_listen: self.metrics_listen,
             path: self.path.clone(),
             validate_path: self.validate_path.clone(),
+            tls,
             client_ca: self.client_ca.clone(),
             tls13_only: self.tls13_only,
-            tls_reload_interval: self.tls_reload_interval,
+            tls_reload_interval: self.tls_reload_interval.into(),
             max_body_bytes: self.max_body_bytes,
-            header_read_timeout: self.header_read_timeout,
-            request_timeout: self.request_timeout,
+            header_read_timeout: self.header_read_timeout.into(),
+            request_timeout: self.request_timeout.into(),
             max_connections: self.max_connections,
             h2_max_concurrent_streams: self.h2_max_concurrent_streams,
-            shutdown_delay: self.shutdown_delay,
-            shutdown_timeout: self.shutdown_timeout,
+            shutdown_delay: self.shutdown_delay.into(),
+            shutdown_timeout: self.shutdown_timeout.into(),
             templates: self.template.template_dir.as_ref().map(|dir| TemplateWatch {
                 dir: dir.clone(),
                 default_template: self.template.default_template.clone(),
                 settings: self.template.settings(),
-                poll_interval: self.template_poll_interval,
-                // Long enough for the kubelet's writes of one update to land together, short next to a human edit.
-                debounce: Duration::from_millis(200),
+                poll_interval: self.template_poll_interval.into(),
+                debounce: TEMPLATE_DEBOUNCE,
                 events: true,
             }),
-            ..ServeConfig::new(tls)
         }
     }
 }
@@ -226,5 +222,79 @@ fn shutdown_signal() -> impl Future<Output = ()> {
         async {
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn parse(flags: &[&str]) -> ServeArgs {
+        let cli = Cli::try_parse_from(["sidecar-injector", "serve"].iter().chain(flags)).unwrap();
+        match cli.command {
+            Command::Serve(args) => *args,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn serve_without_flags_is_the_default_config() {
+        let default = ServeConfig::default();
+        // Destructured without `..`, so that a new field cannot be left out of this comparison.
+        let ServeConfig {
+            listen,
+            metrics_listen,
+            path,
+            validate_path,
+            tls,
+            client_ca,
+            tls13_only,
+            tls_reload_interval,
+            max_body_bytes,
+            header_read_timeout,
+            request_timeout,
+            max_connections,
+            h2_max_concurrent_streams,
+            shutdown_delay,
+            shutdown_timeout,
+            templates,
+        } = parse(&[]).config();
+        assert_eq!(listen, default.listen, "--listen");
+        assert_eq!(metrics_listen, default.metrics_listen, "--metrics-listen");
+        assert_eq!(path, default.path, "--path");
+        assert_eq!(validate_path, default.validate_path, "--validate-path");
+        assert_eq!(tls, default.tls, "--tls-cert, --tls-key, --dev-ca-file");
+        assert_eq!(client_ca, default.client_ca, "--client-ca");
+        assert_eq!(tls13_only, default.tls13_only, "--tls13-only");
+        assert_eq!(tls_reload_interval, default.tls_reload_interval, "--tls-reload-interval");
+        assert_eq!(max_body_bytes, default.max_body_bytes, "--max-body-bytes");
+        assert_eq!(header_read_timeout, default.header_read_timeout, "--header-read-timeout");
+        assert_eq!(request_timeout, default.request_timeout, "--request-timeout");
+        assert_eq!(max_connections, default.max_connections, "--max-connections");
+        assert_eq!(h2_max_concurrent_streams, default.h2_max_concurrent_streams, "--h2-max-concurrent-streams");
+        assert_eq!(shutdown_delay, default.shutdown_delay, "--shutdown-delay");
+        assert_eq!(shutdown_timeout, default.shutdown_timeout, "--shutdown-timeout");
+        assert!(templates.is_none() && default.templates.is_none(), "--template-dir");
+    }
+
+    #[test]
+    fn the_template_watch_defaults_and_durations_parse_as_humantime_writes_them() {
+        let args =
+            parse(&["--template-dir", "/nonexistent", "--shutdown-delay", "1m30s", "--request-timeout", "250ms"]);
+        let config = args.config();
+        let watch = config.templates.expect("--template-dir watches the directory");
+        assert_eq!(watch.poll_interval, DEFAULT_TEMPLATE_POLL_INTERVAL);
+        assert_eq!(watch.debounce, TEMPLATE_DEBOUNCE);
+        assert_eq!(config.shutdown_delay, Duration::from_secs(90));
+        assert_eq!(config.request_timeout, Duration::from_millis(250));
+        assert!(
+            Cli::try_parse_from(["sidecar-injector", "serve", "--shutdown-delay", "2"]).is_err(),
+            "a unit is needed"
+        );
     }
 }

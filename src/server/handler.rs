@@ -18,11 +18,18 @@ use crate::{Outcome, ReviewError, Verdict};
 
 type Answer = Response<Full<Bytes>>;
 
+/// The body buffer's first capacity when the request announces no length (chunked): a typical pod's review fits,
+/// so most requests read without growing it.
+const UNANNOUNCED_BODY_CAPACITY: usize = 16 * 1024;
+
+/// The answer buffer's first capacity: a typical injection's AdmissionReview response (its base64 patch) fits.
+const ANSWER_CAPACITY: usize = 8 * 1024;
+
 pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Answer, Infallible> {
     let start = Instant::now();
-    shared.metrics.in_flight(1.0);
+    // A guard, not a decrement after the `.await`: hyper drops this future when the client goes away mid-request.
+    let _in_flight = shared.metrics.in_flight();
     let answer = respond(&shared, req).await;
-    shared.metrics.in_flight(-1.0);
     shared.metrics.duration(start.elapsed());
     Ok(answer)
 }
@@ -101,7 +108,7 @@ async fn read_and_review(shared: &Shared, mut body: Incoming, endpoint: Endpoint
         // Refused from Content-Length, without reading the body.
         return refuse(shared, ErrorReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, too_large());
     }
-    let expected = if announced > 0 { announced as usize } else { 16 * 1024 };
+    let expected = if announced > 0 { announced as usize } else { UNANNOUNCED_BODY_CAPACITY };
     let mut buf = Vec::with_capacity(expected + crate::PARSE_PADDING);
     while let Some(frame) = body.frame().await {
         let frame = match frame {
@@ -120,7 +127,7 @@ async fn read_and_review(shared: &Shared, mut body: Incoming, endpoint: Endpoint
     }
     shared.metrics.body_bytes(buf.len());
     let engine = shared.engine.load();
-    let mut out = Vec::with_capacity(8 * 1024);
+    let mut out = Vec::with_capacity(ANSWER_CAPACITY);
     let run = || match endpoint {
         Endpoint::Mutate => engine.review(&mut buf, &mut out),
         Endpoint::Validate => engine.validate(&mut buf, &mut out),

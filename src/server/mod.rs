@@ -6,6 +6,7 @@
 //! one engine call, `admin` serves `/metrics`, `/healthz` and `/readyz`.
 
 mod admin;
+pub mod defaults;
 mod handler;
 pub mod reload;
 mod telemetry;
@@ -26,9 +27,28 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::Engine;
+use defaults::*;
 pub use tls::TlsSource;
 
-/// Everything the server needs, explicit: the CLI fills it from flags and environment variables.
+/// How long a background task (certificate or template reload) that ended or panicked waits before it is started
+/// again: soon enough that a reload is hardly delayed, slow enough that a task failing at once does not spin.
+pub(crate) const SUPERVISE_BACKOFF: Duration = Duration::from_secs(1);
+
+/// After a failed `accept` (out of file descriptors or memory, mostly), wait this long before the next: the cause
+/// lasts a while, and accepting again at once would spin a core and flood the log. Both listeners use it.
+pub(crate) const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
+
+/// HTTP/2 streams a client may open and reset before the server has accepted them, past which the connection is
+/// closed: the "rapid reset" attack (CVE-2023-44487) is bounded by it. h2's own default, written here so that a
+/// dependency upgrade cannot loosen it unnoticed; no honest client comes near it.
+const H2_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
+
+/// HTTP/2 PING interval on idle connections: finds a peer that vanished without closing (a node gone) well
+/// before the kernel's TCP keep-alive would, while costing nothing measurable.
+const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Everything the server needs, explicit: the CLI fills it from flags and environment variables. Its
+/// [`Default`] is `sidecar-injector serve` with no flags (the values of [`defaults`]).
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     /// The HTTPS listener.
@@ -66,25 +86,25 @@ pub struct ServeConfig {
     pub templates: Option<reload::TemplateWatch>,
 }
 
-impl ServeConfig {
-    /// The defaults of `sidecar-injector serve`, with the given certificate source.
-    pub fn new(tls: TlsSource) -> Self {
+impl Default for ServeConfig {
+    /// The defaults of `sidecar-injector serve`: a generated development certificate, fixed templates.
+    fn default() -> Self {
         ServeConfig {
-            listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
-            metrics_listen: SocketAddr::from(([0, 0, 0, 0], 9090)),
-            path: "/mutate".to_owned(),
-            validate_path: "/validate".to_owned(),
-            tls,
+            listen: DEFAULT_LISTEN,
+            metrics_listen: DEFAULT_METRICS_LISTEN,
+            path: DEFAULT_PATH.to_owned(),
+            validate_path: DEFAULT_VALIDATE_PATH.to_owned(),
+            tls: TlsSource::SelfSigned { ca_out: default_dev_ca_file() },
             client_ca: None,
             tls13_only: false,
-            tls_reload_interval: Duration::from_secs(10),
-            max_body_bytes: 4 * 1024 * 1024,
-            header_read_timeout: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(10),
-            max_connections: 1024,
-            h2_max_concurrent_streams: 256,
-            shutdown_delay: Duration::from_secs(2),
-            shutdown_timeout: Duration::from_secs(20),
+            tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            h2_max_concurrent_streams: DEFAULT_H2_MAX_CONCURRENT_STREAMS,
+            shutdown_delay: DEFAULT_SHUTDOWN_DELAY,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             templates: None,
         }
     }
@@ -166,7 +186,7 @@ impl Server {
             let (tls, interval, metrics) = (tls.clone(), config.tls_reload_interval, shared.metrics.clone());
             tokio::spawn(supervise(
                 "certificate reload",
-                Duration::from_secs(1),
+                SUPERVISE_BACKOFF,
                 move || metrics.cert_reload(false),
                 move || tls.clone().watch(interval),
             ))
@@ -190,8 +210,8 @@ impl Server {
         h2.http2()
             .timer(TokioTimer::new())
             .max_concurrent_streams(config.h2_max_concurrent_streams)
-            .max_pending_accept_reset_streams(20)
-            .keep_alive_interval(Duration::from_secs(30));
+            .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESET_STREAMS)
+            .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL);
 
         let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
         let connections =
@@ -204,46 +224,13 @@ impl Server {
             "serving"
         );
 
-        let mut shutdown = std::pin::pin!(shutdown);
-        let stop_accepting = loop {
-            // Waiting for a permit before accepting leaves excess connections in the kernel's backlog.
-            let permit = tokio::select! {
-                permit = permits.clone().acquire_owned() => permit,
-                () = &mut shutdown => break true,
-            };
-            let Ok(permit) = permit else { break false };
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                () = &mut shutdown => break true,
-            };
-            let (tcp, peer) = match accepted {
-                Ok(conn) => conn,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait a little rather than spin.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            connections.spawn(tcp, peer, permit);
-        };
-
-        if stop_accepting {
+        if connections.accept_until(&listener, &permits, shutdown).await {
             shared.shutting_down.store(true, Ordering::SeqCst);
             tracing::info!(delay = ?config.shutdown_delay, "shutdown: readiness is now 503, still accepting");
             let deadline = tokio::time::Instant::now() + config.shutdown_timeout;
-            let keep_accepting = tokio::time::sleep(config.shutdown_delay);
-            tokio::pin!(keep_accepting);
-            loop {
-                tokio::select! {
-                    () = &mut keep_accepting => break,
-                    accepted = listener.accept() => {
-                        let Ok((tcp, peer)) = accepted else { continue };
-                        let Ok(permit) = permits.clone().try_acquire_owned() else { continue };
-                        connections.spawn(tcp, peer, permit);
-                    }
-                }
-            }
+            // As before the signal: a connection is accepted once a permit is free, and then served. (Accepting it
+            // and dropping it for want of a permit refused it although a permit might free up within the delay.)
+            connections.accept_until(&listener, &permits, tokio::time::sleep(config.shutdown_delay)).await;
             drop(listener);
             tracing::info!("shutdown: listener closed, draining connections");
             match tokio::time::timeout_at(deadline, connections.graceful.shutdown()).await {
@@ -273,6 +260,30 @@ struct Connections {
 }
 
 impl Connections {
+    /// Accepts and serves connections until `stop` completes (then `true`; `false` if the permits were closed,
+    /// which nothing does). A permit is taken before accepting, so excess connections wait in the kernel's
+    /// backlog rather than being accepted and dropped.
+    async fn accept_until(
+        &self,
+        listener: &TcpListener,
+        permits: &Arc<Semaphore>,
+        stop: impl Future<Output = ()>,
+    ) -> bool {
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            let permit = tokio::select! {
+                permit = permits.clone().acquire_owned() => permit,
+                () = &mut stop => return true,
+            };
+            let Ok(permit) = permit else { return false };
+            let (tcp, peer) = tokio::select! {
+                accepted = accept_next("webhook", || listener.accept()) => accepted,
+                () = &mut stop => return true,
+            };
+            self.spawn(tcp, peer, permit);
+        }
+    }
+
     /// Serves one accepted connection on its own task, holding `permit` until it ends.
     fn spawn(&self, tcp: tokio::net::TcpStream, peer: SocketAddr, permit: tokio::sync::OwnedSemaphorePermit) {
         // Without TCP_NODELAY, small HTTP/2 frames were seen to wait 40 ms for Nagle's algorithm.
@@ -311,6 +322,23 @@ impl Connections {
     }
 }
 
+/// The next connection `accept` (a listener's `accept`) gives; each error is logged and followed by a pause of
+/// [`ACCEPT_ERROR_BACKOFF`] rather than an immediate retry. Cancel-safe when `accept` is, as `TcpListener`'s is.
+pub(crate) async fn accept_next<T, F>(listener: &'static str, mut accept: impl FnMut() -> F) -> (T, SocketAddr)
+where
+    F: Future<Output = std::io::Result<(T, SocketAddr)>>,
+{
+    loop {
+        match accept().await {
+            Ok(accepted) => return accepted,
+            Err(e) => {
+                tracing::warn!(listener, error = %e, backoff = ?ACCEPT_ERROR_BACKOFF, "accept failed");
+                tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+            }
+        }
+    }
+}
+
 /// Runs the task that `start` makes, forever: when it ends or panics, the failure is logged and counted with
 /// `on_failure`, and a new one starts after `backoff`. Background tasks (certificate and template reload) must
 /// not die silently.
@@ -344,6 +372,26 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_failed_accept_is_retried_after_the_backoff_not_at_once() {
+        let calls = AtomicUsize::new(0);
+        let started = std::time::Instant::now();
+        let peer = SocketAddr::from(([127, 0, 0, 1], 1));
+        let accepted = accept_next("test", || {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                match n {
+                    0..3 => Err(std::io::Error::other("too many open files")),
+                    _ => Ok((n, peer)),
+                }
+            }
+        })
+        .await;
+        assert_eq!(accepted, (3, peer), "the fourth attempt succeeded");
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+        assert!(started.elapsed() >= 3 * ACCEPT_ERROR_BACKOFF, "retried after {:?}", started.elapsed());
+    }
 
     #[tokio::test]
     async fn a_supervised_task_that_panics_or_ends_is_restarted_and_counted() {

@@ -20,6 +20,10 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use notify::Watcher;
 
 use super::telemetry::Metrics;
+
+/// When reading the directory fails, read it once more after this pause before calling the edit refused: a read
+/// can race the kubelet deleting the previous timestamped directory, which takes it well under this long.
+const REREAD_PAUSE: Duration = Duration::from_millis(100);
 use crate::{Engine, SetSources, Settings, TemplateError, TemplateSet};
 
 /// Where templates are reloaded from, and how.
@@ -94,7 +98,7 @@ impl Reloader {
         let metrics = self.metrics.clone();
         super::supervise(
             "template reload",
-            Duration::from_secs(1),
+            super::SUPERVISE_BACKOFF,
             move || metrics.template_reload(false),
             move || self.clone().watch(),
         )
@@ -150,7 +154,7 @@ impl Reloader {
         // A read can race the kubelet deleting the previous timestamped directory (a file resolved through the
         // old `..data` vanishes before it is opened): read again once before calling it a failure.
         let read = SetSources::read_dir(&self.watch.dir).or_else(|_| {
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(REREAD_PAUSE);
             SetSources::read_dir(&self.watch.dir)
         });
         let sources = match read {
@@ -169,7 +173,6 @@ impl Reloader {
     }
 
     fn publish(&self, engine: Engine) {
-        let previous = self.engine.load().set().hash().to_owned();
         let set = engine.set();
         let names = set.names();
         let hash = set.hash().to_owned();
@@ -180,7 +183,7 @@ impl Reloader {
         let generation = self.state.generation.fetch_add(1, Ordering::SeqCst) + 1;
         self.state.refused.store(None);
         self.metrics.template_reload(true);
-        self.metrics.template_set(generation, &previous, &hash);
+        self.metrics.template_set(generation, &hash);
         tracing::info!(generation, set = %hash, templates = %names, "templates reloaded");
     }
 
@@ -251,6 +254,23 @@ mod tests {
         let refused = reloader.state.refused().expect("the failure is shown");
         assert!(refused.contains("cannot read the template directory"), "{refused}");
         assert!(reloader.metrics.render().contains("sidecar_injector_template_last_reload_success 0"));
+    }
+
+    #[tokio::test]
+    async fn after_two_reloads_one_template_set_info_series_remains_the_one_serving() {
+        let dir = tempfile::tempdir().unwrap();
+        let reloader = reloader(dir.path(), TemplateWatch::compile);
+        reloader.metrics.template_start(reloader.engine.load().set().hash());
+        for image in ["new", "newer"] {
+            std::fs::write(dir.path().join("default.yaml"), SOURCE.replace("old", image)).unwrap();
+            reloader.check().await;
+        }
+        assert_eq!(reloader.state.generation(), 3, "both edits were published");
+        let rendered = reloader.metrics.render();
+        let series: Vec<&str> =
+            rendered.lines().filter(|l| l.starts_with("sidecar_injector_template_set_info")).collect();
+        let serving = reloader.engine.load().set().hash().to_owned();
+        assert_eq!(series, [format!("sidecar_injector_template_set_info{{hash=\"{serving}\"}} 1")], "{rendered}");
     }
 
     #[tokio::test]

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use metrics::{Counter, Gauge, Histogram};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use metrics_exporter_prometheus::{LabelSet, Matcher, PrometheusBuilder, PrometheusHandle, formatting};
 
 use crate::SkipReason;
 
@@ -45,16 +46,53 @@ impl ErrorReason {
     }
 }
 
-/// Adds one to the counter registered for `reason`, if there is one.
-fn count<R: PartialEq>(counters: &[(R, Counter)], reason: R) {
-    if let Some((_, counter)) = counters.iter().find(|(r, _)| *r == reason) {
-        counter.increment(1);
+/// Buckets of the request duration, in seconds: from 10 µs (a cached answer) to 1 s (something is very wrong).
+const DURATION_BUCKETS: [f64; 12] = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 1e-1, 1.0];
+
+/// Buckets of the request body size, in bytes: from 1 KiB (a bare pod) by fours to 4 MiB, the default body limit.
+const BODY_BUCKETS: [f64; 7] =
+    [1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, super::defaults::DEFAULT_MAX_BODY_BYTES as f64];
+
+/// How often histogram samples are drained into their buckets: samples pile up in memory between drains, so
+/// this bounds that memory under load even when nothing scrapes (scrapes drain too).
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// One counter of `name` per reason, labelled `result` and `reason`, for every reason in `reasons`: each series
+/// exists (at 0) from the start, so that a rate or an alert on any of them works before its first event, and no
+/// reason goes uncounted for want of a series.
+fn per_reason<R: Copy>(
+    name: &'static str,
+    result: &'static str,
+    reasons: &[R],
+    label: fn(R) -> &'static str,
+) -> Vec<(R, Counter)> {
+    reasons.iter().map(|r| (*r, metrics::counter!(name, "result" => result, "reason" => label(*r)))).collect()
+}
+
+/// Adds one to the counter registered for `reason` ([`per_reason`] registers one for every reason).
+fn count<R: PartialEq + std::fmt::Debug>(counters: &[(R, Counter)], reason: R) {
+    match counters.iter().find(|(r, _)| *r == reason) {
+        Some((_, counter)) => counter.increment(1),
+        None => debug_assert!(false, "no counter registered for {reason:?}"),
     }
 }
 
-/// The metric handles, and the recorder for the few series made later (by template hash). Cloning shares them.
+/// The metric handles. Cloning shares them.
 #[derive(Clone)]
-pub(crate) struct Metrics(Arc<Handles>, Arc<PrometheusRecorder>);
+pub(crate) struct Metrics(Arc<Handles>);
+
+/// One request in flight, counted in `sidecar_injector_requests_in_flight` from [`Metrics::in_flight`] until it is
+/// dropped: when the request is answered, and also when hyper drops the request's future unanswered (the client
+/// went away mid-request), which a decrement placed after an `.await` would miss, leaving the gauge one too high
+/// for good.
+#[must_use = "the request counts as in flight until this is dropped"]
+pub(crate) struct InFlight<'a>(&'a Gauge);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}
 
 struct Handles {
     prometheus: PrometheusHandle,
@@ -77,6 +115,8 @@ struct Handles {
     template_reloads_failed: Counter,
     template_generation: Gauge,
     template_last_reload_ok: Gauge,
+    /// The `sidecar_injector_template_set_info` family as rendered, for the set serving (empty before the first).
+    template_set: ArcSwap<String>,
 }
 
 const REQUESTS: &str = "sidecar_injector_requests_total";
@@ -91,22 +131,13 @@ impl Metrics {
     /// tests, keep separate counts) and every metric registered on it.
     pub(crate) fn new() -> Result<Metrics, String> {
         let recorder = PrometheusBuilder::new()
-            // From 10 µs (a cached answer) to 1 s (something is very wrong).
-            .set_buckets_for_metric(
-                Matcher::Full(DURATION.to_owned()),
-                &[1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 1e-1, 1.0],
-            )
-            .and_then(|b| {
-                b.set_buckets_for_metric(
-                    Matcher::Full(BODY.to_owned()),
-                    &[1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0],
-                )
-            })
+            .set_buckets_for_metric(Matcher::Full(DURATION.to_owned()), &DURATION_BUCKETS)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BODY.to_owned()), &BODY_BUCKETS))
             .map_err(|e| e.to_string())?
             .build_recorder();
         let prometheus = recorder.handle();
         let handles = metrics::with_local_recorder(&recorder, || Self::register(prometheus));
-        Ok(Metrics(Arc::new(handles), Arc::new(recorder)))
+        Ok(Metrics(Arc::new(handles)))
     }
 
     /// Registers every metric on the recorder in scope; the handles stay bound to it.
@@ -121,25 +152,14 @@ impl Metrics {
         let handles = Handles {
             prometheus,
             injected: metrics::counter!(REQUESTS, "result" => "injected", "reason" => ""),
-            skipped: SkipReason::ALL
-                .iter()
-                .map(|r| (*r, metrics::counter!(REQUESTS, "result" => "skipped", "reason" => r.as_str())))
-                .collect(),
-            denied: [SkipReason::RenderFailed, SkipReason::UnknownTemplate]
-                .iter()
-                .map(|r| (*r, metrics::counter!(REQUESTS, "result" => "denied", "reason" => r.as_str())))
-                .collect(),
-            errors: ErrorReason::ALL
-                .iter()
-                .map(|r| (*r, metrics::counter!(REQUESTS, "result" => "error", "reason" => r.as_str())))
-                .collect(),
+            skipped: per_reason(REQUESTS, "skipped", &SkipReason::ALL, SkipReason::as_str),
+            // Every reason, not only the ones a template's `onError: deny` gives today: a denial is never lost.
+            denied: per_reason(REQUESTS, "denied", &SkipReason::ALL, SkipReason::as_str),
+            errors: per_reason(REQUESTS, "error", &ErrorReason::ALL, ErrorReason::as_str),
             validated_ok: metrics::counter!(VALIDATIONS, "result" => "ok", "reason" => ""),
             validated_missing_denied: metrics::counter!(VALIDATIONS, "result" => "missing", "reason" => "denied"),
             validated_missing_warned: metrics::counter!(VALIDATIONS, "result" => "missing", "reason" => "warned"),
-            validated_skipped: SkipReason::ALL
-                .iter()
-                .map(|r| (*r, metrics::counter!(VALIDATIONS, "result" => "skipped", "reason" => r.as_str())))
-                .collect(),
+            validated_skipped: per_reason(VALIDATIONS, "skipped", &SkipReason::ALL, SkipReason::as_str),
             duration: metrics::histogram!(DURATION),
             body_bytes: metrics::histogram!(BODY),
             in_flight: metrics::gauge!("sidecar_injector_requests_in_flight"),
@@ -151,6 +171,7 @@ impl Metrics {
             template_reloads_failed: metrics::counter!(TEMPLATE_RELOADS, "result" => "error"),
             template_generation: metrics::gauge!("sidecar_injector_template_generation"),
             template_last_reload_ok: metrics::gauge!("sidecar_injector_template_last_reload_success"),
+            template_set: ArcSwap::from_pointee(String::new()),
         };
         metrics::describe_counter!(TEMPLATE_RELOADS, "Template directory changes applied (ok) or refused (error).");
         metrics::describe_gauge!(
@@ -161,13 +182,15 @@ impl Metrics {
             "sidecar_injector_template_last_reload_success",
             "1 when the newest template edit was applied, 0 when it was refused (the last good set serves)."
         );
-        metrics::describe_gauge!(TEMPLATE_SET, "The template set serving (1) by hash.");
         metrics::gauge!("sidecar_injector_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
         handles
     }
 
+    /// Every metric in the Prometheus text format (what `/metrics` answers).
     pub(crate) fn render(&self) -> String {
-        self.0.prometheus.render()
+        let mut text = self.0.prometheus.render();
+        text.push_str(&self.0.template_set.load());
+        text
     }
 
     pub(crate) fn injected(&self) {
@@ -207,8 +230,10 @@ impl Metrics {
         self.0.body_bytes.record(bytes as f64);
     }
 
-    pub(crate) fn in_flight(&self, delta: f64) {
-        self.0.in_flight.increment(delta);
+    /// Counts one more request in flight, until the guard is dropped.
+    pub(crate) fn in_flight(&self) -> InFlight<'_> {
+        self.0.in_flight.increment(1.0);
+        InFlight(&self.0.in_flight)
     }
 
     pub(crate) fn handshake_done(&self) {
@@ -224,12 +249,15 @@ impl Metrics {
     }
 }
 
+/// Help text of `sidecar_injector_template_set_info`.
+const TEMPLATE_SET_HELP: &str = "The template set serving (1) by hash.";
+
 impl Metrics {
     /// The template set serving at start.
     pub(crate) fn template_start(&self, hash: &str) {
         self.0.template_generation.set(1.0);
         self.0.template_last_reload_ok.set(1.0);
-        metrics::with_local_recorder(&*self.1, || metrics::gauge!(TEMPLATE_SET, "hash" => hash.to_owned()).set(1.0));
+        self.set_template_info(hash);
     }
 
     pub(crate) fn template_reload(&self, ok: bool) {
@@ -237,21 +265,104 @@ impl Metrics {
         self.0.template_last_reload_ok.set(if ok { 1.0 } else { 0.0 });
     }
 
-    /// A new set was published: its generation, and the info gauge moved from the previous hash to the new one.
-    pub(crate) fn template_set(&self, generation: u64, previous: &str, hash: &str) {
+    /// A new set was published: its generation, and the info series now names its hash (only its hash).
+    pub(crate) fn template_set(&self, generation: u64, hash: &str) {
         self.0.template_generation.set(generation as f64);
-        metrics::with_local_recorder(&*self.1, || {
-            metrics::gauge!(TEMPLATE_SET, "hash" => previous.to_owned()).set(0.0);
-            metrics::gauge!(TEMPLATE_SET, "hash" => hash.to_owned()).set(1.0);
-        });
+        self.set_template_info(hash);
+    }
+
+    /// `sidecar_injector_template_set_info{hash} 1` for `hash` alone. The recorder cannot remove a series, so a
+    /// gauge per hash there left a 0-valued series behind at every reload, for good; this family is rendered
+    /// here instead (with the exporter's own formatting), one series whose label is replaced.
+    fn set_template_info(&self, hash: &str) {
+        let key = metrics::Key::from_parts(TEMPLATE_SET, vec![metrics::Label::new("hash", hash.to_owned())]);
+        let labels = LabelSet::from_key_and_global(&key, &Default::default());
+        let mut text = String::new();
+        formatting::write_help_line(&mut text, TEMPLATE_SET, None, None, TEMPLATE_SET_HELP);
+        formatting::write_type_line(&mut text, TEMPLATE_SET, None, None, "gauge");
+        formatting::write_metric_line::<&str, f64>(&mut text, TEMPLATE_SET, None, &labels, None, 1.0, None);
+        text.push('\n');
+        self.0.template_set.store(Arc::new(text));
     }
 }
 
 /// Histogram samples accumulate until drained: drain them regularly, not only when scraped.
 pub(crate) async fn upkeep(metrics: Metrics) {
-    let mut ticks = tokio::time::interval(Duration::from_secs(5));
+    let mut ticks = tokio::time::interval(UPKEEP_INTERVAL);
     loop {
         ticks.tick().await;
         metrics.0.prometheus.run_upkeep();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the series `series` (name and labels, as rendered), if it is there.
+    fn value(rendered: &str, series: &str) -> Option<f64> {
+        rendered.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn every_reason_of_every_verdict_has_a_series_from_zero_and_is_counted() {
+        let metrics = Metrics::new().unwrap();
+        let series = |name: &str, result: &str, reason: SkipReason| {
+            format!("{name}{{result=\"{result}\",reason=\"{}\"}}", reason.as_str())
+        };
+        let labels = [(REQUESTS, "skipped"), (REQUESTS, "denied"), (VALIDATIONS, "skipped")];
+        let before = metrics.render();
+        for (name, result) in labels {
+            for reason in SkipReason::ALL {
+                assert_eq!(
+                    value(&before, &series(name, result, reason)),
+                    Some(0.0),
+                    "{}",
+                    series(name, result, reason)
+                );
+            }
+        }
+        for reason in SkipReason::ALL {
+            metrics.skipped(reason);
+            metrics.denied(reason);
+            metrics.validated_skipped(reason);
+        }
+        let after = metrics.render();
+        for (name, result) in labels {
+            for reason in SkipReason::ALL {
+                assert_eq!(value(&after, &series(name, result, reason)), Some(1.0), "{}", series(name, result, reason));
+            }
+        }
+    }
+
+    #[test]
+    fn a_request_stays_in_flight_until_its_guard_is_dropped_however_it_ends() {
+        let metrics = Metrics::new().unwrap();
+        let in_flight = |m: &Metrics| value(&m.render(), "sidecar_injector_requests_in_flight");
+        let answered = metrics.in_flight();
+        let abandoned = async {
+            let _guard = metrics.in_flight();
+            std::future::pending::<()>().await;
+        };
+        let mut abandoned = Box::pin(abandoned);
+        let waker = std::task::Waker::noop();
+        assert!(abandoned.as_mut().poll(&mut std::task::Context::from_waker(waker)).is_pending());
+        assert_eq!(in_flight(&metrics), Some(2.0));
+        drop(abandoned); // as hyper drops the service future of a client that went away
+        drop(answered);
+        assert_eq!(in_flight(&metrics), Some(0.0));
+    }
+
+    #[test]
+    fn the_template_set_info_names_only_the_set_serving() {
+        let metrics = Metrics::new().unwrap();
+        metrics.template_start("aaaa");
+        metrics.template_set(2, "bbbb");
+        metrics.template_set(3, "cccc");
+        let rendered = metrics.render();
+        let series: Vec<&str> = rendered.lines().filter(|l| l.starts_with(TEMPLATE_SET)).collect();
+        assert_eq!(series, [r#"sidecar_injector_template_set_info{hash="cccc"} 1"#], "{rendered}");
+        assert_eq!(rendered.matches(&format!("# TYPE {TEMPLATE_SET} gauge\n")).count(), 1, "{rendered}");
+        assert_eq!(value(&rendered, "sidecar_injector_template_generation"), Some(3.0));
     }
 }

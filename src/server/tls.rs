@@ -19,7 +19,7 @@ use super::ServeConfig;
 use super::telemetry::Metrics;
 
 /// Where the serving certificate comes from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TlsSource {
     /// PEM files, as mounted from a Secret; reloaded when they change.
     Files {

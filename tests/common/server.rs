@@ -39,7 +39,8 @@ pub fn test_config(dir: &Path) -> ServeConfig {
         metrics_listen: "127.0.0.1:0".parse().unwrap(),
         shutdown_delay: Duration::ZERO,
         shutdown_timeout: Duration::from_secs(5),
-        ..ServeConfig::new(TlsSource::SelfSigned { ca_out: dir.join("ca.pem") })
+        tls: TlsSource::SelfSigned { ca_out: dir.join("ca.pem") },
+        ..ServeConfig::default()
     }
 }
 

@@ -1,0 +1,56 @@
+//! The defaults of `sidecar-injector serve`, written once: [`super::ServeConfig::default`] and the clap flags of
+//! `serve` (what `--help` shows, and what docs/operations.md's table is checked against) are both built from
+//! these constants.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `--listen`: the HTTPS webhook listener, on every interface.
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8443));
+
+/// `--metrics-listen`: the plain-HTTP listener for `/metrics`, `/healthz` and `/readyz`.
+pub const DEFAULT_METRICS_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 9090));
+
+/// `--path`: the mutating webhook's path.
+pub const DEFAULT_PATH: &str = "/mutate";
+
+/// `--validate-path`: the validating webhook's path.
+pub const DEFAULT_VALIDATE_PATH: &str = "/validate";
+
+/// `--tls-reload-interval`: how often the certificate files are checked for a change.
+pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
+
+/// `--max-body-bytes`: the largest accepted request body (4 MiB).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// `--header-read-timeout`: the TLS handshake and, on HTTP/1.1, each request's headers.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `--request-timeout`: the deadline of one request (the API server's `?timeout=` lowers it).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `--max-connections`: connections served at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// `--h2-max-concurrent-streams`: concurrent streams per HTTP/2 connection.
+pub const DEFAULT_H2_MAX_CONCURRENT_STREAMS: u32 = 256;
+
+/// `--shutdown-delay`: after the signal, keep accepting this long while endpoints are removed.
+pub const DEFAULT_SHUTDOWN_DELAY: Duration = Duration::from_secs(2);
+
+/// `--shutdown-timeout`: after the signal, exit within this long (Kubernetes kills at 30 s).
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// `--template-poll-interval`: with a template directory, how often it is read even without a change event.
+pub const DEFAULT_TEMPLATE_POLL_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long a template reload waits after a change event for the burst to end: long enough for the kubelet's
+/// writes of one ConfigMap update to land together, short next to a human edit. Not a flag.
+pub const TEMPLATE_DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// `--dev-ca-file`: where the generated development CA is written when no certificate is given,
+/// `<temp dir>/sidecar-injector/dev-ca.pem` (computed at run time: the temporary directory comes from `TMPDIR`).
+pub fn default_dev_ca_file() -> PathBuf {
+    std::env::temp_dir().join("sidecar-injector").join("dev-ca.pem")
+}
