@@ -154,7 +154,7 @@ impl ServeArgs {
 
 /// Runs `serve` until SIGTERM or SIGINT.
 pub fn run(args: &ServeArgs) -> Result<(), CliError> {
-    init_logging(args).map_err(CliError::Config)?;
+    init_logging(args)?;
     let engine = args.template.engine().map_err(|e| CliError::templates(e, false))?;
     // std reads the cgroup CPU quota, so a container limited to 2 CPUs gets 2 workers, not one per host core.
     let workers = match args.workers {
@@ -184,8 +184,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     })
 }
 
-fn init_logging(args: &ServeArgs) -> Result<(), String> {
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log).map_err(|e| format!("--log {:?}: {e}", args.log))?;
+fn init_logging(args: &ServeArgs) -> Result<(), CliError> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
+        .map_err(|e| CliError::Config(format!("--log {:?}: {e}", args.log)))?;
     // Colours only for a person at a terminal, not in a container's log file.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);

@@ -126,7 +126,7 @@ pub enum ServeError {
     Tls(#[from] tls::TlsError),
     /// The metrics recorder could not be installed.
     #[error("cannot set up metrics: {0}")]
-    Metrics(String),
+    Metrics(#[source] metrics_exporter_prometheus::BuildError),
 }
 
 /// State shared by every connection.

@@ -129,11 +129,10 @@ const TEMPLATE_SET: &str = "sidecar_injector_template_set_info";
 impl Metrics {
     /// A recorder of this server's own (not the process-wide one, so that servers in one process, as in the
     /// tests, keep separate counts) and every metric registered on it.
-    pub(crate) fn new() -> Result<Metrics, String> {
+    pub(crate) fn new() -> Result<Metrics, metrics_exporter_prometheus::BuildError> {
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full(DURATION.to_owned()), &DURATION_BUCKETS)
-            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BODY.to_owned()), &BODY_BUCKETS))
-            .map_err(|e| e.to_string())?
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BODY.to_owned()), &BODY_BUCKETS))?
             .build_recorder();
         let prometheus = recorder.handle();
         let handles = metrics::with_local_recorder(&recorder, || Self::register(prometheus));

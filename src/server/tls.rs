@@ -38,30 +38,63 @@ pub enum TlsSource {
 /// Why TLS could not be set up. Each names the file and the problem.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    /// A file could not be read or parsed.
-    #[error("{path}: {reason}")]
-    File {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file (or directory).
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not the PEM it should be.
+    #[error("{path}: not {what}: {source}")]
+    Pem {
         /// The file.
         path: PathBuf,
-        /// What is wrong with it.
-        reason: String,
+        /// What it should hold: `a PEM certificate chain`, `a PEM private key`, `a PEM certificate`.
+        what: &'static str,
+        /// The PEM error.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// A file holds no certificate of the kind it should.
+    #[error("{path}: no {what} in the file")]
+    Empty {
+        /// The file.
+        path: PathBuf,
+        /// `certificate` or `CA certificate`.
+        what: &'static str,
+    },
+    /// A client CA certificate cannot be a trust anchor.
+    #[error("{path}: not a usable CA certificate: {source}")]
+    Ca {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: rustls::Error,
     },
     /// The certificate and key do not form a usable pair.
-    #[error("{cert} and {key}: {reason}")]
+    #[error("{cert} and {key}: {source}")]
     Pair {
         /// The certificate file.
         cert: PathBuf,
         /// The key file.
         key: PathBuf,
         /// What is wrong.
-        reason: String,
+        #[source]
+        source: rustls::Error,
     },
-    /// The development certificate could not be generated or written.
+    /// The development certificate could not be generated.
     #[error("development certificate: {0}")]
-    SelfSigned(String),
-    /// rustls refused the configuration.
+    SelfSigned(#[source] crate::pki::PkiError),
+    /// rustls refused the protocol versions.
     #[error("TLS configuration: {0}")]
-    Config(String),
+    Config(#[source] rustls::Error),
+    /// rustls refused the client certificate verifier.
+    #[error("TLS configuration: {0}")]
+    Verifier(#[source] rustls::server::VerifierBuilderError),
 }
 
 /// The serving certificate, swappable while handshakes run.
@@ -112,7 +145,7 @@ impl Tls {
         };
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(versions)
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+            .map_err(TlsError::Config)?;
         let builder = match &config.client_ca {
             None => builder.with_no_client_auth(),
             Some(ca) => builder.with_client_cert_verifier(client_verifier(ca, &provider)?),
@@ -172,8 +205,7 @@ struct PemPair {
 }
 
 fn read_pair(cert: &Path, key: &Path) -> Result<PemPair, TlsError> {
-    let read =
-        |path: &Path| std::fs::read(path).map_err(|e| TlsError::File { path: path.to_owned(), reason: e.to_string() });
+    let read = |path: &Path| std::fs::read(path).map_err(|source| TlsError::Io { path: path.to_owned(), source });
     Ok(PemPair { cert: read(cert)?, key: read(key)? })
 }
 
@@ -183,19 +215,21 @@ fn certified_key(
     key_path: &Path,
     provider: &CryptoProvider,
 ) -> Result<Arc<CertifiedKey>, TlsError> {
-    let file_error = |path: &Path, reason: String| TlsError::File { path: path.to_owned(), reason };
     let chain = CertificateDer::pem_slice_iter(&pem.cert)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| file_error(cert_path, format!("not a PEM certificate chain: {e}")))?;
+        .map_err(|source| TlsError::Pem { path: cert_path.to_owned(), what: "a PEM certificate chain", source })?;
     if chain.is_empty() {
-        return Err(file_error(cert_path, "no certificate in the file".to_owned()));
+        return Err(TlsError::Empty { path: cert_path.to_owned(), what: "certificate" });
     }
-    let key = PrivateKeyDer::from_pem_slice(&pem.key)
-        .map_err(|e| file_error(key_path, format!("not a PEM private key: {e}")))?;
-    CertifiedKey::from_der(chain, key, provider).map(Arc::new).map_err(|e| TlsError::Pair {
+    let key = PrivateKeyDer::from_pem_slice(&pem.key).map_err(|source| TlsError::Pem {
+        path: key_path.to_owned(),
+        what: "a PEM private key",
+        source,
+    })?;
+    CertifiedKey::from_der(chain, key, provider).map(Arc::new).map_err(|source| TlsError::Pair {
         cert: cert_path.to_owned(),
         key: key_path.to_owned(),
-        reason: e.to_string(),
+        source,
     })
 }
 
@@ -203,30 +237,26 @@ fn client_verifier(
     ca: &Path,
     provider: &Arc<CryptoProvider>,
 ) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
-    let file_error = |reason: String| TlsError::File { path: ca.to_owned(), reason };
-    let pem = std::fs::read(ca).map_err(|e| file_error(e.to_string()))?;
+    let pem = std::fs::read(ca).map_err(|source| TlsError::Io { path: ca.to_owned(), source })?;
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| file_error(format!("not a PEM certificate: {e}")))?;
-        roots.add(cert).map_err(|e| file_error(format!("not a usable CA certificate: {e}")))?;
+        let cert = cert.map_err(|source| TlsError::Pem { path: ca.to_owned(), what: "a PEM certificate", source })?;
+        roots.add(cert).map_err(|source| TlsError::Ca { path: ca.to_owned(), source })?;
     }
     if roots.is_empty() {
-        return Err(file_error("no CA certificate in the file".to_owned()));
+        return Err(TlsError::Empty { path: ca.to_owned(), what: "CA certificate" });
     }
-    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .map_err(|e| TlsError::Config(e.to_string()))
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().map_err(TlsError::Verifier)
 }
 
 /// A development CA and a serving certificate for localhost signed by it. The CA goes to `ca_out` so that a
 /// client can trust it.
 fn self_signed(ca_out: &Path, provider: &CryptoProvider) -> Result<Arc<CertifiedKey>, TlsError> {
-    let generated = DevCertificates::generate().map_err(|e| TlsError::SelfSigned(e.to_string()))?;
+    let generated = DevCertificates::generate().map_err(TlsError::SelfSigned)?;
     if let Some(dir) = ca_out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| TlsError::File { path: dir.to_owned(), reason: e.to_string() })?;
+        std::fs::create_dir_all(dir).map_err(|source| TlsError::Io { path: dir.to_owned(), source })?;
     }
-    std::fs::write(ca_out, &generated.ca_pem)
-        .map_err(|e| TlsError::File { path: ca_out.to_owned(), reason: e.to_string() })?;
+    std::fs::write(ca_out, &generated.ca_pem).map_err(|source| TlsError::Io { path: ca_out.to_owned(), source })?;
     tracing::warn!(
         ca = %ca_out.display(),
         "no --tls-cert/--tls-key: serving a generated certificate for localhost, signed by a development CA \
