@@ -174,6 +174,22 @@ struct Work {
     leaf_cache: LeafCache,
 }
 
+impl Work {
+    /// Writes the patch that merges `template` into `pod`, with the leaves rendered for it, as plain JSON into
+    /// `staged`; returns its number of operations. `observer` sees each one.
+    fn merge<'m>(
+        &mut self,
+        template: &'m Template,
+        overridden: bool,
+        pod: &PodView<'_, '_>,
+        observer: &mut impl merge::Observer<'m>,
+    ) -> usize {
+        let Work { rendered, ranges, path, staged, .. } = self;
+        staged.clear();
+        merge::merge(template, overridden, pod, Rendered { buf: rendered, ranges }, path, staged, observer)
+    }
+}
+
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch {
         buffers: Buffers::with_max_depth(16 * 1024, review::MAX_DEPTH),
@@ -339,10 +355,7 @@ impl Engine {
         match (until, &decision) {
             (Stage::Decide | Stage::Render, _) => {}
             (Stage::Merge, Decision::Patch { template, pod, overridden }) => {
-                let Work { rendered, ranges, path, staged, .. } = work;
-                staged.clear();
-                let slots = Rendered { buf: rendered, ranges };
-                merge::merge(template, *overridden, pod, slots, path, staged, &mut ());
+                work.merge(template, *overridden, pod, &mut ());
             }
             (Stage::Merge, _) => {}
             _ => self.write(&review, decision, work, out, &mut outcome),
@@ -393,7 +406,7 @@ impl Engine {
         mode: Mode,
     ) -> Decision<'s, 't, 'i> {
         let Chosen { template, pod } = chosen;
-        let Work { rendered, ranges, overrides, path, staged, leaf_cache } = work;
+        let Work { rendered, ranges, overrides, leaf_cache, .. } = work;
         if template.renders_per_pod() {
             let context = PodContext {
                 name: pod.name(),
@@ -411,19 +424,14 @@ impl Engine {
                 return self.fail(failure, outcome);
             }
         }
-        let slots = Rendered { buf: rendered, ranges };
-        if let Err((slot, error)) = template.check_leaves(slots) {
+        if let Err((slot, error)) = template.check_leaves(Rendered { buf: rendered, ranges }) {
             let what = "rendered a value the API server would refuse";
             return self.fail(self.leaf_failure(&template, slot, &pod, what, &error), outcome);
         }
         let overridden = !overrides.is_empty();
         match mode {
             Mode::Mutate => Decision::Patch { template, pod, overridden },
-            Mode::Validate => {
-                staged.clear();
-                let missing = merge::merge(&template, overridden, &pod, slots, path, staged, &mut ());
-                self.judge(&template, &pod, missing, (slots, overridden), path, staged, outcome)
-            }
+            Mode::Validate => self.judge(&template, &pod, overridden, work, outcome),
         }
     }
 
@@ -448,13 +456,12 @@ impl Engine {
             }
             Decision::Patch { template, pod, overridden } => {
                 response::allow(out);
+                if let Some(trace) = &mut outcome.trace {
+                    work.merge(&template, overridden, &pod, &mut ());
+                    trace.patch = Some(work.staged.clone());
+                }
                 let Work { rendered, ranges, path, staged, .. } = work;
                 let slots = Rendered { buf: rendered, ranges };
-                if let Some(trace) = &mut outcome.trace {
-                    let mut plain = Vec::new();
-                    merge::merge(&template, overridden, &pod, slots, path, &mut plain, &mut ());
-                    trace.patch = Some(plain);
-                }
                 let ops = response::patch(out, staged, |sink| {
                     merge::merge(&template, overridden, &pod, slots, path, sink, &mut ())
                 });
@@ -472,26 +479,23 @@ impl Engine {
         response::close(out, &outcome.warnings, outcome.template.as_deref().map(TemplateId::audit_json));
     }
 
-    /// Judges a pod for validation: complete pods are allowed; an incomplete one is refused or warned about, as
-    /// the template (or the server) says, naming what is missing. `missing` is the number of operations
-    /// injection would send; for an incomplete pod, the merge runs again, watched, to name them.
-    #[allow(clippy::too_many_arguments)] // The merge's inputs, passed through once more to name what it adds.
+    /// Judges a pod for validation: complete pods (injecting them again would add nothing) are allowed; an
+    /// incomplete one is refused or warned about, as the template (or the server) says, naming what is missing:
+    /// the merge runs again, watched, to name what each of its operations adds.
     fn judge<'s, 't, 'i>(
         &self,
         template: &Template,
         pod: &PodView<'t, 'i>,
-        missing: usize,
-        (slots, overridden): (Rendered<'_>, bool),
-        path: &mut Pointer,
-        staged: &mut Vec<u8>,
+        overridden: bool,
+        work: &mut Work,
         outcome: &mut Outcome,
     ) -> Decision<'s, 't, 'i> {
+        let missing = work.merge(template, overridden, pod, &mut ());
         if missing == 0 {
             return Decision::Allow(Verdict::Complete);
         }
         let mut watch = validate::Missing::new(pod);
-        staged.clear();
-        merge::merge(template, overridden, pod, slots, path, staged, &mut watch);
+        work.merge(template, overridden, pod, &mut watch);
         outcome.missing = watch.into_items();
         let message = format!(
             "sidecar-injector: pod {} lacks what template {} (version {}) injects: {}",
