@@ -207,19 +207,13 @@ const DENY_CODE: u16 = 400;
 /// Status code of a validation refusal: the pod is well-formed but lacks what policy requires.
 const INCOMPLETE_CODE: u16 = 403;
 
-/// A pod the engine injects, with the template it takes.
-struct Chosen<'s, 't, 'i> {
-    template: Selection<'s>,
-    pod: PodView<'t, 'i>,
-}
-
 /// What the response will say, decided before a byte of it is written.
-enum Decision<'s, 't, 'i> {
+enum Decision<'d> {
     /// Admitted as it is.
     Allow(Verdict),
     /// Admitted with the patch that merges the template into the pod: written straight into the response, as
     /// base64, so its verdict (injected, or already injected) is known once it is written.
-    Patch { template: Selection<'s>, pod: PodView<'t, 'i>, overridden: bool },
+    Patch { template: Selection<'d>, pod: &'d PodView<'d, 'd>, overridden: bool },
     /// Refused with this status code; the message is the outcome's.
     Deny { verdict: Verdict, code: u16 },
 }
@@ -322,9 +316,13 @@ impl Engine {
     ) -> Result<Outcome, ReviewError> {
         let review = review::read(root)?;
         let mut outcome = Outcome::new(review.version, trace);
-        let decision = match self.choose(&review, work, &mut outcome) {
-            Ok(chosen) => self.prepare(chosen, work, &mut outcome, mode),
-            Err(decision) => decision,
+        let pod = decision::decide(&review, &self.keys);
+        let decision = match &pod {
+            Err(reason) => Decision::Allow(Verdict::Skipped(*reason)),
+            Ok(pod) => match self.choose(pod, work, &mut outcome) {
+                Ok(template) => self.prepare(template, pod, work, &mut outcome, mode),
+                Err(decision) => decision,
+            },
         };
         self.write(&review, decision, work, out, &mut outcome);
         Ok(outcome)
@@ -347,10 +345,14 @@ impl Engine {
             response::open(out, review.version, review.uid);
         }
         let mut outcome = Outcome::new(review.version, false);
-        let decision = match self.choose(&review, work, &mut outcome) {
-            Ok(_) if until == Stage::Decide => return Ok(()),
-            Ok(chosen) => self.prepare(chosen, work, &mut outcome, Mode::Mutate),
-            Err(decision) => decision,
+        let pod = decision::decide(&review, &self.keys);
+        let decision = match &pod {
+            Err(reason) => Decision::Allow(Verdict::Skipped(*reason)),
+            Ok(pod) => match self.choose(pod, work, &mut outcome) {
+                Ok(_) if until == Stage::Decide => return Ok(()),
+                Ok(template) => self.prepare(template, pod, work, &mut outcome, Mode::Mutate),
+                Err(decision) => decision,
+            },
         };
         match (until, &decision) {
             (Stage::Decide | Stage::Render, _) => {}
@@ -363,49 +365,46 @@ impl Engine {
         Ok(())
     }
 
-    /// The pod to inject and the template it takes; or, when there is none, the decision already. Reads the
-    /// pod's overrides and warns about annotations nothing reads.
-    // The `Err` is a decision as large as the `Ok` (a pod view); boxing it would allocate per request.
-    #[allow(clippy::result_large_err)]
-    fn choose<'s, 't, 'i>(
-        &'s self,
-        review: &Review<'t, 'i>,
+    /// The template the pod takes; or, when it takes none, the decision already. Reads the pod's overrides
+    /// and warns about annotations nothing reads.
+    fn choose<'d>(
+        &'d self,
+        pod: &PodView<'_, '_>,
         work: &mut Work,
         outcome: &mut Outcome,
-    ) -> Result<Chosen<'s, 't, 'i>, Decision<'s, 't, 'i>> {
-        let pod = decision::decide(review, &self.keys).map_err(|reason| Decision::Allow(Verdict::Skipped(reason)))?;
+    ) -> Result<Selection<'d>, Decision<'d>> {
         if let Some(trace) = &mut outcome.trace {
             trace.pod = Some(pod.display_name());
         }
         let template = match self.set.select(pod.annotation(&self.keys.template)) {
             Ok(template) => template,
-            Err(e) => return Err(self.fail(self.unknown_template(&pod, e), outcome)),
+            Err(e) => return Err(self.fail(self.unknown_template(pod, e), outcome)),
         };
-        if let Err(reason) = decision::admits(&pod, &self.keys, &template) {
+        if let Err(reason) = decision::admits(pod, &self.keys, &template) {
             if reason == SkipReason::InjectedByOtherVersion {
-                outcome.warnings.push(self.other_version_warning(&pod, &template));
+                outcome.warnings.push(self.other_version_warning(pod, &template));
             }
             return Err(Decision::Allow(Verdict::Skipped(reason)));
         }
         outcome.template = Some(template.id().clone());
         work.overrides.clear();
         if !template.overrides.is_empty() {
-            self.read_overrides(&template, &pod, &mut work.overrides, &mut outcome.warnings);
+            self.read_overrides(&template, pod, &mut work.overrides, &mut outcome.warnings);
         }
-        self.unknown_annotations(&template, &pod, &mut outcome.warnings);
-        Ok(Chosen { template, pod })
+        self.unknown_annotations(&template, pod, &mut outcome.warnings);
+        Ok(template)
     }
 
     /// Renders the pod's leaves and checks them: the patch to send, or (when validating) the judgement of the
     /// pod by it.
-    fn prepare<'s, 't, 'i>(
+    fn prepare<'d>(
         &self,
-        chosen: Chosen<'s, 't, 'i>,
+        template: Selection<'d>,
+        pod: &'d PodView<'d, 'd>,
         work: &mut Work,
         outcome: &mut Outcome,
         mode: Mode,
-    ) -> Decision<'s, 't, 'i> {
-        let Chosen { template, pod } = chosen;
+    ) -> Decision<'d> {
         let Work { rendered, ranges, overrides, leaf_cache, .. } = work;
         if template.renders_per_pod() {
             let context = PodContext {
@@ -420,18 +419,18 @@ impl Engine {
                 template.vet_overrides(&context, overrides, &mut outcome.warnings);
             }
             if let Err(e) = template.render(&context, overrides, Some(leaf_cache), rendered, ranges) {
-                let failure = self.leaf_failure(&template, e.slot, &pod, "failed to render", &e.reason);
+                let failure = self.leaf_failure(&template, e.slot, pod, "failed to render", &e.reason);
                 return self.fail(failure, outcome);
             }
         }
         if let Err((slot, error)) = template.check_leaves(Rendered { buf: rendered, ranges }) {
             let what = "rendered a value the API server would refuse";
-            return self.fail(self.leaf_failure(&template, slot, &pod, what, &error), outcome);
+            return self.fail(self.leaf_failure(&template, slot, pod, what, &error), outcome);
         }
         let overridden = !overrides.is_empty();
         match mode {
             Mode::Mutate => Decision::Patch { template, pod, overridden },
-            Mode::Validate => self.judge(&template, &pod, overridden, work, outcome),
+            Mode::Validate => self.judge(&template, pod, overridden, work, outcome),
         }
     }
 
@@ -439,7 +438,7 @@ impl Engine {
     fn write(
         &self,
         review: &Review<'_, '_>,
-        decision: Decision<'_, '_, '_>,
+        decision: Decision<'_>,
         work: &mut Work,
         out: &mut Vec<u8>,
         outcome: &mut Outcome,
@@ -457,13 +456,13 @@ impl Engine {
             Decision::Patch { template, pod, overridden } => {
                 response::allow(out);
                 if let Some(trace) = &mut outcome.trace {
-                    work.merge(&template, overridden, &pod, &mut ());
+                    work.merge(&template, overridden, pod, &mut ());
                     trace.patch = Some(work.staged.clone());
                 }
                 let Work { rendered, ranges, path, staged, .. } = work;
                 let slots = Rendered { buf: rendered, ranges };
                 let ops = response::patch(out, staged, |sink| {
-                    merge::merge(&template, overridden, &pod, slots, path, sink, &mut ())
+                    merge::merge(&template, overridden, pod, slots, path, sink, &mut ())
                 });
                 match ops {
                     0 => Verdict::Skipped(SkipReason::AlreadyInjected),
@@ -482,14 +481,14 @@ impl Engine {
     /// Judges a pod for validation: complete pods (injecting them again would add nothing) are allowed; an
     /// incomplete one is refused or warned about, as the template (or the server) says, naming what is missing:
     /// the merge runs again, watched, to name what each of its operations adds.
-    fn judge<'s, 't, 'i>(
+    fn judge<'d>(
         &self,
         template: &Template,
-        pod: &PodView<'t, 'i>,
+        pod: &PodView<'_, '_>,
         overridden: bool,
         work: &mut Work,
         outcome: &mut Outcome,
-    ) -> Decision<'s, 't, 'i> {
+    ) -> Decision<'d> {
         let missing = work.merge(template, overridden, pod, &mut ());
         if missing == 0 {
             return Decision::Allow(Verdict::Complete);
@@ -597,7 +596,7 @@ impl Engine {
 
     /// Decides for a pod whose injection cannot proceed, as the policy says: admitted without the sidecar and
     /// with a warning, or refused with the reason.
-    fn fail<'s, 't, 'i>(&self, failure: Failure, outcome: &mut Outcome) -> Decision<'s, 't, 'i> {
+    fn fail<'d>(&self, failure: Failure, outcome: &mut Outcome) -> Decision<'d> {
         match failure.policy {
             Policy::Allow => {
                 outcome.warnings.push(format!("sidecar-injector: admitted without the sidecar: {}", failure.message));

@@ -225,4 +225,28 @@ mod tests {
         }});
         assert_eq!(missing(template, pod), ["annotation sidecar-injector.io/status"]);
     }
+
+    #[test]
+    fn list_items_are_named_by_the_merge_key_the_merge_matched_them_by() {
+        // The merge keys come from the one rule set: `ip` for hostAliases, `topologyKey` for spread constraints.
+        let template = "pod:
+  spec:
+    hostAliases: [{ip: 10.0.0.1, hostnames: [mesh.local]}]
+    topologySpreadConstraints:
+      - {topologyKey: zone, maxSkew: 1, whenUnsatisfiable: ScheduleAnyway}
+";
+        let pod = serde_json::json!({"metadata": {"name": "p", "annotations": {}}, "spec": {
+            "containers": [{"name": "app", "image": "a"}],
+            "hostAliases": [{"ip": "10.0.0.2", "hostnames": ["db"]}],
+            "topologySpreadConstraints": [{"topologyKey": "host", "maxSkew": 1, "whenUnsatisfiable": "DoNotSchedule"}]
+        }});
+        assert_eq!(
+            missing(template, pod),
+            [
+                "spec.hostAliases[10.0.0.1]",
+                "spec.topologySpreadConstraints[zone]",
+                "annotation sidecar-injector.io/status"
+            ]
+        );
+    }
 }
