@@ -289,18 +289,20 @@ impl Engine {
         // simd-json reads in 64-byte blocks; given the padding past the document, it parses the body where it
         // is instead of first copying it into a padded buffer of its own.
         body.resize(len + PARSE_PADDING, b' ');
-        let result = SCRATCH.with(|scratch| {
+        let body_start = body.as_ptr() as usize;
+        let answered = SCRATCH.with(|scratch| {
             // Only this synchronous call borrows the thread's scratch, so the borrow cannot be held twice.
             let mut scratch = scratch.borrow_mut();
             let Scratch { buffers, tape: tape_slot, work } = &mut *scratch;
             let mut tape = tape_slot.take().unwrap_or_else(Tape::null).reset();
-            let result = match simd_json::fill_tape_padded(body, len, buffers, &mut tape) {
-                Ok(()) => then(self, tape.as_value(), work),
-                Err(e) => Err(ReviewError::json(&e)),
-            };
+            let answered = simd_json::fill_tape_padded(body, len, buffers, &mut tape).map(|()| {
+                review::refuse_duplicate_keys(&tape.0, body_start).and_then(|()| then(self, tape.as_value(), work))
+            });
             *tape_slot = Some(tape.reset());
-            result
+            answered
         });
+        // A parse error is described from the body, which the tape no longer borrows.
+        let result = answered.unwrap_or_else(|e| Err(ReviewError::json(&e, body.get(..len).unwrap_or_default())));
         body.truncate(len);
         result
     }

@@ -6,7 +6,7 @@
 //! `userInfo`, unknown fields) is stepped over by the tape's subtree counts without being looked at.
 
 use simd_json::prelude::*;
-use simd_json::tape::Value;
+use simd_json::tape::{Node, Value};
 
 /// The maximum nesting depth accepted in a request body. A Pod is about 10 levels deep and its `managedFields`
 /// add a few more; anything near this limit is not a Pod the API server sent.
@@ -27,6 +27,17 @@ pub enum ReviewError {
         /// simd-json's description, with the byte offset.
         detail: String,
     },
+    /// An object of the document has the same key twice. JSON readers disagree on which one counts (we would
+    /// read one pod and the API server store another), so the document has no one reading and is refused.
+    #[error(
+        "request body has the key {key:?} twice in one object (the second at byte {at}): readers disagree on which one counts"
+    )]
+    DuplicateKey {
+        /// The key, cut to a length fit for a message.
+        key: String,
+        /// The byte offset of its second occurrence in the body.
+        at: usize,
+    },
     /// The document is JSON but not an `AdmissionReview` object.
     #[error("request body is not an AdmissionReview: {0}")]
     NotAdmissionReview(&'static str),
@@ -44,15 +55,146 @@ pub enum ReviewError {
 }
 
 impl ReviewError {
-    pub(crate) fn json(err: &simd_json::Error) -> Self {
+    /// The parse error `err` of `body` (the request as received), with the byte it happened at.
+    pub(crate) fn json(err: &simd_json::Error, body: &[u8]) -> Self {
         let detail = match err.error() {
-            simd_json::ErrorType::InvalidUtf8 => format!("invalid UTF-8 near byte {}", err.index()),
-            simd_json::ErrorType::Eof => "unexpected end of input (truncated body?)".to_owned(),
+            // simd-json validates UTF-8 a block at a time and reports no position: find it.
+            simd_json::ErrorType::InvalidUtf8 => {
+                let at = std::str::from_utf8(body).err().map_or(err.index(), |e| e.valid_up_to());
+                format!("invalid UTF-8 at byte {at}")
+            }
+            simd_json::ErrorType::Eof => format!("unexpected end of input at byte {} (truncated body?)", body.len()),
             simd_json::ErrorType::TrailingData => format!("trailing data after the document at byte {}", err.index()),
-            simd_json::ErrorType::DepthLimitExceeded => format!("nesting deeper than {MAX_DEPTH} levels"),
-            _ => err.to_string(),
+            simd_json::ErrorType::DepthLimitExceeded => {
+                format!("nesting deeper than {MAX_DEPTH} levels at byte {}", err.index())
+            }
+            _ => err.to_string().replace(" at character ", " at byte "),
         };
         ReviewError::Json { detail }
+    }
+
+    fn duplicate_key(key: &str, body_start: usize) -> Self {
+        // `key` points into the body, where simd-json unescaped it in place: at the original key's first byte.
+        let at = (key.as_ptr() as usize).saturating_sub(body_start);
+        let mut end = key.len().min(MAX_KEY_IN_MESSAGE);
+        while !key.is_char_boundary(end) {
+            end -= 1;
+        }
+        ReviewError::DuplicateKey { key: key[..end].to_owned(), at }
+    }
+}
+
+/// The longest key quoted in a message.
+const MAX_KEY_IN_MESSAGE: usize = 64;
+
+/// Refuses a document in which an object has the same key twice, anywhere: simd-json (and our `get`) would read
+/// the first, serde_json and Go's encoding/json (the API server) the last. `body_start` is the address of the
+/// body the tape points into, for the position.
+///
+/// This runs on every request, so it walks the tape's structure rather than every node (a list or map whose
+/// subtree holds no container, as its node count says, is not entered), and each object's keys go through a small
+/// Bloom filter: only a key the filter may have seen is compared with the keys before it.
+pub(crate) fn refuse_duplicate_keys(nodes: &[Node<'_>], body_start: usize) -> Result<(), ReviewError> {
+    match walk(nodes, 0) {
+        Err(key) => Err(ReviewError::duplicate_key(key, body_start)),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Walks the value at `nodes[at]`; returns the position after it, or the first duplicate key found in it.
+fn walk<'i>(nodes: &[Node<'i>], at: usize) -> Result<usize, &'i str> {
+    match nodes.get(at) {
+        Some(&Node::Object { len, count }) => {
+            // A map of scalars (labels, annotations) has two nodes per key: nothing inside to enter.
+            let flat = count == 2 * len;
+            let mut seen = KeyFilter::default();
+            let mut next = at + 1;
+            for _ in 0..len {
+                if let Some(&Node::String(key)) = nodes.get(next)
+                    && seen.insert(key)
+                    && earlier_key(nodes, at, next, key)
+                {
+                    return Err(key);
+                }
+                next = if flat { next + 2 } else { walk(nodes, next + 1)? };
+            }
+            Ok(at + count + 1)
+        }
+        Some(&Node::Array { len, count }) => {
+            // A list of scalars has one node per item: nothing inside to enter.
+            if count > len {
+                let mut next = at + 1;
+                for _ in 0..len {
+                    next = walk(nodes, next)?;
+                }
+            }
+            Ok(at + count + 1)
+        }
+        _ => Ok(at + 1),
+    }
+}
+
+/// The keys of one object seen so far, as a Bloom filter of 128 bits (a register), two per key: `insert` says
+/// whether the key may have been seen (both its bits were set already), which only a duplicate or a rare false
+/// alarm makes true.
+#[derive(Default)]
+struct KeyFilter(u128);
+
+impl KeyFilter {
+    fn insert(&mut self, key: &str) -> bool {
+        let hash = fingerprint(key);
+        let bits = (1u128 << (hash >> 57)) | (1u128 << ((hash >> 50) & 127));
+        let seen = self.0 & bits == bits;
+        self.0 |= bits;
+        seen
+    }
+}
+
+/// A 64-bit hash of a key from its length and its first and last eight bytes: equal keys hash equal, and keys
+/// that differ anywhere but in a long middle (`example.com/note-1`, `-2`...) hash apart. The bytes are read in
+/// place, as overlapping words (copying a short key into a padded buffer first stalls the load that follows).
+fn fingerprint(key: &str) -> u64 {
+    let bytes = key.as_bytes();
+    let n = bytes.len();
+    let (head, tail) = if n >= 8 {
+        (word::<8>(&bytes[..8]), word::<8>(&bytes[n - 8..]))
+    } else if n >= 4 {
+        (word::<4>(&bytes[..4]), word::<4>(&bytes[n - 4..]))
+    } else {
+        (bytes.iter().fold(0, |hash, &byte| hash << 8 | u64::from(byte)), 0)
+    };
+    (head.rotate_left(29) ^ tail ^ n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// The `N` (4 or 8) bytes of `part` as a little-endian word.
+fn word<const N: usize>(part: &[u8]) -> u64 {
+    let mut padded = [0u8; 8];
+    if let Ok(exact) = <[u8; N]>::try_from(part) {
+        padded[..N].copy_from_slice(&exact);
+    }
+    u64::from_le_bytes(padded)
+}
+
+/// Does the object at `nodes[at]` have `key` before position `before` (the key's own)? Only asked when the
+/// filter says it may.
+#[cold]
+fn earlier_key(nodes: &[Node<'_>], at: usize, before: usize, key: &str) -> bool {
+    let mut next = at + 1;
+    while next < before {
+        if matches!(nodes.get(next), Some(&Node::String(earlier)) if earlier == key) {
+            return true;
+        }
+        next += 1 + nodes.get(next + 1).map_or(1, subtree_len);
+    }
+    false
+}
+
+/// How many tape nodes the value starting at `node` takes, itself included.
+fn subtree_len(node: &Node<'_>) -> usize {
+    match *node {
+        // `count` is the nodes below the header.
+        Node::Object { count, .. } | Node::Array { count, .. } => count + 1,
+        Node::String(_) | Node::Static(_) => 1,
     }
 }
 

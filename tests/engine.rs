@@ -566,3 +566,59 @@ fn the_outcome_states_what_the_response_says() {
     assert_eq!((outcome.template, outcome.message), (None, None));
     assert!(response["response"].get("auditAnnotations").is_none());
 }
+
+/// The engine's answer to raw bytes: the error, when the body is refused.
+fn refusal(body: &[u8]) -> ReviewError {
+    builtin().review(&mut body.to_vec(), &mut Vec::new()).expect_err("refused")
+}
+
+/// One reading: a key twice in one object, at any depth, is refused with the key and the byte of its second
+/// occurrence, whatever simd-json, serde_json or Go would each have made of it.
+#[test]
+fn a_duplicate_key_anywhere_is_refused_with_its_key_and_position() {
+    let pod = json!({"metadata": {"name": "web", "annotations": {"a": "1"}}, "spec": {"containers": [
+        {"name": "web", "image": "nginx", "env": [{"name": "X", "value": "1"}]}
+    ]}});
+    let text = serde_json::to_string(&review(&pod)).unwrap();
+    // Each edit adds a second copy of a key that the object already has.
+    let duplicates = [
+        ("\"kind\":\"AdmissionReview\"", "\"kind\":\"AdmissionReview\",\"kind\":\"AdmissionReview\"", "kind"),
+        ("\"uid\":\"0f7c1e9a-uid\"", "\"uid\":\"0f7c1e9a-uid\",\"uid\":\"other\"", "uid"),
+        ("\"object\":{", "\"object\":{\"spec\":\"Pod\",", "spec"),
+        ("\"annotations\":{\"a\":\"1\"", "\"annotations\":{\"a\":\"1\",\"a\":\"2\"", "a"),
+        ("\"value\":\"1\"", "\"value\":\"1\",\"value\":\"2\"", "value"),
+    ];
+    for (from, to, key) in duplicates {
+        assert!(text.contains(from), "{from}");
+        let body = text.replacen(from, to, 1);
+        let error = refusal(body.as_bytes());
+        let ReviewError::DuplicateKey { key: found, at } = &error else { panic!("{to}: {error}") };
+        assert_eq!(found, key, "{to}");
+        // The position is the first byte of the key's second occurrence, inside its quotes.
+        let quoted = format!("\"{key}\"");
+        assert!(body[at - 1..].starts_with(&quoted), "{to}: {error}");
+        assert!(body[..at - 1].contains(&quoted), "{to}: the first occurrence comes before");
+    }
+    // A large object (sorted rather than compared pairwise): labels l0..l19, and l7 again at the end.
+    let mut labels: Vec<String> = (0..20).map(|i| format!("\"l{i}\":\"v\"")).collect();
+    labels.push("\"l7\":\"again\"".to_owned());
+    let body = text.replacen("\"annotations\":{\"a\":\"1\"}", &format!("\"labels\":{{{}}}", labels.join(",")), 1);
+    assert!(matches!(refusal(body.as_bytes()), ReviewError::DuplicateKey { key, .. } if key == "l7"));
+    // The same keys in different objects are not duplicates.
+    assert!(builtin().review(&mut text.into_bytes(), &mut Vec::new()).is_ok());
+}
+
+/// A JSON error names the byte it happened at, also deep in the body and for invalid UTF-8.
+#[test]
+fn json_errors_point_at_the_offending_byte() {
+    let text = serde_json::to_string(&review(&json!({"metadata": {"name": "web"}, "spec": {}}))).unwrap();
+    let at = text.find("\"web\"").unwrap() + 2;
+    let mut body = text.clone().into_bytes();
+    body[at] = 0xff;
+    let message = refusal(&body).to_string();
+    assert!(message.contains(&format!("invalid UTF-8 at byte {at}")), "{message}");
+    let broken = text.replacen("\"spec\":{}", "\"spec\":tru", 1);
+    let at = broken.find("tru").unwrap();
+    let message = refusal(broken.as_bytes()).to_string();
+    assert!(message.contains(&format!("at byte {at}")), "{message}");
+}
