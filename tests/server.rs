@@ -3,6 +3,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -461,4 +462,412 @@ async fn a_connection_made_during_the_shutdown_delay_waits_for_a_permit_and_is_a
     let answered = tokio::time::timeout(Duration::from_secs(4), late).await.expect("the late connection hung");
     assert_eq!(answered.unwrap(), Ok(StatusCode::OK));
     tokio::time::timeout(Duration::from_secs(6), &mut server.done).await.expect("run() did not return").unwrap();
+}
+
+/// Reads until the server closes the connection (or fails it), and says how long that took; `None` if it was
+/// still open after `patience`.
+async fn closed_within(stream: &mut (impl tokio::io::AsyncRead + Unpin), patience: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let mut buf = vec![0; 4096];
+    tokio::time::timeout(patience, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await
+    .ok()
+    .map(|()| started.elapsed())
+}
+
+/// The HTTP/2 client preface and an empty SETTINGS frame.
+const H2_PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// A client that completes TLS with ALPN h2 and then says nothing (or only the preface and SETTINGS) held its
+/// connection slot for ever: hyper waits for the preface, and then for requests, without a deadline. Now the
+/// first request must arrive within the header read timeout of the accept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_h2_connection_is_closed_within_the_header_read_timeout() {
+    let timeout = Duration::from_millis(500);
+    let server = start(|c, _| c.header_read_timeout = timeout).await;
+    let mut silent = tls_connect(server.addr, client_config(&server.ca_pem, b"h2", None)).await.unwrap();
+    assert_eq!(silent.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let took = closed_within(&mut silent, Duration::from_secs(5)).await.expect("a silent h2 connection was kept");
+    assert!(took < timeout + Duration::from_millis(1500), "closed after {took:?}");
+    // The preface and SETTINGS are not a request either.
+    let mut settled = tls_connect(server.addr, client_config(&server.ca_pem, b"h2", None)).await.unwrap();
+    settled.write_all(H2_PREFACE_AND_SETTINGS).await.unwrap();
+    let took = closed_within(&mut settled, Duration::from_secs(5)).await.expect("an h2 connection without requests");
+    assert!(took < timeout + Duration::from_millis(1500), "closed after {took:?}");
+    let metrics = admin_get(server.metrics, "/metrics").await.1;
+    assert!(counter(&metrics, r#"sidecar_injector_connection_errors_total{kind="timeout"}"#) >= 2.0, "{metrics}");
+    // An h2 client that does send its request is served.
+    let mut conn = Conn::open(server.addr, &server.ca_pem, true).await;
+    assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK);
+}
+
+/// `--max-connections` silent connections (TLS done, ALPN h2, nothing more) do not lock out the API server: they
+/// are closed at the header read timeout, and a real review waiting in the backlog is then answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_filling_every_slot_delay_a_review_by_the_header_read_timeout_only() {
+    let timeout = Duration::from_secs(1);
+    let server = start(|c, _| {
+        c.max_connections = 4;
+        c.header_read_timeout = timeout;
+    })
+    .await;
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        silent.push(tls_connect(server.addr, client_config(&server.ca_pem, b"h2", None)).await.unwrap());
+    }
+    let started = Instant::now();
+    let review = async {
+        let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+        conn.review(REVIEW).await.0
+    };
+    let status = tokio::time::timeout(Duration::from_secs(5), review).await.expect("the review waited for ever");
+    assert_eq!(status, StatusCode::OK);
+    assert!(started.elapsed() < timeout + Duration::from_secs(2), "answered after {:?}", started.elapsed());
+    drop(silent);
+}
+
+/// A keep-alive connection is kept while idle for longer than the header read timeout (hyper's header timer, which
+/// also ran while a connection was idle, closed it then), and closed after the idle timeout: HTTP/1.1 and HTTP/2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_connections_outlive_the_header_timeout_and_close_at_the_idle_timeout() {
+    let server = start(|c, _| {
+        c.header_read_timeout = Duration::from_millis(300);
+        c.idle_timeout = Duration::from_millis(1500);
+    })
+    .await;
+    for h2 in [false, true] {
+        let mut conn = Conn::open(server.addr, &server.ca_pem, h2).await;
+        assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK, "h2={h2}: idle 800 ms, past the header timeout");
+        let idle_since = Instant::now();
+        let closed = || match &conn {
+            Conn::H1(s) => s.is_closed(),
+            Conn::H2(s) => s.is_closed(),
+        };
+        while !closed() {
+            assert!(idle_since.elapsed() < Duration::from_secs(5), "h2={h2}: an idle connection was kept");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let idle = idle_since.elapsed();
+        assert!(idle >= Duration::from_millis(1300), "h2={h2}: closed after {idle:?} idle, before the idle timeout");
+    }
+    // The headers of a later request still have the header read timeout, from their first byte.
+    let mut tls = tls_connect(server.addr, client_config(&server.ca_pem, b"http/1.1", None)).await.unwrap();
+    let head = format!(
+        "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        REVIEW.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(REVIEW).await.unwrap();
+    let mut answer = vec![0; 64];
+    tls.read_exact(&mut answer).await.unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    tls.write_all(b"POST /mutate HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    let took = closed_within(&mut tls, Duration::from_secs(3)).await.expect("slow headers were waited for");
+    assert!(took < Duration::from_millis(1200), "slow headers cut after {took:?}, not the header timeout");
+}
+
+/// Large bodies that stall after their headers cannot take more memory than the in-flight body budget: the
+/// bodies that fit hold their bytes, the others wait and get 503 with `Retry-After`, and a small review is
+/// answered meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_large_bodies_stay_within_the_body_budget_while_small_reviews_are_answered() {
+    const BUDGET: usize = 1024 * 1024;
+    let server = start(|c, _| {
+        c.max_body_bytes = 512 * 1024;
+        c.max_inflight_body_bytes = BUDGET;
+    })
+    .await;
+    let gauge =
+        async || counter(&admin_get(server.metrics, "/metrics").await.1, "sidecar_injector_inflight_body_bytes");
+    assert_eq!(gauge().await, 0.0);
+    let large = 400 * 1024;
+    let mut stalled = Vec::new();
+    for _ in 0..6 {
+        let mut tls = tls_connect(server.addr, client_config(&server.ca_pem, b"http/1.1", None)).await.unwrap();
+        let head = format!(
+            "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {large}\r\n\r\n"
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        tls.write_all(&vec![b' '; 16 * 1024]).await.unwrap();
+        tls.flush().await.unwrap();
+        stalled.push(tls);
+    }
+    let mut highest = 0.0f64;
+    let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        let now = gauge().await;
+        assert!(now <= BUDGET as f64, "{now} body bytes in flight, over the budget of {BUDGET}");
+        highest = highest.max(now);
+        let started = Instant::now();
+        assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK, "a small review beside the stalled bodies");
+        assert!(started.elapsed() < Duration::from_millis(500), "a small review waited {:?}", started.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(highest >= 2.0 * large as f64, "two large bodies fit and hold their bytes: at most {highest}");
+    // The bodies that did not fit were refused; those that did are still waiting for their bytes.
+    let mut refused = 0;
+    for tls in &mut stalled {
+        let mut answer = vec![0; 1024];
+        if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(200), tls.read(&mut answer)).await {
+            let answer = String::from_utf8_lossy(&answer[..n]).to_lowercase();
+            assert!(answer.starts_with("http/1.1 503") && answer.contains("retry-after: 1"), "{answer}");
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 4, "all but the two that fit");
+    let metrics = admin_get(server.metrics, "/metrics").await.1;
+    assert_eq!(counter(&metrics, r#"sidecar_injector_requests_total{result="error",reason="overloaded"}"#), 4.0);
+    drop(stalled);
+    eventually("the budget is released when the clients go", async || gauge().await == 0.0).await;
+}
+
+/// What a client loop saw: requests written and requests answered, and how it saw the shutdown.
+#[derive(Debug, Default)]
+struct Tally {
+    written: u64,
+    answered: u64,
+    connections: u64,
+    /// HTTP/1.1 answers received after the signal that did not say `Connection: close`.
+    kept_open_after_signal: u64,
+    errors: Vec<String>,
+}
+
+/// Posts reviews in a keep-alive loop until a connection is refused (or 10 s pass). A request the connection
+/// gives back unwritten (closed before it) or that a GOAWAY refused (never processed) is sent again on a new
+/// connection; any other failure of a written request is a lost request.
+async fn review_loop(
+    addr: std::net::SocketAddr,
+    ca: Vec<u8>,
+    h2: bool,
+    signalled: Arc<std::sync::OnceLock<Instant>>,
+) -> Tally {
+    use hyper::client::conn::{http1, http2};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let mut tally = Tally::default();
+    let until = Instant::now() + Duration::from_secs(10);
+    let request = || post("/mutate?timeout=10s", "application/json", REVIEW);
+    'connections: while Instant::now() < until {
+        let alpn: &[u8] = if h2 { b"h2" } else { b"http/1.1" };
+        let Ok(tls) = tls_connect(addr, client_config(&ca, alpn, None)).await else { break };
+        tally.connections += 1;
+        let io = TokioIo::new(tls);
+        enum Sender {
+            H1(http1::SendRequest<Full<Bytes>>),
+            H2(http2::SendRequest<Full<Bytes>>),
+        }
+        let mut sender = if h2 {
+            let Ok((send, conn)) = http2::handshake(TokioExecutor::new(), io).await else { break };
+            tokio::spawn(conn);
+            Sender::H2(send)
+        } else {
+            let Ok((send, conn)) = http1::handshake(io).await else { break };
+            tokio::spawn(conn);
+            Sender::H1(send)
+        };
+        while Instant::now() < until {
+            let sent = match &mut sender {
+                Sender::H1(s) => match s.ready().await {
+                    Ok(()) => s.try_send_request(request()).await,
+                    Err(_) => continue 'connections,
+                },
+                Sender::H2(s) => match s.ready().await {
+                    Ok(()) => s.try_send_request(request()).await,
+                    Err(_) => continue 'connections,
+                },
+            };
+            let response = match sent {
+                Ok(response) => response,
+                Err(mut e) => {
+                    if e.take_message().is_some() || refused_by_goaway(e.error()) {
+                        continue 'connections;
+                    }
+                    tally.written += 1;
+                    tally.errors.push(format!("h2={h2}: {:?}", e.error()));
+                    continue 'connections;
+                }
+            };
+            tally.written += 1;
+            let close = response.headers().get("connection").is_some_and(|v| v == "close");
+            let status = response.status();
+            match response.into_body().collect().await {
+                Ok(_) if status == StatusCode::OK => tally.answered += 1,
+                Ok(_) => tally.errors.push(format!("h2={h2}: status {status}")),
+                Err(e) => tally.errors.push(format!("h2={h2}: body: {e}")),
+            }
+            if !h2 && !close && signalled.get().is_some_and(|at| at.elapsed() > Duration::from_millis(50)) {
+                tally.kept_open_after_signal += 1;
+            }
+            if close {
+                continue 'connections;
+            }
+        }
+    }
+    tally
+}
+
+/// A stream the server refused by GOAWAY (above its last stream id) or REFUSED_STREAM: never processed, safe
+/// to send again.
+fn refused_by_goaway(error: &hyper::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if let Some(e) = e.downcast_ref::<h2::Error>() {
+            return e.reason() == Some(h2::Reason::REFUSED_STREAM)
+                || (e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR));
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// Clients posting reviews in keep-alive loops, over HTTP/1.1 and HTTP/2, while the server shuts down: every
+/// request written is answered. During the delay each HTTP/1.1 answer says `Connection: close` (the client opens
+/// a new connection, no request is ever written on a connection that is being closed) and each HTTP/2 connection
+/// gets a GOAWAY (the client moves to a new connection); when the listener closes, connections finish their
+/// requests and the clients' next connections are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_under_keep_alive_load_loses_no_request() {
+    let mut server = start(|c, _| {
+        c.shutdown_delay = Duration::from_secs(1);
+        c.shutdown_timeout = Duration::from_secs(5);
+    })
+    .await;
+    let signalled = Arc::new(std::sync::OnceLock::new());
+    let clients: Vec<_> = [false, false, false, false, true]
+        .into_iter()
+        .map(|h2| tokio::spawn(review_loop(server.addr, server.ca_pem.clone(), h2, signalled.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    signalled.set(Instant::now()).unwrap();
+    server.stop.take().unwrap().send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(6), &mut server.done).await.expect("run() did not return").unwrap();
+    let mut total = (0, 0);
+    for (i, client) in clients.into_iter().enumerate() {
+        let tally = tokio::time::timeout(Duration::from_secs(5), client).await.expect("a client hung").unwrap();
+        eprintln!("client {i}: {tally:?}");
+        assert!(tally.errors.is_empty(), "client {i}: {:?}", tally.errors);
+        assert_eq!(tally.written, tally.answered, "client {i}: requests written and not answered");
+        assert_eq!(
+            tally.kept_open_after_signal, 0,
+            "client {i}: HTTP/1.1 answers during the delay kept the connection"
+        );
+        assert!(tally.connections >= 2, "client {i}: the shutdown moved it to a new connection: {tally:?}");
+        total = (total.0 + tally.written, total.1 + tally.answered);
+    }
+    assert!(total.0 > 50, "{total:?}");
+}
+
+/// `sidecar-injector serve` running on free ports, killed when dropped.
+struct Process {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+    metrics: std::net::SocketAddr,
+    ca: Vec<u8>,
+    /// The log lines after the one that announced the addresses, until the process ends.
+    log: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl Process {
+    fn spawn(dir: &Path) -> Process {
+        use std::io::BufRead;
+        let ca = dir.join("ca.pem");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--dev-ca-file"])
+            .arg(&ca)
+            .env_remove("SIDECAR_INJECTOR_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Killed when dropped, should the log not announce the addresses.
+        let unbound = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+        let mut process = Process { child, addr: unbound, metrics: unbound, ca: Vec::new(), log: None };
+        let mut lines = std::io::BufReader::new(process.child.stderr.take().unwrap()).lines();
+        let field = |line: &str, name: &str| -> std::net::SocketAddr {
+            let at = line.find(&format!(" {name}=")).unwrap_or_else(|| panic!("no {name} in {line}")) + name.len() + 2;
+            line[at..].split_whitespace().next().unwrap().parse().unwrap()
+        };
+        loop {
+            let line = lines.next().expect("the server stopped before serving").unwrap();
+            if line.contains(" serving listen=") {
+                (process.addr, process.metrics) = (field(&line, "listen"), field(&line, "metrics"));
+                process.ca = std::fs::read(ca).unwrap();
+                process.log = Some(std::thread::spawn(move || lines.map_while(Result::ok).collect()));
+                return process;
+            }
+        }
+    }
+
+    /// Kills the process and returns the rest of its log.
+    fn kill(&mut self) -> Vec<String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.log.take().map(|log| log.join().unwrap()).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An HTTP/2 frame's bytes.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut frame = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    frame.extend([kind, flags]);
+    frame.extend(stream.to_be_bytes());
+    frame.extend(payload);
+    frame
+}
+
+/// Clients that fail the TLS handshake and HTTP/2 connections that flood resets (CVE-2023-44487) are counted by
+/// kind, and the log shows one summary line, not a warning per connection (h2 and rustls log one of their own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_errors_are_counted_by_kind_and_summarised_not_logged_per_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Process::spawn(dir.path());
+    let (addr, metrics, ca) = (server.addr, server.metrics, server.ca.clone());
+    for _ in 0..10 {
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        closed_within(&mut tcp, Duration::from_secs(5)).await.expect("plain HTTP on the TLS port was kept");
+    }
+    for _ in 0..3 {
+        let mut tls = tls_connect(addr, client_config(&ca, b"h2", None)).await.unwrap();
+        let mut flood = H2_PREFACE_AND_SETTINGS.to_vec();
+        for i in 0..200u32 {
+            let stream = 2 * i + 1;
+            // HEADERS (END_HEADERS): POST, https, / from the static table; then RST_STREAM (CANCEL).
+            flood.extend(h2_frame(0x1, 0x4, stream, &[0x83, 0x87, 0x84]));
+            flood.extend(h2_frame(0x3, 0x0, stream, &8u32.to_be_bytes()));
+        }
+        let _ = tls.write_all(&flood).await;
+        closed_within(&mut tls, Duration::from_secs(5)).await.expect("a reset flood was served");
+    }
+    let kinds = async || {
+        let text = admin_get(metrics, "/metrics").await.1;
+        let kind = |k: &str| counter(&text, &format!("sidecar_injector_connection_errors_total{{kind=\"{k}\"}}"));
+        (kind("tls-handshake"), kind("http2"))
+    };
+    eventually("the errors are counted", async || kinds().await == (10.0, 3.0)).await;
+    // The first error is reported at once; the others wait for the end of the interval (10 s), after the kill.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = server.kill();
+    let warnings: Vec<&String> = log.iter().filter(|l| l.contains("WARN")).collect();
+    let per_connection: Vec<&&String> =
+        warnings.iter().filter(|l| l.contains("h2::") || l.contains("rustls::") || l.contains("peer")).collect();
+    assert!(per_connection.is_empty(), "warnings per connection: {per_connection:#?}");
+    let summaries = warnings.iter().filter(|l| l.contains("connections ended by errors")).count();
+    assert_eq!(summaries, 1, "one summary line in the interval: {warnings:#?}");
 }

@@ -63,9 +63,20 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, env = "SIDECAR_INJECTOR_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
 
-    /// Time allowed for the TLS handshake and for each request's headers (HTTP/1.1).
+    /// Time allowed from the accept for the TLS handshake and the first request (HTTP/2: preface, SETTINGS and
+    /// its headers), and on HTTP/1.1 for each later request's headers from their first byte.
     #[arg(long, default_value_t = DEFAULT_HEADER_READ_TIMEOUT.into(), env = "SIDECAR_INJECTOR_HEADER_READ_TIMEOUT")]
     pub header_read_timeout: humantime::Duration,
+
+    /// A keep-alive connection with no request in progress is closed after this long (HTTP/2 with a GOAWAY);
+    /// keep it longer than the clients' own idle timeout (the API server's is 90s).
+    #[arg(long, default_value_t = DEFAULT_IDLE_TIMEOUT.into(), env = "SIDECAR_INJECTOR_IDLE_TIMEOUT")]
+    pub idle_timeout: humantime::Duration,
+
+    /// Request body bytes held in memory at once, over every connection; a body that does not fit waits up to
+    /// 1s for room, then gets 503 with Retry-After. At least --max-body-bytes.
+    #[arg(long, default_value_t = DEFAULT_MAX_INFLIGHT_BODY_BYTES, env = "SIDECAR_INJECTOR_MAX_INFLIGHT_BODY_BYTES")]
+    pub max_inflight_body_bytes: usize,
 
     /// Deadline of one request; the API server's `?timeout=` lowers it.
     #[arg(long, default_value_t = DEFAULT_REQUEST_TIMEOUT.into(), env = "SIDECAR_INJECTOR_REQUEST_TIMEOUT")]
@@ -135,6 +146,8 @@ impl ServeArgs {
             tls_reload_interval: self.tls_reload_interval.into(),
             max_body_bytes: self.max_body_bytes,
             header_read_timeout: self.header_read_timeout.into(),
+            idle_timeout: self.idle_timeout.into(),
+            max_inflight_body_bytes: self.max_inflight_body_bytes,
             request_timeout: self.request_timeout.into(),
             max_connections: self.max_connections,
             h2_max_concurrent_streams: self.h2_max_concurrent_streams,
@@ -184,8 +197,33 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     })
 }
 
+/// Crates that log a warning of their own for each misbehaving connection (h2 for a rapid-reset flood, rustls for
+/// some handshake failures). A client, or a scanner, could fill the log with them; the server counts these errors
+/// by kind and logs one summary line per interval instead, so their lines are shown from `error` up, unless the
+/// filter names the crate (`--log info,h2=debug`).
+const PER_CONNECTION_LOGGERS: [&str; 2] = ["h2", "rustls"];
+
+/// `--log` with [`PER_CONNECTION_LOGGERS`] lowered to errors where it does not name them.
+fn log_filter(filter: &str) -> String {
+    let named = |target: &str| {
+        filter.split(',').any(|directive| {
+            let name = directive.split(['=', '[']).next().unwrap_or("").trim();
+            name == target || name.starts_with(&format!("{target}::"))
+        })
+    };
+    let mut out = filter.trim().to_owned();
+    for target in PER_CONNECTION_LOGGERS.into_iter().filter(|t| !named(t)) {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push_str(target);
+        out.push_str("=error");
+    }
+    out
+}
+
 fn init_logging(args: &ServeArgs) -> Result<(), CliError> {
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
+    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(&args.log))
         .map_err(|e| CliError::Config(format!("--log {:?}: {e}", args.log)))?;
     // Colours only for a person at a terminal, not in a container's log file.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -258,6 +296,8 @@ mod tests {
             tls_reload_interval,
             max_body_bytes,
             header_read_timeout,
+            idle_timeout,
+            max_inflight_body_bytes,
             request_timeout,
             max_connections,
             h2_max_concurrent_streams,
@@ -275,12 +315,29 @@ mod tests {
         assert_eq!(tls_reload_interval, default.tls_reload_interval, "--tls-reload-interval");
         assert_eq!(max_body_bytes, default.max_body_bytes, "--max-body-bytes");
         assert_eq!(header_read_timeout, default.header_read_timeout, "--header-read-timeout");
+        assert_eq!(idle_timeout, default.idle_timeout, "--idle-timeout");
+        assert_eq!(max_inflight_body_bytes, default.max_inflight_body_bytes, "--max-inflight-body-bytes");
         assert_eq!(request_timeout, default.request_timeout, "--request-timeout");
         assert_eq!(max_connections, default.max_connections, "--max-connections");
         assert_eq!(h2_max_concurrent_streams, default.h2_max_concurrent_streams, "--h2-max-concurrent-streams");
         assert_eq!(shutdown_delay, default.shutdown_delay, "--shutdown-delay");
         assert_eq!(shutdown_timeout, default.shutdown_timeout, "--shutdown-timeout");
         assert!(templates.is_none() && default.templates.is_none(), "--template-dir");
+    }
+
+    #[test]
+    fn the_per_connection_loggers_are_lowered_unless_the_filter_names_them() {
+        assert_eq!(log_filter("info"), "info,h2=error,rustls=error");
+        assert_eq!(log_filter(""), "h2=error,rustls=error");
+        assert_eq!(log_filter("debug,h2=debug"), "debug,h2=debug,rustls=error");
+        assert_eq!(log_filter("rustls::server=trace,h2[x]=info"), "rustls::server=trace,h2[x]=info");
+        assert_eq!(
+            log_filter("sidecar_injector=debug,h2o=info"),
+            "sidecar_injector=debug,h2o=info,h2=error,rustls=error"
+        );
+        for filter in ["info", "", "debug,h2=debug"] {
+            tracing_subscriber::EnvFilter::try_new(log_filter(filter)).unwrap();
+        }
     }
 
     #[test]

@@ -103,12 +103,15 @@ mod tests {
         let settings = Settings::default();
         let engine = Arc::new(ArcSwap::from_pointee(Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings)));
         let templates = Arc::new(reload::ReloadState::new(&engine.load()));
+        let metrics = telemetry::Metrics::new().unwrap();
+        let body_budget = super::super::budget::BodyBudget::new(1 << 20, metrics.clone());
         Arc::new(Shared {
             engine,
             config: ServeConfig::default(),
-            metrics: telemetry::Metrics::new().unwrap(),
+            metrics,
             shutting_down: AtomicBool::new(false),
             templates,
+            body_budget,
         })
     }
 

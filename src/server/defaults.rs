@@ -24,8 +24,23 @@ pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 /// `--max-body-bytes`: the largest accepted request body (4 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
-/// `--header-read-timeout`: the TLS handshake and, on HTTP/1.1, each request's headers.
+/// `--header-read-timeout`: from the accept, the TLS handshake and the first request (HTTP/1.1: its headers;
+/// HTTP/2: the preface, SETTINGS and the first request's HEADERS); on HTTP/1.1 also each later request's headers,
+/// counted from their first byte.
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `--idle-timeout`: a keep-alive connection with no request in progress is closed after this long (HTTP/2 with a
+/// GOAWAY). Longer than the 90 s after which the API server's HTTP client (Go's `IdleConnTimeout`, as client-go
+/// sets it) drops an idle connection itself: the client closes first, so it never sends a request on a connection
+/// that we are closing at the same moment (a request lost in that race fails the admission call).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `--max-inflight-body-bytes`: request body bytes held in memory at once, over every connection and stream
+/// (32 MiB: eight bodies of the largest size, or thousands of typical 6 KiB reviews). With the shipped pod's
+/// 256 MiB limit: about 22 MiB idle, this budget, the engine's working memory for the reviews being processed (one
+/// per worker) and the buffers of 1024 connections add up to about 190 MiB; the arithmetic is in
+/// docs/operations.md.
+pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 32 * 1024 * 1024;
 
 /// `--request-timeout`: the deadline of one request (the API server's `?timeout=` lowers it).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);

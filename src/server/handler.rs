@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Incoming};
-use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::header::{ALLOW, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::{Method, Request, Response, StatusCode, Version};
 
 use super::Shared;
+use super::budget::BODY_BUDGET_WAIT;
 use super::telemetry::ErrorReason;
 use crate::{Outcome, ReviewError, Verdict};
 
@@ -29,7 +30,14 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
     let start = Instant::now();
     // A guard, not a decrement after the `.await`: hyper drops this future when the client goes away mid-request.
     let _in_flight = shared.metrics.in_flight();
-    let answer = respond(&shared, req).await;
+    let version = req.version();
+    let mut answer = respond(&shared, req).await;
+    // From the shutdown signal on, each HTTP/1.1 answer closes its connection: the client opens the next one, which
+    // reaches a replica that stays, and no request is ever sent on a connection at the moment it is closed (as
+    // closing an idle one would risk). HTTP/2 connections get a GOAWAY instead (`conn`).
+    if shared.shutting_down.load(std::sync::atomic::Ordering::Relaxed) && version <= Version::HTTP_11 {
+        answer.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+    }
     shared.metrics.duration(start.elapsed());
     Ok(answer)
 }
@@ -109,6 +117,11 @@ async fn read_and_review(shared: &Shared, mut body: Incoming, endpoint: Endpoint
         return refuse(shared, ErrorReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, too_large());
     }
     let expected = if announced > 0 { announced as usize } else { UNANNOUNCED_BODY_CAPACITY };
+    // The buffer's every byte is reserved in the in-flight budget before it is allocated, and released when the
+    // request ends (answered, or dropped by hyper when the client goes away).
+    let Some(mut reserved) = shared.body_budget.reserve(expected + crate::PARSE_PADDING, BODY_BUDGET_WAIT).await else {
+        return overloaded(shared);
+    };
     let mut buf = Vec::with_capacity(expected + crate::PARSE_PADDING);
     while let Some(frame) = body.frame().await {
         let frame = match frame {
@@ -121,6 +134,16 @@ async fn read_and_review(shared: &Shared, mut body: Incoming, endpoint: Endpoint
         if let Ok(data) = frame.into_data() {
             if buf.len() + data.len() > max {
                 return refuse(shared, ErrorReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, too_large());
+            }
+            let needed = buf.len() + data.len() + crate::PARSE_PADDING;
+            if needed > buf.capacity() {
+                // A chunked body outgrew its buffer: double it (as `Vec` would), within the limit, once the
+                // budget has the bytes.
+                let target = needed.max(2 * buf.capacity()).min(max + crate::PARSE_PADDING);
+                if !reserved.grow(target.saturating_sub(reserved.bytes()), BODY_BUDGET_WAIT).await {
+                    return overloaded(shared);
+                }
+                buf.reserve_exact(target - buf.len());
             }
             buf.extend_from_slice(&data);
         }
@@ -182,6 +205,17 @@ fn record(shared: &Shared, endpoint: Endpoint, outcome: &Outcome) {
             tracing::debug!(reason = reason.as_str(), "denied");
         }
     }
+}
+
+/// 503 with `Retry-After`: the in-flight body budget had no room for this body in time.
+fn overloaded(shared: &Shared) -> Answer {
+    let message = format!(
+        "service unavailable: request bodies in progress fill the memory budget ({} bytes); retry",
+        shared.body_budget.total()
+    );
+    let mut answer = refuse(shared, ErrorReason::Overloaded, StatusCode::SERVICE_UNAVAILABLE, message);
+    answer.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    answer
 }
 
 fn refuse(shared: &Shared, reason: ErrorReason, status: StatusCode, mut message: String) -> Answer {

@@ -2,10 +2,13 @@
 //! ALPN (hyper), the webhook handler, a plain-HTTP admin listener (metrics, health), limits and graceful shutdown.
 //!
 //! Layers, outermost first: [`Server::run`] accepts connections (bounded by a semaphore, so excess connections
-//! wait in the kernel's backlog), `tls` terminates TLS, hyper speaks HTTP, `handler` turns one request into
-//! one engine call, `admin` serves `/metrics`, `/healthz` and `/readyz`.
+//! wait in the kernel's backlog), `tls` terminates TLS, `conn` bounds each connection's life (deadlines, idle
+//! timeout, shutdown), hyper speaks HTTP, `handler` turns one request into one engine call (its body within the
+//! in-flight memory `budget`), `admin` serves `/metrics`, `/healthz` and `/readyz`.
 
 mod admin;
+mod budget;
+mod conn;
 pub mod defaults;
 mod handler;
 pub mod reload;
@@ -22,9 +25,8 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 
 use crate::Engine;
 use defaults::*;
@@ -46,6 +48,9 @@ const H2_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
 /// HTTP/2 PING interval on idle connections: finds a peer that vanished without closing (a node gone) well
 /// before the kernel's TCP keep-alive would, while costing nothing measurable.
 const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How long an HTTP/2 PING may go unanswered before the connection is closed: hyper's default, written here.
+const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Everything the server needs, explicit: the CLI fills it from flags and environment variables. Its
 /// [`Default`] is `sidecar-injector serve` with no flags (the values of [`defaults`]).
@@ -69,8 +74,14 @@ pub struct ServeConfig {
     pub tls_reload_interval: Duration,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
-    /// Time allowed for the TLS handshake and, on HTTP/1.1, for each request's headers.
+    /// Time allowed, from the accept, for the TLS handshake and the first request (HTTP/2: preface, SETTINGS and
+    /// its HEADERS); on HTTP/1.1 also for each later request's headers, from their first byte.
     pub header_read_timeout: Duration,
+    /// A connection with no request in progress is closed after this long (HTTP/2 with a GOAWAY).
+    pub idle_timeout: Duration,
+    /// Request body bytes held in memory at once over every connection; a body that does not fit waits briefly,
+    /// then gets 503. At least `max_body_bytes` (and the parser's padding).
+    pub max_inflight_body_bytes: usize,
     /// Deadline for one request (body and answer); the API server's `?timeout=` lowers it.
     pub request_timeout: Duration,
     /// Connections served at once; more wait to be accepted.
@@ -100,6 +111,8 @@ impl Default for ServeConfig {
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_inflight_body_bytes: DEFAULT_MAX_INFLIGHT_BODY_BYTES,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             h2_max_concurrent_streams: DEFAULT_H2_MAX_CONCURRENT_STREAMS,
@@ -127,6 +140,9 @@ pub enum ServeError {
     /// The metrics recorder could not be installed.
     #[error("cannot set up metrics: {0}")]
     Metrics(#[source] metrics_exporter_prometheus::BuildError),
+    /// The limits contradict each other.
+    #[error("{0}")]
+    Limits(String),
 }
 
 /// State shared by every connection.
@@ -138,6 +154,8 @@ pub(crate) struct Shared {
     pub shutting_down: AtomicBool,
     /// The template generation serving and the newest refused edit.
     pub templates: Arc<reload::ReloadState>,
+    /// The memory budget of request bodies in progress.
+    pub body_budget: budget::BodyBudget,
 }
 
 /// A bound, ready-to-run server.
@@ -152,6 +170,16 @@ impl Server {
     /// Loads the TLS material, installs the metrics recorder and binds both listeners. `engine` is shared so that
     /// a template reload can swap it while requests flow.
     pub async fn bind(config: ServeConfig, engine: Arc<ArcSwap<Engine>>) -> Result<Server, ServeError> {
+        let largest_buffer = config.max_body_bytes.saturating_add(crate::PARSE_PADDING);
+        if config.max_inflight_body_bytes < largest_buffer {
+            return Err(ServeError::Limits(format!(
+                "--max-inflight-body-bytes ({}) must hold at least one body of --max-body-bytes ({}) and the \
+                 parser's padding ({}): at least {largest_buffer}",
+                config.max_inflight_body_bytes,
+                config.max_body_bytes,
+                crate::PARSE_PADDING
+            )));
+        }
         let metrics = telemetry::Metrics::new().map_err(ServeError::Metrics)?;
         let tls = tls::Tls::load(&config, metrics.clone())?;
         let bind = |addr: SocketAddr| async move {
@@ -161,7 +189,9 @@ impl Server {
         let admin = bind(config.metrics_listen).await?;
         let templates = Arc::new(reload::ReloadState::new(&engine.load()));
         metrics.template_start(engine.load().set().hash());
-        let shared = Arc::new(Shared { engine, config, metrics, shutting_down: AtomicBool::new(false), templates });
+        let body_budget = budget::BodyBudget::new(config.max_inflight_body_bytes, metrics.clone());
+        let shared =
+            Arc::new(Shared { engine, config, metrics, shutting_down: AtomicBool::new(false), templates, body_budget });
         Ok(Server { shared, listener, admin, tls })
     }
 
@@ -176,8 +206,9 @@ impl Server {
     }
 
     /// Serves until `shutdown` resolves, then drains: `/readyz` turns 503 at once, connections are still accepted
-    /// for `shutdown_delay`, then the listener closes, in-flight requests finish, idle connections close, and
-    /// this returns within `shutdown_timeout` of the signal.
+    /// for `shutdown_delay` (every HTTP/1.1 answer closes its connection, every HTTP/2 connection gets a GOAWAY),
+    /// then the listener closes, in-flight requests finish, idle connections close, and this returns within
+    /// `shutdown_timeout` of the signal.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Server { shared, listener, admin, tls } = self;
         let config = &shared.config;
@@ -203,19 +234,23 @@ impl Server {
         });
         let admin_task = tokio::spawn(admin::serve(admin, shared.clone()));
         let upkeep = tokio::spawn(telemetry::upkeep(shared.metrics.clone()));
+        let error_log = tokio::spawn(telemetry::report_connection_errors(shared.metrics.clone()));
 
         let mut h1 = auto::Builder::new(TokioExecutor::new()).http1_only();
-        h1.http1().timer(TokioTimer::new()).header_read_timeout(config.header_read_timeout).keep_alive(true);
+        // hyper's header read timeout is off: `conn` keeps the headers' deadline (hyper's also ran while a
+        // connection was idle, closing keep-alive connections after the header timeout).
+        h1.http1().timer(TokioTimer::new()).header_read_timeout(None).keep_alive(true);
         let mut h2 = auto::Builder::new(TokioExecutor::new()).http2_only();
         h2.http2()
             .timer(TokioTimer::new())
             .max_concurrent_streams(config.h2_max_concurrent_streams)
             .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESET_STREAMS)
-            .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL);
+            .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
+            .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT);
 
         let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
-        let connections =
-            Connections { shared: shared.clone(), acceptor: tls.acceptor(), h1, h2, graceful: GracefulShutdown::new() };
+        let (stage, _) = watch::channel(conn::Stage::Serving);
+        let connections = Connections { shared: shared.clone(), acceptor: tls.acceptor(), h1, h2, stage };
         tracing::info!(
             listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             metrics = %admin_addr,
@@ -226,14 +261,17 @@ impl Server {
 
         if connections.accept_until(&listener, &permits, shutdown).await {
             shared.shutting_down.store(true, Ordering::SeqCst);
+            connections.stage.send_replace(conn::Stage::Delay);
             tracing::info!(delay = ?config.shutdown_delay, "shutdown: readiness is now 503, still accepting");
             let deadline = tokio::time::Instant::now() + config.shutdown_timeout;
             // As before the signal: a connection is accepted once a permit is free, and then served. (Accepting it
             // and dropping it for want of a permit refused it although a permit might free up within the delay.)
             connections.accept_until(&listener, &permits, tokio::time::sleep(config.shutdown_delay)).await;
             drop(listener);
+            connections.stage.send_replace(conn::Stage::Drain);
             tracing::info!("shutdown: listener closed, draining connections");
-            match tokio::time::timeout_at(deadline, connections.graceful.shutdown()).await {
+            // Each connection holds a receiver until it ends.
+            match tokio::time::timeout_at(deadline, connections.stage.closed()).await {
                 Ok(()) => tracing::info!("shutdown: every connection finished"),
                 Err(_) => tracing::warn!("shutdown: deadline reached with connections still open"),
             }
@@ -244,6 +282,7 @@ impl Server {
         }
         admin_task.abort();
         upkeep.abort();
+        error_log.abort();
     }
 }
 
@@ -256,7 +295,8 @@ struct Connections {
     acceptor: tokio_rustls::TlsAcceptor,
     h1: auto::Builder<TokioExecutor>,
     h2: auto::Builder<TokioExecutor>,
-    graceful: GracefulShutdown,
+    /// The server's stage, which every connection watches (holding a receiver until it ends).
+    stage: watch::Sender<conn::Stage>,
 }
 
 impl Connections {
@@ -291,33 +331,51 @@ impl Connections {
         // rustls reads at most 4 KiB per call: a 6 KiB review took two recvfrom calls. Reading ahead into a
         // buffer as large as a TLS record takes a whole request in one (the writes pass straight through).
         let tcp = tokio::io::BufReader::with_capacity(READ_AHEAD, tcp);
-        let (shared, acceptor, watcher) = (self.shared.clone(), self.acceptor.clone(), self.graceful.watcher());
+        let (shared, acceptor, stage) = (self.shared.clone(), self.acceptor.clone(), self.stage.subscribe());
         let (h1, h2) = (self.h1.clone(), self.h2.clone());
+        let first_request_by = tokio::time::Instant::now() + shared.config.header_read_timeout;
         tokio::spawn(async move {
             let _permit = permit;
-            let handshake = tokio::time::timeout(shared.config.header_read_timeout, acceptor.accept(tcp))
-                .await
-                .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out")));
+            let handshake = tokio::time::timeout_at(first_request_by, acceptor.accept(tcp)).await;
             let stream = match handshake {
-                Ok(stream) => stream,
-                Err(e) => {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
                     shared.metrics.handshake_failed();
+                    shared.metrics.connection_error(telemetry::ConnectionError::TlsHandshake);
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    shared.metrics.handshake_failed();
+                    shared.metrics.connection_error(telemetry::ConnectionError::Timeout);
+                    tracing::debug!(%peer, "TLS handshake not within the header read timeout");
                     return;
                 }
             };
             shared.metrics.handshake_done();
             let is_h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-            let io = TokioIo::new(stream);
-            let service = hyper::service::service_fn(move |req| handler::handle(shared.clone(), req));
-            let result = if is_h2 {
-                watcher.watch(h2.serve_connection(io, service).into_owned()).await
-            } else {
-                watcher.watch(h1.serve_connection(io, service).into_owned()).await
+            let activity = conn::Activity::new(!is_h2);
+            let io = TokioIo::new(conn::Watched::new(stream, activity.clone()));
+            let service = {
+                let (shared, activity) = (shared.clone(), activity.clone());
+                hyper::service::service_fn(move |req| {
+                    let request = activity.request_started();
+                    let shared = shared.clone();
+                    async move {
+                        let _request = request;
+                        handler::handle(shared, req).await
+                    }
+                })
             };
-            if let Err(e) = result {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
+            let builder = if is_h2 { &h2 } else { &h1 };
+            let limits = conn::Limits {
+                first_request_by,
+                header_timeout: shared.config.header_read_timeout,
+                idle_timeout: shared.config.idle_timeout,
+                h2: is_h2,
+            };
+            let connection = builder.serve_connection(io, service);
+            conn::drive(connection, &activity, limits, stage, &shared.metrics, peer).await;
         });
     }
 }

@@ -2,6 +2,7 @@
 //! registry lookup. Rendered in the Prometheus text format on the admin listener.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -20,10 +21,11 @@ pub(crate) enum ErrorReason {
     NotFound,
     Method,
     MediaType,
+    Overloaded,
 }
 
 impl ErrorReason {
-    const ALL: [ErrorReason; 7] = [
+    const ALL: [ErrorReason; 8] = [
         ErrorReason::BadRequest,
         ErrorReason::TooLarge,
         ErrorReason::Timeout,
@@ -31,6 +33,7 @@ impl ErrorReason {
         ErrorReason::NotFound,
         ErrorReason::Method,
         ErrorReason::MediaType,
+        ErrorReason::Overloaded,
     ];
 
     fn as_str(self) -> &'static str {
@@ -42,9 +45,52 @@ impl ErrorReason {
             ErrorReason::NotFound => "not-found",
             ErrorReason::Method => "method-not-allowed",
             ErrorReason::MediaType => "unsupported-media-type",
+            ErrorReason::Overloaded => "overloaded",
         }
     }
 }
+
+/// Why a connection ended before its client closed it normally (the `kind` label of
+/// `sidecar_injector_connection_errors_total`). Each is logged at debug level, with the peer; at warning level
+/// only [`report_connection_errors`]' summary appears, at most once per [`CONNECTION_ERROR_LOG_INTERVAL`], so that a
+/// scanner or a broken client cannot flood the log with a line per connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConnectionError {
+    /// The TLS handshake failed (no common protocol or cipher, a refused client certificate, not TLS at all).
+    TlsHandshake,
+    /// The TLS handshake and first request, or a later request's headers, did not arrive within
+    /// `--header-read-timeout`.
+    Timeout,
+    /// An HTTP/1.1 protocol error (a request that does not parse, headers too large).
+    Http1,
+    /// An HTTP/2 protocol error, the rapid-reset flood (CVE-2023-44487) among them.
+    Http2,
+    /// The transport failed under the connection (reset by the peer, closed mid-request).
+    Io,
+}
+
+impl ConnectionError {
+    const ALL: [ConnectionError; 5] = [
+        ConnectionError::TlsHandshake,
+        ConnectionError::Timeout,
+        ConnectionError::Http1,
+        ConnectionError::Http2,
+        ConnectionError::Io,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ConnectionError::TlsHandshake => "tls-handshake",
+            ConnectionError::Timeout => "timeout",
+            ConnectionError::Http1 => "http1",
+            ConnectionError::Http2 => "http2",
+            ConnectionError::Io => "io",
+        }
+    }
+}
+
+/// At most one warning line per this interval summarises the connection errors counted since the previous one.
+pub(crate) const CONNECTION_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Buckets of the request duration, in seconds: from 10 µs (a cached answer) to 1 s (something is very wrong).
 const DURATION_BUCKETS: [f64; 12] = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 1e-1, 1.0];
@@ -107,6 +153,11 @@ struct Handles {
     duration: Histogram,
     body_bytes: Histogram,
     in_flight: Gauge,
+    inflight_body_bytes: Gauge,
+    /// Per kind: the counter, and the same count readable here for [`report_connection_errors`].
+    connection_errors: Vec<(ConnectionError, Counter, AtomicU64)>,
+    /// Signalled at each connection error (a stored permit when the reporter is not waiting).
+    connection_error_seen: tokio::sync::Notify,
     handshakes_ok: Counter,
     handshakes_failed: Counter,
     reloads_ok: Counter,
@@ -125,6 +176,8 @@ const DURATION: &str = "sidecar_injector_request_duration_seconds";
 const BODY: &str = "sidecar_injector_request_body_bytes";
 const TEMPLATE_RELOADS: &str = "sidecar_injector_template_reloads_total";
 const TEMPLATE_SET: &str = "sidecar_injector_template_set_info";
+const CONNECTION_ERRORS: &str = "sidecar_injector_connection_errors_total";
+const INFLIGHT_BODY_BYTES: &str = "sidecar_injector_inflight_body_bytes";
 
 impl Metrics {
     /// A recorder of this server's own (not the process-wide one, so that servers in one process, as in the
@@ -162,6 +215,12 @@ impl Metrics {
             duration: metrics::histogram!(DURATION),
             body_bytes: metrics::histogram!(BODY),
             in_flight: metrics::gauge!("sidecar_injector_requests_in_flight"),
+            inflight_body_bytes: metrics::gauge!(INFLIGHT_BODY_BYTES),
+            connection_errors: ConnectionError::ALL
+                .iter()
+                .map(|k| (*k, metrics::counter!(CONNECTION_ERRORS, "kind" => k.as_str()), AtomicU64::new(0)))
+                .collect(),
+            connection_error_seen: tokio::sync::Notify::new(),
             handshakes_ok: metrics::counter!("sidecar_injector_tls_handshakes_total", "result" => "ok"),
             handshakes_failed: metrics::counter!("sidecar_injector_tls_handshakes_total", "result" => "error"),
             reloads_ok: metrics::counter!("sidecar_injector_certificate_reloads_total", "result" => "ok"),
@@ -172,6 +231,15 @@ impl Metrics {
             template_last_reload_ok: metrics::gauge!("sidecar_injector_template_last_reload_success"),
             template_set: ArcSwap::from_pointee(String::new()),
         };
+        metrics::describe_gauge!(
+            INFLIGHT_BODY_BYTES,
+            metrics::Unit::Bytes,
+            "Request body bytes held in memory now, over every connection (at most --max-inflight-body-bytes)."
+        );
+        metrics::describe_counter!(
+            CONNECTION_ERRORS,
+            "Connections ended by an error, by kind: tls-handshake, timeout, http1, http2, io."
+        );
         metrics::describe_counter!(TEMPLATE_RELOADS, "Template directory changes applied (ok) or refused (error).");
         metrics::describe_gauge!(
             "sidecar_injector_template_generation",
@@ -235,6 +303,23 @@ impl Metrics {
         InFlight(&self.0.in_flight)
     }
 
+    /// Body bytes reserved (`bytes` > 0) or released (< 0) in the in-flight budget.
+    pub(crate) fn inflight_body_bytes(&self, bytes: f64) {
+        self.0.inflight_body_bytes.increment(bytes);
+    }
+
+    /// Counts a connection that ended with an error of `kind` (the caller logs it at debug level).
+    pub(crate) fn connection_error(&self, kind: ConnectionError) {
+        match self.0.connection_errors.iter().find(|(k, _, _)| *k == kind) {
+            Some((_, counter, seen)) => {
+                counter.increment(1);
+                seen.fetch_add(1, Ordering::Relaxed);
+                self.0.connection_error_seen.notify_one();
+            }
+            None => debug_assert!(false, "no counter registered for {kind:?}"),
+        }
+    }
+
     pub(crate) fn handshake_done(&self) {
         self.0.handshakes_ok.increment(1);
     }
@@ -291,6 +376,35 @@ pub(crate) async fn upkeep(metrics: Metrics) {
     loop {
         ticks.tick().await;
         metrics.0.prometheus.run_upkeep();
+    }
+}
+
+/// Logs the connection errors in one warning line at most every [`CONNECTION_ERROR_LOG_INTERVAL`]: the first error
+/// after a quiet interval at once, those that follow within the interval summed up at its end. Each connection's
+/// own error is at debug level; this is what shows at the default level.
+pub(crate) async fn report_connection_errors(metrics: Metrics) {
+    let mut reported = vec![0; ConnectionError::ALL.len()];
+    loop {
+        metrics.0.connection_error_seen.notified().await;
+        let mut summary = String::new();
+        for ((kind, _, seen), reported) in metrics.0.connection_errors.iter().zip(&mut reported) {
+            let seen = seen.load(Ordering::Relaxed);
+            if seen > *reported {
+                if !summary.is_empty() {
+                    summary.push(' ');
+                }
+                summary.push_str(&format!("{}={}", kind.as_str(), seen - *reported));
+                *reported = seen;
+            }
+        }
+        if !summary.is_empty() {
+            tracing::warn!(
+                counts = %summary,
+                interval = ?CONNECTION_ERROR_LOG_INTERVAL,
+                "connections ended by errors since the last report (one line per interval at most; each at debug level)"
+            );
+        }
+        tokio::time::sleep(CONNECTION_ERROR_LOG_INTERVAL).await;
     }
 }
 

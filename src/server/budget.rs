@@ -1,0 +1,141 @@
+//! The memory budget of request bodies: the bytes that every request's body buffer holds at once, over all
+//! connections and streams, are at most `--max-inflight-body-bytes`. A request reserves its buffer's capacity
+//! before the buffer is allocated (all of it from `Content-Length`, or step by step as a chunked body grows) and
+//! gives it back when it is answered or dropped.
+//!
+//! The bytes are a [`Semaphore`]'s permits, taken only with `try_acquire_many`: a request that does not fit waits
+//! for a release (at most [`BODY_BUDGET_WAIT`]) beside the others rather than in the semaphore's queue. The queue is
+//! first-come first-served, so a large body waiting at its head would hold back every small review behind it
+//! (and collect the permits they free); here a small review takes what is free at once, while large ones wait and,
+//! if the budget stays full, are refused with 503.
+
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore, SemaphorePermit};
+
+use super::telemetry::Metrics;
+
+/// How long a body that does not fit in the budget waits for bytes to be released before it is refused (503 with
+/// `Retry-After`): long enough to ride out a burst of large bodies, short next to the API server's 3 s to 10 s
+/// webhook timeout, so that it can still call another replica.
+pub(crate) const BODY_BUDGET_WAIT: Duration = Duration::from_secs(1);
+
+/// The budget shared by every connection.
+pub(crate) struct BodyBudget {
+    bytes: Semaphore,
+    released: Notify,
+    total: usize,
+    metrics: Metrics,
+}
+
+impl BodyBudget {
+    pub(crate) fn new(total: usize, metrics: Metrics) -> BodyBudget {
+        let total = total.min(Semaphore::MAX_PERMITS);
+        BodyBudget { bytes: Semaphore::new(total), released: Notify::new(), total, metrics }
+    }
+
+    /// The budget, in bytes.
+    pub(crate) fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Reserves `bytes`, waiting up to `wait` for them to be free; `None` if they were not (or can never be).
+    pub(crate) async fn reserve(&self, bytes: usize, wait: Duration) -> Option<Reserved<'_>> {
+        let permit = self.take(bytes, wait).await?;
+        Some(Reserved { budget: self, permit: Some(permit) })
+    }
+
+    async fn take(&self, bytes: usize, wait: Duration) -> Option<SemaphorePermit<'_>> {
+        let n = u32::try_from(bytes).ok().filter(|_| bytes <= self.total)?;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Registered before trying, so that a release between the try and the wait is not missed.
+            let released = self.released.notified();
+            let mut released = std::pin::pin!(released);
+            released.as_mut().enable();
+            if let Ok(permit) = self.bytes.try_acquire_many(n) {
+                self.metrics.inflight_body_bytes(bytes as f64);
+                return Some(permit);
+            }
+            tokio::time::timeout_at(deadline, released).await.ok()?;
+        }
+    }
+}
+
+/// Bytes of the budget held by one request, released when dropped.
+#[must_use = "the bytes are released when this is dropped"]
+pub(crate) struct Reserved<'a> {
+    budget: &'a BodyBudget,
+    permit: Option<SemaphorePermit<'a>>,
+}
+
+impl Reserved<'_> {
+    /// The bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.permit.as_ref().map_or(0, |p| p.num_permits())
+    }
+
+    /// Holds `more` bytes besides, waiting up to `wait`; `false` if they were not free in time (what is held
+    /// stays held).
+    pub(crate) async fn grow(&mut self, more: usize, wait: Duration) -> bool {
+        let Some(extra) = self.budget.take(more, wait).await else { return false };
+        match &mut self.permit {
+            Some(permit) => permit.merge(extra),
+            None => self.permit = Some(extra),
+        }
+        true
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            let bytes = permit.num_permits();
+            drop(permit);
+            self.budget.metrics.inflight_body_bytes(-(bytes as f64));
+            self.budget.released.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_small_reservation_passes_a_large_one_that_waits_and_the_large_one_gets_the_bytes_once_free() {
+        let budget = BodyBudget::new(1000, Metrics::new().unwrap());
+        let held = budget.reserve(600, Duration::ZERO).await.unwrap();
+        let large = budget.reserve(900, Duration::from_secs(5));
+        let mut large = std::pin::pin!(large);
+        assert!(futures_poll(large.as_mut()).is_none(), "900 bytes do not fit beside 600");
+        // A small one is not queued behind the large one.
+        let small = budget.reserve(300, Duration::ZERO).await.expect("300 bytes fit beside 600");
+        drop(small);
+        drop(held);
+        let large = large.await.expect("the bytes were released");
+        assert_eq!(large.bytes(), 900);
+        assert!(budget.reserve(200, Duration::from_millis(10)).await.is_none(), "refused after the wait");
+        assert!(budget.reserve(1001, Duration::ZERO).await.is_none(), "more than the budget never fits");
+    }
+
+    #[tokio::test]
+    async fn growing_takes_more_and_dropping_releases_it_all() {
+        let budget = BodyBudget::new(1000, Metrics::new().unwrap());
+        let mut held = budget.reserve(100, Duration::ZERO).await.unwrap();
+        assert!(held.grow(400, Duration::ZERO).await);
+        assert_eq!(held.bytes(), 500);
+        assert!(!held.grow(600, Duration::from_millis(10)).await);
+        assert_eq!(held.bytes(), 500, "a failed growth keeps what was held");
+        drop(held);
+        assert_eq!(budget.bytes.available_permits(), 1000);
+    }
+
+    /// Polls a future once.
+    fn futures_poll<F: Future>(future: std::pin::Pin<&mut F>) -> Option<F::Output> {
+        match future.poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+            std::task::Poll::Ready(output) => Some(output),
+            std::task::Poll::Pending => None,
+        }
+    }
+}
