@@ -457,8 +457,9 @@ impl Engine {
             }
             Decision::Patch { template, pod, overridden } => {
                 response::allow(out);
-                if let Some(trace) = &mut outcome.trace {
-                    work.merge(&template, overridden, pod, &mut ());
+                if let Some(trace) = &mut outcome.trace
+                    && work.merge(&template, overridden, pod, &mut ()) > 0
+                {
                     trace.patch = Some(work.staged.clone());
                 }
                 let Work { rendered, ranges, path, staged, .. } = work;
@@ -472,11 +473,6 @@ impl Engine {
                 }
             }
         };
-        if let Some(trace) = &mut outcome.trace
-            && !matches!(outcome.verdict, Verdict::Injected { .. })
-        {
-            trace.patch = None;
-        }
         response::close(out, &outcome.warnings, outcome.template.as_deref().map(TemplateId::audit_json));
     }
 
