@@ -11,7 +11,8 @@
 //! through the snapshot while another thread publishes a new template set every millisecond (`engine-reloading`).
 //!
 //! The `stages` group runs each size class (2 KB, 8 KB, 60 KB, 1 MB) through the engine up to each stage
-//! (`Engine::review_until`: parse, read, decide, render, merge, respond); the stages stream into each other, so a
+//! (`Engine::review_until`: tape, parse (the tape and the duplicate-key check), read, decide, render, merge,
+//! respond); the stages stream into each other, so a
 //! stage's own cost is the difference between two of these. The parameter is the review's size in bytes, so
 //! `cargo run -p loadtest --release -- plot-bench` can draw cost against size from criterion's estimates.
 //!
@@ -190,6 +191,7 @@ fn stages(c: &mut Criterion) {
     let engine = engine();
     let mut group = c.benchmark_group("stages");
     let stages = [
+        ("0-tape", Stage::Tape),
         ("1-parse", Stage::Parse),
         ("2-read", Stage::Read),
         ("3-decide", Stage::Decide),

@@ -101,7 +101,9 @@ pub enum Mode {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Stage {
-    /// simd-json's tape of the request.
+    /// simd-json's tape of the request, unchecked.
+    Tape,
+    /// The tape, and the one-reading check (no key twice in an object).
     Parse,
     /// The review's fields (uid, kind, operation, object) read from the tape.
     Read,
@@ -192,11 +194,21 @@ impl Work {
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch {
-        buffers: Buffers::with_max_depth(16 * 1024, review::MAX_DEPTH),
+        buffers: parser_buffers(),
         tape: Some(Tape::null()),
         work: Work::default(),
     });
 }
+
+/// simd-json's buffers for a new thread, or after a large body.
+fn parser_buffers() -> Buffers {
+    Buffers::with_max_depth(16 * 1024, review::MAX_DEPTH)
+}
+
+/// A body larger than this gives its parser buffers back when it is done: they grow to about 16 bytes per byte
+/// of body (a 4 MiB list of numbers takes ~65 MiB), which a worker should not keep after one such request.
+/// Reviews of real pods (a few KiB, rarely 100 KiB) keep theirs, so that they allocate nothing.
+const KEEP_PARSER_BUFFERS_UP_TO: usize = 1024 * 1024;
 
 /// The spare capacity a request body should have beyond its length: the engine appends this many bytes for
 /// simd-json to parse the body in place, which reallocates (copies) the body if its capacity is short.
@@ -250,36 +262,38 @@ impl Engine {
     /// [`PARSE_PADDING`] for its capacity) and the response is written to `out`. An `Err` means the body is not a
     /// readable review: answer 400.
     pub fn review(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
-        self.run(body, |engine, root, work| engine.answer(root, work, out, Mode::Mutate, false))
+        self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Mutate, false))
     }
 
     /// Validates one `AdmissionReview` (`/validate`): the pod is allowed if injecting it again would add nothing;
     /// otherwise it is refused, or admitted with a warning, naming what is missing. Everything `review` skips is
     /// allowed. Same buffers and errors as [`Engine::review`].
     pub fn validate(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
-        self.run(body, |engine, root, work| engine.answer(root, work, out, Mode::Validate, false))
+        self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Validate, false))
     }
 
     /// [`Engine::review`] or [`Engine::validate`], with the outcome's [`Trace`]: for people reading a decision,
     /// not for the request path (it writes the patch twice).
     pub fn trace(&self, body: &mut Vec<u8>, out: &mut Vec<u8>, mode: Mode) -> Result<Outcome, ReviewError> {
-        self.run(body, |engine, root, work| engine.answer(root, work, out, mode, true))
+        self.run(body, true, |engine, root, work| engine.answer(root, work, out, mode, true))
     }
 
     /// Runs `body` through the stages up to `until` (see [`Stage`]): what the per-stage benchmarks measure. The
     /// same steps as [`Engine::review`], stopped early.
     #[doc(hidden)]
     pub fn review_until(&self, body: &mut Vec<u8>, out: &mut Vec<u8>, until: Stage) -> Result<(), ReviewError> {
-        self.run(body, |engine, root, work| match until {
-            Stage::Parse => Ok(()),
+        self.run(body, until > Stage::Tape, |engine, root, work| match until {
+            Stage::Tape | Stage::Parse => Ok(()),
             _ => engine.probe(root, work, out, until),
         })
     }
 
-    /// Parses `body` in place into the thread's scratch tape and hands its root to `then`.
+    /// Parses `body` in place into the thread's scratch tape and hands its root to `then`; `one_reading` refuses
+    /// a duplicate key first (false only for the benchmark stage that measures the parser alone).
     fn run<R>(
         &self,
         body: &mut Vec<u8>,
+        one_reading: bool,
         then: impl FnOnce(&Self, simd_json::tape::Value<'_, '_>, &mut Work) -> Result<R, ReviewError>,
     ) -> Result<R, ReviewError> {
         if body.iter().all(u8::is_ascii_whitespace) {
@@ -296,9 +310,15 @@ impl Engine {
             let Scratch { buffers, tape: tape_slot, work } = &mut *scratch;
             let mut tape = tape_slot.take().unwrap_or_else(Tape::null).reset();
             let answered = simd_json::fill_tape_padded(body, len, buffers, &mut tape).map(|()| {
-                review::refuse_duplicate_keys(&tape.0, body_start).and_then(|()| then(self, tape.as_value(), work))
+                let checked = if one_reading { review::refuse_duplicate_keys(&tape.0, body_start) } else { Ok(()) };
+                checked.and_then(|()| then(self, tape.as_value(), work))
             });
-            *tape_slot = Some(tape.reset());
+            if len <= KEEP_PARSER_BUFFERS_UP_TO {
+                *tape_slot = Some(tape.reset());
+            } else {
+                *tape_slot = Some(Tape::null());
+                *buffers = parser_buffers();
+            }
             answered
         });
         // A parse error is described from the body, which the tape no longer borrows.

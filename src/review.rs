@@ -5,6 +5,8 @@
 //! Only the envelope fields the decision needs are read; the rest of the document (`managedFields`, `status`,
 //! `userInfo`, unknown fields) is stepped over by the tape's subtree counts without being looked at.
 
+mod duplicate_keys;
+
 use simd_json::prelude::*;
 use simd_json::tape::{Node, Value};
 
@@ -84,119 +86,17 @@ impl ReviewError {
     }
 }
 
+/// Refuses a document in which an object has the same key twice, anywhere (see [`duplicate_keys`]).
+/// `body_start` is the address of the body the tape points into, for the position.
+pub(crate) fn refuse_duplicate_keys(nodes: &[Node<'_>], body_start: usize) -> Result<(), ReviewError> {
+    match duplicate_keys::find(nodes) {
+        Some(key) => Err(ReviewError::duplicate_key(key, body_start)),
+        None => Ok(()),
+    }
+}
+
 /// The longest key quoted in a message.
 const MAX_KEY_IN_MESSAGE: usize = 64;
-
-/// Refuses a document in which an object has the same key twice, anywhere: simd-json (and our `get`) would read
-/// the first, serde_json and Go's encoding/json (the API server) the last. `body_start` is the address of the
-/// body the tape points into, for the position.
-///
-/// This runs on every request, so it walks the tape's structure rather than every node (a list or map whose
-/// subtree holds no container, as its node count says, is not entered), and each object's keys go through a small
-/// Bloom filter: only a key the filter may have seen is compared with the keys before it.
-pub(crate) fn refuse_duplicate_keys(nodes: &[Node<'_>], body_start: usize) -> Result<(), ReviewError> {
-    match walk(nodes, 0) {
-        Err(key) => Err(ReviewError::duplicate_key(key, body_start)),
-        Ok(_) => Ok(()),
-    }
-}
-
-/// Walks the value at `nodes[at]`; returns the position after it, or the first duplicate key found in it.
-fn walk<'i>(nodes: &[Node<'i>], at: usize) -> Result<usize, &'i str> {
-    match nodes.get(at) {
-        Some(&Node::Object { len, count }) => {
-            // A map of scalars (labels, annotations) has two nodes per key: nothing inside to enter.
-            let flat = count == 2 * len;
-            let mut seen = KeyFilter::default();
-            let mut next = at + 1;
-            for _ in 0..len {
-                if let Some(&Node::String(key)) = nodes.get(next)
-                    && seen.insert(key)
-                    && earlier_key(nodes, at, next, key)
-                {
-                    return Err(key);
-                }
-                next = if flat { next + 2 } else { walk(nodes, next + 1)? };
-            }
-            Ok(at + count + 1)
-        }
-        Some(&Node::Array { len, count }) => {
-            // A list of scalars has one node per item: nothing inside to enter.
-            if count > len {
-                let mut next = at + 1;
-                for _ in 0..len {
-                    next = walk(nodes, next)?;
-                }
-            }
-            Ok(at + count + 1)
-        }
-        _ => Ok(at + 1),
-    }
-}
-
-/// The keys of one object seen so far, as a Bloom filter of 128 bits (a register), two per key: `insert` says
-/// whether the key may have been seen (both its bits were set already), which only a duplicate or a rare false
-/// alarm makes true.
-#[derive(Default)]
-struct KeyFilter(u128);
-
-impl KeyFilter {
-    fn insert(&mut self, key: &str) -> bool {
-        let hash = fingerprint(key);
-        let bits = (1u128 << (hash >> 57)) | (1u128 << ((hash >> 50) & 127));
-        let seen = self.0 & bits == bits;
-        self.0 |= bits;
-        seen
-    }
-}
-
-/// A 64-bit hash of a key from its length and its first and last eight bytes: equal keys hash equal, and keys
-/// that differ anywhere but in a long middle (`example.com/note-1`, `-2`...) hash apart. The bytes are read in
-/// place, as overlapping words (copying a short key into a padded buffer first stalls the load that follows).
-fn fingerprint(key: &str) -> u64 {
-    let bytes = key.as_bytes();
-    let n = bytes.len();
-    let (head, tail) = if n >= 8 {
-        (word::<8>(&bytes[..8]), word::<8>(&bytes[n - 8..]))
-    } else if n >= 4 {
-        (word::<4>(&bytes[..4]), word::<4>(&bytes[n - 4..]))
-    } else {
-        (bytes.iter().fold(0, |hash, &byte| hash << 8 | u64::from(byte)), 0)
-    };
-    (head.rotate_left(29) ^ tail ^ n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
-/// The `N` (4 or 8) bytes of `part` as a little-endian word.
-fn word<const N: usize>(part: &[u8]) -> u64 {
-    let mut padded = [0u8; 8];
-    if let Ok(exact) = <[u8; N]>::try_from(part) {
-        padded[..N].copy_from_slice(&exact);
-    }
-    u64::from_le_bytes(padded)
-}
-
-/// Does the object at `nodes[at]` have `key` before position `before` (the key's own)? Only asked when the
-/// filter says it may.
-#[cold]
-fn earlier_key(nodes: &[Node<'_>], at: usize, before: usize, key: &str) -> bool {
-    let mut next = at + 1;
-    while next < before {
-        if matches!(nodes.get(next), Some(&Node::String(earlier)) if earlier == key) {
-            return true;
-        }
-        next += 1 + nodes.get(next + 1).map_or(1, subtree_len);
-    }
-    false
-}
-
-/// How many tape nodes the value starting at `node` takes, itself included.
-fn subtree_len(node: &Node<'_>) -> usize {
-    match *node {
-        // `count` is the nodes below the header.
-        Node::Object { count, .. } | Node::Array { count, .. } => count + 1,
-        Node::String(_) | Node::Static(_) => 1,
-    }
-}
 
 /// The admission API version of a review; the response is written in the same version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -296,7 +296,13 @@ fn the_deployment_is_hardened_and_runs_what_it_mounts() {
     for key in ["cpu", "memory"] {
         assert!(resources.requests.as_ref().unwrap().contains_key(key), "a {key} request");
     }
-    assert!(resources.limits.unwrap().contains_key("memory"), "a memory limit");
+    // The memory limit is the one docs/operations.md's arithmetic sums up to (with room for what no setting bounds).
+    let limit = resources.limits.unwrap()["memory"].0.clone();
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md")).unwrap();
+    let total = docs.lines().find(|l| l.starts_with("| **total**")).expect("the memory table's total");
+    let sum: u32 = total.split("**").nth(3).and_then(|n| n.parse().ok()).expect("| **total** | | **N**, of L |");
+    assert!(total.ends_with(&format!("of {} |", limit.trim_end_matches("Mi"))), "{total} vs {limit}");
+    assert!(limit.ends_with("Mi") && sum * 5 / 4 < limit.trim_end_matches("Mi").parse::<u32>().unwrap(), "{limit}");
     assert!(container.lifecycle.as_ref().unwrap().pre_stop.as_ref().unwrap().sleep.is_some(), "a preStop delay");
 
     // The probes use the plain metrics port, on the paths `serve` answers.

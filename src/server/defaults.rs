@@ -9,7 +9,11 @@ use std::time::Duration;
 /// `--listen`: the HTTPS webhook listener, on every interface.
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8443));
 
-/// `--metrics-listen`: the plain-HTTP listener for `/metrics`, `/healthz` and `/readyz`.
+/// `--metrics-listen`: the plain-HTTP listener for `/metrics`, `/healthz` and `/readyz`, on every interface. In a
+/// pod, "every interface" is the pod's own network namespace: its IP, which the kubelet's probes and Prometheus
+/// use, and loopback, which `kubectl port-forward` uses; binding the pod IP alone would only lose the latter (and
+/// one address family on a dual-stack cluster). Nothing served here is secret (counters, template names and
+/// versions) and nothing changes state. A pod on the host network must narrow it (docs/operations.md).
 pub const DEFAULT_METRICS_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 9090));
 
 /// `--path`: the mutating webhook's path.
@@ -37,9 +41,9 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// `--max-inflight-body-bytes`: request body bytes held in memory at once, over every connection and stream
 /// (32 MiB: eight bodies of the largest size, or thousands of typical 6 KiB reviews). With the shipped pod's
-/// 256 MiB limit: about 22 MiB idle, this budget, the engine's working memory for the reviews being processed (one
-/// per worker) and the buffers of 1024 connections add up to about 190 MiB; the arithmetic is in
-/// docs/operations.md.
+/// 384 MiB limit: about 22 MiB idle, this budget, the engine's working memory for the reviews being processed (one
+/// per worker, up to ~65 MiB each) and the buffers of 1024 connections add up to about 254 MiB; the arithmetic is
+/// in docs/operations.md.
 pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 32 * 1024 * 1024;
 
 /// `--request-timeout`: the deadline of one request (the API server's `?timeout=` lowers it).
