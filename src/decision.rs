@@ -2,8 +2,8 @@
 //!
 //! The rules, in order: only a `Pod` (core group, v1) on `CREATE`, without a subresource, with an object; not a
 //! mirror pod (the kubelet owns those); not a pod that opted out by annotation or label. Then, once the pod's
-//! template is chosen: not a `hostNetwork` pod unless the template allows it; not a pod that carries another
-//! template version's sidecar. `dryRun` changes nothing: injection has no side effects.
+//! template is chosen: a Job's pod takes the template's Job shape or is skipped (its `jobs` setting); not a
+//! `hostNetwork` pod unless the template allows it; not a pod that carries another template version's sidecar. `dryRun` changes nothing: injection has no side effects.
 
 use crate::pod::PodView;
 use crate::review::Review;
@@ -27,6 +27,9 @@ pub enum SkipReason {
     OptedOut,
     /// The pod uses the host network and the template does not inject those.
     HostNetwork,
+    /// The pod belongs to a Job and the template skips those (`jobs: skip`, or `native-sidecar` on a Kubernetes
+    /// older than 1.29).
+    Job,
     /// The pod carries the status annotation of another template or version.
     InjectedByOtherVersion,
     /// The pod already has everything the template adds.
@@ -39,7 +42,7 @@ pub enum SkipReason {
 
 impl SkipReason {
     /// Every reason, for registering metrics up front.
-    pub const ALL: [SkipReason; 11] = [
+    pub const ALL: [SkipReason; 12] = [
         SkipReason::NotAPod,
         SkipReason::NotCreate,
         SkipReason::Subresource,
@@ -47,6 +50,7 @@ impl SkipReason {
         SkipReason::MirrorPod,
         SkipReason::OptedOut,
         SkipReason::HostNetwork,
+        SkipReason::Job,
         SkipReason::InjectedByOtherVersion,
         SkipReason::AlreadyInjected,
         SkipReason::RenderFailed,
@@ -63,6 +67,7 @@ impl SkipReason {
             SkipReason::MirrorPod => "mirror-pod",
             SkipReason::OptedOut => "opted-out",
             SkipReason::HostNetwork => "host-network",
+            SkipReason::Job => "job",
             SkipReason::InjectedByOtherVersion => "injected-by-other-version",
             SkipReason::AlreadyInjected => "already-injected",
             SkipReason::RenderFailed => "render-failed",
@@ -80,6 +85,7 @@ impl SkipReason {
             SkipReason::MirrorPod => "the pod is a mirror of a static pod (annotation kubernetes.io/config.mirror)",
             SkipReason::OptedOut => "the pod opted out with the inject annotation or label set to false",
             SkipReason::HostNetwork => "the pod uses the host network and the template has injectHostNetwork: false",
+            SkipReason::Job => "the pod belongs to a Job and the template does not inject those (its `jobs` setting)",
             SkipReason::InjectedByOtherVersion => "the pod carries the status annotation of another template version",
             SkipReason::AlreadyInjected => "the pod already has everything the template adds",
             SkipReason::RenderFailed => "a template expression failed to render for this pod",

@@ -13,7 +13,8 @@ use crate::pod::PodView;
 use crate::review::{self, ApiVersion, Review, ReviewError};
 use crate::template::tree::Rendered;
 use crate::template::{
-    LeafCache, PodContext, Policy, SelectError, Selection, Template, TemplateId, TemplateSet, Validation,
+    LeafCache, NATIVE_SIDECAR_MINOR, PodContext, Policy, SelectError, Selection, Template, TemplateId, TemplateSet,
+    Validation,
 };
 use crate::validation::KubeVersion;
 use crate::{merge, response, validate};
@@ -401,6 +402,25 @@ impl Engine {
         let template = match self.set.select(pod.annotation(&self.keys.template)) {
             Ok(template) => template,
             Err(e) => return Err(self.fail(self.unknown_template(pod, e), outcome)),
+        };
+        let template = if pod.owned_by_job() {
+            match template.for_jobs() {
+                Ok(shaped) => shaped,
+                Err(fell_back) => {
+                    if fell_back {
+                        outcome.warnings.push(format!(
+                            "{}: not injected: a Job's pod gets the sidecar as a native sidecar, which needs \
+                             Kubernetes 1.{NATIVE_SIDECAR_MINOR}, and this injector is set for {} \
+                             (--kubernetes-version)",
+                            pod.display_name(),
+                            self.settings.kubernetes_version,
+                        ));
+                    }
+                    return Err(Decision::Allow(Verdict::Skipped(SkipReason::Job)));
+                }
+            }
+        } else {
+            template
         };
         if let Err(reason) = decision::admits(pod, &self.keys, &template) {
             if reason == SkipReason::InjectedByOtherVersion {

@@ -142,12 +142,14 @@ fn inject_into(
     }
     let group = document["apiVersion"].as_str().and_then(|v| v.rsplit_once('/')).map_or("", |(group, _)| group);
     let Some(path) = template_path(group, &kind) else { return Ok(()) };
+    // The pods of a Job (and of a CronJob, through its Jobs) carry the Job as their owner, which templates read.
+    let by_job = group == "batch";
     let metadata = &document["metadata"];
     let namespace = metadata["namespace"].as_str().unwrap_or(namespace).to_owned();
     let name = metadata["name"].as_str().unwrap_or_default().to_owned();
     let workload = format!("{kind} {namespace}/{name}");
     if path.is_empty() {
-        reports.push(inject_pod(engine, document, &workload, &namespace, None)?);
+        reports.push(inject_pod(engine, document, &workload, &namespace, None, false)?);
         return Ok(());
     }
     let Some(template) = document.pointer_mut(path).filter(|t| t.is_object()) else {
@@ -155,7 +157,7 @@ fn inject_into(
     };
     // A controller names its pods after itself; `<name>-` is what the webhook's templates will see, near enough.
     let generate_name = (!name.is_empty()).then(|| format!("{name}-"));
-    reports.push(inject_pod(engine, template, &workload, &namespace, generate_name)?);
+    reports.push(inject_pod(engine, template, &workload, &namespace, generate_name, by_job)?);
     Ok(())
 }
 
@@ -179,10 +181,12 @@ fn inject_pod(
     workload: &str,
     namespace: &str,
     generate_name: Option<String>,
+    by_job: bool,
 ) -> Result<TemplateReport, OfflineError> {
     let internal = |reason: String| OfflineError::Internal { workload: workload.to_owned(), reason };
     // The pod as the API server would pass it to the webhook: with its namespace and, from a controller, a
-    // generateName. Both are taken out again afterwards, so the template keeps only what it had.
+    // generateName and (from a Job) an owner reference. Each is taken out again afterwards, so the template keeps
+    // only what it had.
     let mut object = json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -201,6 +205,11 @@ fn inject_pod(
         }
         _ => false,
     };
+    let added_owner = by_job && !metadata.contains_key("ownerReferences");
+    if added_owner {
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job", "name": workload, "uid": "", "controller": true});
+        metadata.insert("ownerReferences".into(), json!([job]));
+    }
     let mut review = json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -231,6 +240,9 @@ fn inject_pod(
         }
         if added_generate_name {
             metadata.remove("generateName");
+        }
+        if added_owner {
+            metadata.remove("ownerReferences");
         }
         let target = pod.as_object_mut().ok_or_else(|| internal("the pod is not an object".into()))?;
         target.insert("metadata".into(), injected["metadata"].take());

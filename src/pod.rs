@@ -23,6 +23,8 @@ pub(crate) struct PodView<'t, 'i> {
     /// `spec.serviceAccountName`, or its deprecated alias `spec.serviceAccount`, or "default".
     service_account_name: &'i str,
     host_network: bool,
+    /// An `ownerReferences` entry is a `batch` Job (a Job's pod, or a CronJob's through its Job).
+    owned_by_job: bool,
     /// `spec.containers`, `spec.initContainers` and `spec.ephemeralContainers`, when they are arrays.
     container_lists: [Option<Value<'t, 'i>>; 3],
 }
@@ -39,6 +41,7 @@ impl<'t, 'i> PodView<'t, 'i> {
             annotations: None,
             service_account_name: "default",
             host_network: false,
+            owned_by_job: false,
             container_lists: [None; 3],
         };
         let mut metadata = None;
@@ -57,6 +60,9 @@ impl<'t, 'i> PodView<'t, 'i> {
                 "namespace" => pod.namespace = text(value),
                 "labels" => pod.labels = value.as_object().map(|_| value),
                 "annotations" => pod.annotations = value.as_object().map(|_| value),
+                "ownerReferences" => {
+                    pod.owned_by_job = value.as_array().is_some_and(|owners| owners.iter().any(is_job))
+                }
                 _ => {}
             }
         }
@@ -138,6 +144,10 @@ impl<'t, 'i> PodView<'t, 'i> {
         self.host_network
     }
 
+    pub(crate) fn owned_by_job(&self) -> bool {
+        self.owned_by_job
+    }
+
     /// How the pod is named in messages: its name, or its generateName followed by `*`.
     pub(crate) fn display_name(&self) -> String {
         match (self.name(), self.generate_name()) {
@@ -146,6 +156,12 @@ impl<'t, 'i> PodView<'t, 'i> {
             (name, _) => format!("{}/{name}", self.namespace()),
         }
     }
+}
+
+/// Is this `ownerReferences` entry a Job of the `batch` group (`batch/v1`; not another group's kind `Job`)?
+fn is_job(owner: Value<'_, '_>) -> bool {
+    let field = |key: &str| owner.get(key).and_then(|v| v.into_string());
+    field("kind") == Some("Job") && field("apiVersion").is_some_and(|version| version.starts_with("batch/"))
 }
 
 /// A string-to-string map on the tape (an object, or none), as templates see it. Non-string values are left out.

@@ -49,12 +49,13 @@ pub const BUILTIN_NAME: &str = "default";
 /// The default annotation prefix.
 pub const DEFAULT_PREFIX: &str = "sidecar-injector.io/";
 
-const TOP_LEVEL_KEYS: [&str; 8] = [
+const TOP_LEVEL_KEYS: [&str; 9] = [
     "values",
     "pod",
     "containerDefaults",
     "initContainerPosition",
     "injectHostNetwork",
+    "jobs",
     "onError",
     "validation",
     "overrides",
@@ -136,6 +137,44 @@ impl Validation {
     }
 }
 
+/// What a template does for a pod owned by a Job (which covers a CronJob's): a regular sidecar container never
+/// exits, so the Job's pod would never complete (kubernetes#25908).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JobPolicy {
+    /// The template's containers become native sidecars (init containers with `restartPolicy: Always`), which
+    /// the kubelet stops when the Job's own containers end. Needs Kubernetes 1.29; below it, `Skip` with a
+    /// warning. The default: the sidecar's service where it can be given, a Job that completes everywhere.
+    #[default]
+    NativeSidecar,
+    /// The pod is admitted without the sidecar (reason `job`).
+    Skip,
+    /// The template as written, for sidecars that exit on their own when the app does.
+    Inject,
+}
+
+impl JobPolicy {
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "native-sidecar" => Some(JobPolicy::NativeSidecar),
+            "skip" => Some(JobPolicy::Skip),
+            "inject" => Some(JobPolicy::Inject),
+            _ => None,
+        }
+    }
+
+    /// The setting's name in a template.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobPolicy::NativeSidecar => "native-sidecar",
+            JobPolicy::Skip => "skip",
+            JobPolicy::Inject => "inject",
+        }
+    }
+}
+
+/// The first Kubernetes minor version that runs native sidecars without a feature gate.
+pub const NATIVE_SIDECAR_MINOR: u32 = 29;
+
 /// Where missing init containers go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InitPosition {
@@ -143,6 +182,39 @@ pub enum InitPosition {
     First,
     /// After the pod's own init containers.
     Last,
+}
+
+/// Which shape of a template to assemble.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// As the files say.
+    AsWritten,
+    /// For the pods of Jobs: the containers as native sidecars.
+    ForJobs,
+}
+
+/// Moves the template's containers to the end of its init containers, each with `restartPolicy: Always`: native
+/// sidecars, started in order after the template's own init containers (which may set up what they need) and
+/// stopped by the kubelet once the pod's own containers have ended.
+fn as_native_sidecars(pod: &mut YNode) {
+    let Some(spec) = pod.map_get_mut("spec") else { return };
+    let YValue::Map(members) = &mut spec.value else { return };
+    let Some(at) = members.iter().position(|(key, _)| key == "containers") else { return };
+    let (_, containers) = members.remove(at);
+    let line = containers.line;
+    let YValue::Seq(mut sidecars) = containers.value else { return };
+    for sidecar in &mut sidecars {
+        if let YValue::Map(fields) = &mut sidecar.value
+            && !fields.iter().any(|(key, _)| key == "restartPolicy")
+        {
+            let always = YNode { line: sidecar.line, value: YValue::Str("Always".into()) };
+            fields.push(("restartPolicy".into(), always));
+        }
+    }
+    match members.iter_mut().find(|(key, _)| key == "initContainers") {
+        Some((_, YNode { value: YValue::Seq(init), .. })) => init.append(&mut sidecars),
+        _ => members.push(("initContainers".into(), YNode { line, value: YValue::Seq(sidecars) })),
+    }
 }
 
 /// One template file parsed, its settings read and its expressions compiled: what a set is made of, and what
@@ -236,6 +308,13 @@ pub struct Template {
     annotations: Vec<String>,
     pub(crate) init_position: InitPosition,
     pub(crate) inject_host_network: bool,
+    /// What a pod owned by a Job gets, after the fallback for the Kubernetes version.
+    jobs: JobPolicy,
+    /// `jobs` is `Skip` because `native-sidecar` needs a newer Kubernetes than the server's setting.
+    jobs_fell_back: bool,
+    /// The template in the Job shape (its containers as native sidecars), when `jobs` is `native-sidecar` and
+    /// the template has containers to move.
+    job_shape: Option<Box<Template>>,
     on_error: Option<Policy>,
     validation: Option<Validation>,
     pub(crate) overrides: Vec<OverrideSpec>,
@@ -255,11 +334,24 @@ impl Template {
     /// Assembles a template from parts applied in order: each later part fills only what the earlier ones leave
     /// out (the same add-only merge as injection). Dry-runs it on sample pods and validates the results as the
     /// API server would.
+    ///
+    /// When pods of Jobs get native sidecars, the template is also assembled and checked in that shape.
     pub(crate) fn assemble(parts: &[&Part], set_hash: &str, settings: &Settings) -> Result<Self, TemplateError> {
-        let template = Self::assemble_unchecked(parts, set_hash, settings)?;
         let file = parts.iter().map(|p| p.file.as_str()).collect::<Vec<_>>().join(" + ");
-        let Sources { pod, container_defaults } = &template.sources;
-        checks::check(&template, pod, container_defaults.as_ref(), &file, settings.kubernetes_version)?;
+        let checked = |shape: Shape| -> Result<Self, TemplateError> {
+            let template = Self::assemble_unchecked(parts, set_hash, settings, shape)?;
+            let Sources { pod, container_defaults } = &template.sources;
+            let file = match shape {
+                Shape::AsWritten => file.clone(),
+                Shape::ForJobs => format!("{file} (its containers as native sidecars, for Jobs)"),
+            };
+            checks::check(&template, pod, container_defaults.as_ref(), &file, settings.kubernetes_version)?;
+            Ok(template)
+        };
+        let mut template = checked(Shape::AsWritten)?;
+        if template.jobs == JobPolicy::NativeSidecar && !template.injects.containers.is_empty() {
+            template.job_shape = Some(Box::new(checked(Shape::ForJobs)?));
+        }
         Ok(template)
     }
 
@@ -274,7 +366,8 @@ impl Template {
     ) -> Result<serde_json::Value, String> {
         let part = Part::parse("unchecked", "unchecked.yaml", source, None, &settings.annotation_prefix)
             .map_err(|e| e.to_string())?;
-        let template = Self::assemble_unchecked(&[&part], "unchecked", settings).map_err(|e| e.to_string())?;
+        let template =
+            Self::assemble_unchecked(&[&part], "unchecked", settings, Shape::AsWritten).map_err(|e| e.to_string())?;
         let annotations = pod["metadata"]["annotations"].as_object();
         let overrides: Vec<(String, serde_json::Value)> = template
             .overrides
@@ -289,7 +382,12 @@ impl Template {
 
     /// [`Template::assemble`] without the checks against the API server's rules: the parts combined, the status
     /// annotation added, the leaves dry-rendered and the result decoded as the API types, then compiled.
-    fn assemble_unchecked(parts: &[&Part], set_hash: &str, settings: &Settings) -> Result<Self, TemplateError> {
+    fn assemble_unchecked(
+        parts: &[&Part],
+        set_hash: &str,
+        settings: &Settings,
+        shape: Shape,
+    ) -> Result<Self, TemplateError> {
         let first = parts.first().expect("a template is assembled from at least one part");
         let name = parts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(",");
         let file = parts.iter().map(|p| p.file.as_str()).collect::<Vec<_>>().join(" + ");
@@ -300,6 +398,9 @@ impl Template {
         };
 
         let Combined { mut pod, container_defaults, slot_paths, overrides } = Combined::of(parts);
+        if shape == Shape::ForJobs {
+            as_native_sidecars(&mut pod);
+        }
         let injects = Injects {
             containers: names_in(&pod, "containers"),
             init_containers: names_in(&pod, "initContainers"),
@@ -337,6 +438,8 @@ impl Template {
             checks::leaf_checks(&pod, container_defaults.as_ref(), &all_slot_paths, settings.kubernetes_version);
         leaf_checks.retain(|check| !fixed.contains_key(&check.slot));
         let combined_settings = PartSettings::combined(parts);
+        let native = settings.kubernetes_version.at_least(NATIVE_SIDECAR_MINOR);
+        let jobs_fell_back = combined_settings.jobs == JobPolicy::NativeSidecar && !native;
         Ok(Template {
             id: Arc::new(TemplateId::new(name, hash, set_hash.to_owned())),
             status,
@@ -346,6 +449,9 @@ impl Template {
             plain,
             init_position: combined_settings.init_position,
             inject_host_network: combined_settings.inject_host_network,
+            jobs: if jobs_fell_back { JobPolicy::Skip } else { combined_settings.jobs },
+            jobs_fell_back,
+            job_shape: None,
             on_error: combined_settings.on_error,
             validation: combined_settings.validation,
             overrides,
@@ -355,6 +461,21 @@ impl Template {
             leaf_checks,
             kubernetes_version: settings.kubernetes_version,
         })
+    }
+
+    /// What a pod owned by a Job gets: the template as written, the template in the Job shape, or nothing
+    /// (`Err`, saying whether that is the fallback of `native-sidecar` for the Kubernetes version).
+    pub(crate) fn for_jobs(&self) -> Result<&Template, bool> {
+        match self.jobs {
+            JobPolicy::Inject => Ok(self),
+            JobPolicy::NativeSidecar => Ok(self.job_shape.as_deref().unwrap_or(self)),
+            JobPolicy::Skip => Err(self.jobs_fell_back),
+        }
+    }
+
+    /// The `jobs` setting in effect.
+    pub fn jobs(&self) -> JobPolicy {
+        self.jobs
     }
 
     /// The template's name: a file's stem, or the names of a combination joined by commas.
@@ -591,6 +712,8 @@ struct PartSettings {
     init_position: InitPosition,
     /// `injectHostNetwork`: `false` by default.
     inject_host_network: bool,
+    /// `jobs`: `native-sidecar` (the default), `skip` or `inject`.
+    jobs: JobPolicy,
     /// `onError`: `allow` or `deny`; the server's setting when absent.
     on_error: Option<Policy>,
     /// `validation`: `deny` or `warn`; the server's setting when absent.
@@ -610,19 +733,22 @@ impl PartSettings {
             _ => None,
         };
         let policy = |n: &YNode| n.as_str().and_then(Policy::parse);
+        let jobs = |n: &YNode| n.as_str().and_then(JobPolicy::parse);
         let validation = |n: &YNode| n.as_str().and_then(Validation::parse);
         Ok(PartSettings {
             init_position: setting(root, "initContainerPosition", "`first` or `last`", position, invalid)?
                 .unwrap_or(InitPosition::First),
             inject_host_network: setting(root, "injectHostNetwork", "true or false", boolean, invalid)?
                 .unwrap_or(false),
+            jobs: setting(root, "jobs", "`native-sidecar`, `skip` or `inject`", jobs, invalid)?.unwrap_or_default(),
             on_error: setting(root, "onError", "`allow` or `deny`", policy, invalid)?,
             validation: setting(root, "validation", "`deny` or `warn`", validation, invalid)?,
         })
     }
 
     /// The settings of parts applied in order: the first part's init position; a host-network pod is injected
-    /// only if every part allows it; for each policy, the strictest part decides.
+    /// only if every part allows it; for each policy, the strictest part decides (for Jobs: `skip` over
+    /// `native-sidecar` over `inject`).
     fn combined(parts: &[&Part]) -> Self {
         let first = parts.first().expect("a template is assembled from at least one part");
         let on_error = if parts.iter().any(|p| p.settings.on_error == Some(Policy::Deny)) {
@@ -638,6 +764,10 @@ impl PartSettings {
         PartSettings {
             init_position: first.settings.init_position,
             inject_host_network: parts.iter().all(|p| p.settings.inject_host_network),
+            jobs: [JobPolicy::Skip, JobPolicy::NativeSidecar]
+                .into_iter()
+                .find(|policy| parts.iter().any(|p| p.settings.jobs == *policy))
+                .unwrap_or(JobPolicy::Inject),
             on_error,
             validation,
         }

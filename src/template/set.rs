@@ -104,6 +104,22 @@ pub enum Selection<'s> {
     One(&'s Template),
     /// Several, applied in order.
     Combined(Arc<Template>),
+    /// Several, in the shape they take for a pod owned by a Job.
+    CombinedForJobs(Arc<Template>),
+}
+
+impl<'s> Selection<'s> {
+    /// The selection for a pod owned by a Job ([`Template::for_jobs`]): `Err` when such pods are skipped, saying
+    /// whether that is the fallback for the Kubernetes version.
+    pub(crate) fn for_jobs(self) -> Result<Selection<'s>, bool> {
+        match self {
+            Selection::One(template) => template.for_jobs().map(Selection::One),
+            Selection::Combined(template) | Selection::CombinedForJobs(template) => {
+                template.for_jobs()?;
+                Ok(Selection::CombinedForJobs(template))
+            }
+        }
+    }
 }
 
 impl std::ops::Deref for Selection<'_> {
@@ -112,6 +128,8 @@ impl std::ops::Deref for Selection<'_> {
         match self {
             Selection::One(t) => t,
             Selection::Combined(t) => t,
+            // Only made when `for_jobs` is `Ok`.
+            Selection::CombinedForJobs(t) => t.for_jobs().unwrap_or(t),
         }
     }
 }

@@ -1,0 +1,179 @@
+//! Injection that knows the workload (issue 23): the pods of Jobs.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use sidecar_injector::offline::{inject_document, read_documents};
+use sidecar_injector::validation::KubeVersion;
+use sidecar_injector::{Engine, Settings, SkipReason, TemplateSet, Verdict};
+
+/// A pod as the Job controller creates it: owned by its Job.
+fn job_pod(owner_api_version: &str) -> Value {
+    json!({
+        "metadata": {
+            "generateName": "backup-28391-",
+            "labels": {"job-name": "backup-28391"},
+            "ownerReferences": [{"apiVersion": owner_api_version, "kind": "Job", "name": "backup-28391",
+                                 "uid": "5c1f0b7e-1", "controller": true, "blockOwnerDeletion": true}]
+        },
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "backup", "image": "backup:1"}]}
+    })
+}
+
+/// The same pod as a ReplicaSet creates it.
+fn deployment_pod() -> Value {
+    let mut pod = job_pod("apps/v1");
+    pod["metadata"]["ownerReferences"][0]["kind"] = json!("ReplicaSet");
+    pod
+}
+
+fn engine_at(source: Option<&str>, minor: u32) -> Engine {
+    let settings = Settings { kubernetes_version: KubeVersion::new(minor), ..Settings::default() };
+    let set = match source {
+        Some(source) => TemplateSet::from_source("test", "test.yaml", source, &settings),
+        None => TemplateSet::builtin(&settings),
+    };
+    Engine::new(set.unwrap(), &settings)
+}
+
+/// The built-in template with a top-level setting added.
+fn builtin_with(setting: &str) -> String {
+    format!("{setting}\n{}", sidecar_injector::template::BUILTIN_SOURCE)
+}
+
+fn restart_policy<'a>(pod: &'a Value, list: &str, name: &str) -> Option<&'a str> {
+    let containers = pod["spec"][list].as_array()?;
+    containers.iter().find(|c| c["name"] == name)?["restartPolicy"].as_str()
+}
+
+#[test]
+fn a_jobs_pod_gets_the_sidecar_as_a_native_sidecar_after_the_templates_init_containers() {
+    let engine = engine_at(None, 29);
+    let pod = job_pod("batch/v1");
+    let injected = apply(&pod, &patch_for(&engine, &pod).expect("a Job's pod is injected"));
+    assert_eq!(names(&injected, "containers"), ["backup"], "no container that would keep the Job running");
+    assert_eq!(names(&injected, "initContainers"), ["proxy-init", "proxy"]);
+    assert_eq!(restart_policy(&injected, "initContainers", "proxy"), Some("Always"));
+    assert_eq!(restart_policy(&injected, "initContainers", "proxy-init"), None, "a plain init container still");
+    let status: Value =
+        serde_json::from_str(injected["metadata"]["annotations"]["sidecar-injector.io/status"].as_str().unwrap())
+            .unwrap();
+    assert_eq!(status["containers"], json!([]));
+    assert_eq!(status["initContainers"], json!(["proxy-init", "proxy"]));
+    assert_eq!(patch_for(&engine, &injected), None, "second pass: no patch");
+    check_properties(&engine, &pod);
+}
+
+#[test]
+fn a_deployments_pod_and_another_groups_job_keep_the_sidecar_as_a_container() {
+    let engine = engine_at(None, 29);
+    for pod in [deployment_pod(), job_pod("batch.volcano.sh/v1alpha1")] {
+        let injected = apply(&pod, &patch_for(&engine, &pod).unwrap());
+        assert_eq!(names(&injected, "containers"), ["backup", "proxy"]);
+        assert_eq!(names(&injected, "initContainers"), ["proxy-init"]);
+        assert_eq!(patch_for(&engine, &injected), None);
+    }
+}
+
+#[test]
+fn below_kubernetes_1_29_a_jobs_pod_is_skipped_with_a_warning_saying_why() {
+    let engine = engine_at(None, 28);
+    let (outcome, response, patch) = answer(&engine, &review(&job_pod("batch/v1")));
+    assert_eq!(outcome.verdict, Verdict::Skipped(SkipReason::Job));
+    assert_eq!(patch, None);
+    let warning = response["response"]["warnings"][0].as_str().expect("a warning");
+    assert!(warning.contains("native sidecar") && warning.contains("1.29") && warning.contains("1.28"), "{warning}");
+    // Other pods are injected as before.
+    assert!(patch_for(&engine, &deployment_pod()).is_some());
+}
+
+#[test]
+fn the_jobs_setting_skips_or_injects_as_written() {
+    let skip = engine_at(Some(&builtin_with("jobs: skip")), 29);
+    let (outcome, response, patch) = answer(&skip, &review(&job_pod("batch/v1")));
+    assert_eq!((outcome.verdict, patch), (Verdict::Skipped(SkipReason::Job), None));
+    assert!(response["response"]["warnings"].is_null(), "a chosen skip is not a warning: {response}");
+
+    let inject = engine_at(Some(&builtin_with("jobs: inject")), 29);
+    let pod = job_pod("batch/v1");
+    let injected = apply(&pod, &patch_for(&inject, &pod).unwrap());
+    assert_eq!(names(&injected, "containers"), ["backup", "proxy"]);
+    assert_eq!(restart_policy(&injected, "containers", "proxy"), None);
+}
+
+#[test]
+fn a_template_with_only_init_containers_is_the_same_for_jobs() {
+    let source =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/templates/native-sidecar.yaml")).unwrap();
+    let engine = engine_at(Some(&source), 29);
+    let pod = job_pod("batch/v1");
+    let for_job = apply(&pod, &patch_for(&engine, &pod).unwrap());
+    let for_deployment = apply(&deployment_pod(), &patch_for(&engine, &deployment_pod()).unwrap());
+    assert_eq!(for_job["spec"], for_deployment["spec"]);
+}
+
+#[test]
+fn a_bad_jobs_setting_is_refused_at_its_line() {
+    let settings = Settings::default();
+    let error = TemplateSet::from_source("t", "t.yaml", &builtin_with("jobs: sometimes"), &settings).unwrap_err();
+    let message = error.to_string();
+    assert!(message.starts_with("t.yaml:1:") && message.contains("`native-sidecar`, `skip` or `inject`"), "{message}");
+}
+
+#[test]
+fn inject_gives_job_and_cronjob_manifests_native_sidecars_and_adds_no_owner() {
+    let engine = engine_at(None, 29);
+    let manifests = r#"
+apiVersion: batch/v1
+kind: Job
+metadata: { name: migrate, namespace: shop }
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{ name: migrate, image: "migrate:1" }]
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: { name: backup, namespace: shop }
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers: [{ name: backup, image: "backup:1" }]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: web, namespace: shop }
+spec:
+  selector: { matchLabels: { app: web } }
+  template:
+    metadata: { labels: { app: web } }
+    spec:
+      containers: [{ name: web, image: "nginx:1" }]
+"#;
+    let mut documents = read_documents(manifests).unwrap();
+    for document in &mut documents {
+        inject_document(&engine, document, "default").unwrap();
+    }
+    let pods = [
+        &documents[0]["spec"]["template"],
+        &documents[1]["spec"]["jobTemplate"]["spec"]["template"],
+        &documents[2]["spec"]["template"],
+    ];
+    for pod in &pods[..2] {
+        assert_eq!(names(pod, "initContainers"), ["proxy-init", "proxy"], "{pod}");
+        assert_eq!(restart_policy(pod, "initContainers", "proxy"), Some("Always"));
+        assert!(pod["metadata"].get("ownerReferences").is_none(), "the owner was only for the review: {pod}");
+    }
+    assert_eq!(names(pods[2], "containers"), ["web", "proxy"]);
+    let once = documents.clone();
+    for document in &mut documents {
+        inject_document(&engine, document, "default").unwrap();
+    }
+    assert_eq!(documents, once, "injecting the output again changes nothing");
+}
