@@ -54,8 +54,17 @@ fn an_override_above_the_limit_it_meets_is_refused_and_one_with_its_limit_is_not
     assert_eq!(warnings, Vec::<String>::new());
     assert_eq!(
         proxy(&injected)["resources"],
-        json!({"requests": {"cpu": "50m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}})
+        json!({"requests": {"cpu": "50m", "memory": "1Gi"}, "limits": {"cpu": "1000m", "memory": "2Gi"}})
     );
+
+    // The same for CPU: a request above the template's CPU limit is refused, and valid with a raised limit.
+    let (warnings, injected) = inject(&pod_with_annotations(json!({"sidecar-injector.io/proxy-cpu": "2"})));
+    assert!(warnings[0].contains("must be less than or equal to cpu limit"), "{warnings:?}");
+    assert_eq!(proxy(&injected)["resources"]["requests"]["cpu"], "50m");
+    let both = json!({"sidecar-injector.io/proxy-cpu": "2", "sidecar-injector.io/proxy-cpu-limit": "4"});
+    let (warnings, injected) = inject(&pod_with_annotations(both));
+    assert_eq!(warnings, Vec::<String>::new());
+    assert_eq!(proxy(&injected)["resources"]["limits"]["cpu"], "4");
 
     // A limit lowered below the request is the one refused when it alone is at fault.
     let low = json!({"sidecar-injector.io/proxy-memory-limit": "32Mi", "sidecar-injector.io/proxy-cpu": "100m"});

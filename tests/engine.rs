@@ -265,7 +265,7 @@ fn completing_a_users_sidecar_never_sets_two_fields_the_api_server_accepts_one_o
     assert_eq!(at("/spec/volumes/0/emptyDir"), None);
     // Memory is sized by the user's request: no template limit (256Mi) below it; CPU is the template's.
     assert_eq!(at("/spec/containers/1/resources/requests/cpu"), Some(&json!("50m")));
-    assert_eq!(at("/spec/containers/1/resources/limits"), None);
+    assert_eq!(at("/spec/containers/1/resources/limits"), Some(&json!({"cpu": "1000m"})));
     // The user gave the admin port's name to another port: the template's port would repeat the name.
     assert_eq!(ops_under(&patch, "/spec/containers/1/ports"), Vec::<&Value>::new());
     check_properties(&engine, &pod);
@@ -274,7 +274,13 @@ fn completing_a_users_sidecar_never_sets_two_fields_the_api_server_accepts_one_o
     pod["spec"]["containers"][1]["resources"] = json!({"limits": {"memory": "32Mi"}});
     let patch = patch_for(&engine, &pod).unwrap();
     let ops = ops_under(&patch, "/spec/containers/1/resources");
-    assert_eq!(ops, [&json!({"op": "add", "path": "/spec/containers/1/resources/requests", "value": {"cpu": "50m"}})]);
+    assert_eq!(
+        ops,
+        [
+            &json!({"op": "add", "path": "/spec/containers/1/resources/requests", "value": {"cpu": "50m"}}),
+            &json!({"op": "add", "path": "/spec/containers/1/resources/limits/cpu", "value": "1000m"}),
+        ]
+    );
     check_properties(&engine, &pod);
 }
 
