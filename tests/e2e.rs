@@ -364,7 +364,9 @@ async fn against_a_real_api_server() {
     assert_eq!(proxy["env"][0], json!({"name": "POD_IP", "value": "10.0.0.1"}), "{proxy}");
     assert_eq!(env_value(proxy, "PROXY_SERVICE_ACCOUNT"), "default", "the rest was added: {proxy}");
     assert!(proxy["readinessProbe"].get("httpGet").is_none(), "{proxy}");
-    assert_eq!(proxy["resources"], json!({"requests": {"cpu": "50m", "memory": "512Mi"}}));
+    // The user sized memory (so no memory limit of ours below their request); CPU is the template's, request and
+    // limit (the API server writes 1000m as 1).
+    assert_eq!(proxy["resources"], json!({"requests": {"cpu": "50m", "memory": "512Mi"}, "limits": {"cpu": "1"}}));
     assert_eq!(proxy["ports"].as_array().unwrap().len(), 1, "{proxy}");
     assert!(stored_own["spec"]["volumes"][0].get("emptyDir").is_none(), "{stored_own}");
 
@@ -597,4 +599,80 @@ fn shape(value: &Value) -> std::collections::BTreeSet<String> {
     let mut out = std::collections::BTreeSet::new();
     walk(value, String::new(), &mut out);
     out
+}
+
+/// Issue 23 against the real API server. A Job's pod follows its template's `jobs` setting: the 1.20 API server
+/// runs no native sidecars, so the injector is told its version and falls back to skipping them; a template that
+/// says `jobs: skip` skips them too. A namespace whose ResourceQuota covers `limits.cpu` admits injected pods,
+/// because every container the template adds has a CPU limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: tests/e2e/apiserver.sh"]
+async fn jobs_and_cpu_quotas_against_a_real_api_server() {
+    let cluster = Cluster::start();
+    let work = tempfile::tempdir().unwrap();
+    let templates = work.path().join("templates");
+    std::fs::create_dir(&templates).unwrap();
+    let builtin = sidecar_injector::template::BUILTIN_SOURCE;
+    std::fs::write(templates.join("default.yaml"), builtin).unwrap();
+    std::fs::write(templates.join("skip-jobs.yaml"), format!("jobs: skip\n{builtin}")).unwrap();
+    let (injector, ca) = Injector::start(work.path(), &templates, &["--kubernetes-version=1.20"]);
+
+    let labels = json!({"kubernetes.io/metadata.name": "e2e-in", "sidecar-injector.io/inject": "enabled"});
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "e2e-in", "labels": labels}});
+    cluster.must_create("/api/v1/namespaces", namespace).await;
+    let quotas = "/api/v1/namespaces/e2e-in/resourcequotas";
+    let hard = json!({"limits.cpu": "20"});
+    let quota =
+        json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "cpu"}, "spec": {"hard": hard}});
+    cluster.must_create(quotas, quota).await;
+    // No controller-manager runs here, and quota admission refuses pods while a quota has no usage: write the
+    // status its controller would.
+    let (_, mut quota) = cluster.call(Method::GET, &format!("{quotas}/cpu"), None).await;
+    quota["status"] = json!({"hard": hard, "used": {"limits.cpu": "0"}});
+    let (status, body) = cluster.call(Method::PUT, &format!("{quotas}/cpu/status"), Some(&quota)).await;
+    assert_eq!(status, 200, "{body}");
+    register(
+        &cluster,
+        MUTATING,
+        &configuration("mutatingwebhookconfiguration.yaml", &format!("https://{}", injector.addr), &ca),
+    )
+    .await;
+
+    let app_pod = |name: &str, annotations: Value| {
+        let mut pod = pod(name, annotations, json!({}));
+        pod["spec"]["containers"][0]["resources"] = json!({"limits": {"cpu": "100m"}});
+        pod
+    };
+    let job_pod = |name: &str, annotations: Value| {
+        let mut pod = app_pod(name, annotations);
+        pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "backup-28391",
+            "uid": "0d1c9a9e-0000-4000-8000-000000000001", "controller": true}]);
+        pod["spec"]["restartPolicy"] = json!("Never");
+        pod
+    };
+
+    // The quota admits the injected pod: without a CPU limit on each added container it would refuse it
+    // ("must specify limits.cpu").
+    let stored = eventually("the webhook configuration to take effect", async || {
+        let (status, body) = cluster.create(PODS, app_pod(&unique("quota"), json!({}))).await;
+        assert_eq!(status, 201, "{body}");
+        (proxies(&body) > 0).then_some(body)
+    })
+    .await;
+    for list in ["containers", "initContainers"] {
+        for container in stored["spec"][list].as_array().unwrap() {
+            assert!(container["resources"]["limits"]["cpu"].is_string(), "{container}");
+        }
+    }
+
+    // A Job's pod (and a CronJob's, whose pods its Jobs own): at 1.20, admitted without the sidecar.
+    let job = cluster.must_create(PODS, job_pod("job", json!({}))).await;
+    assert_eq!((proxies(&job), container_names(&job, "initContainers")), (0, vec![]), "{job}");
+    assert!(job["metadata"]["annotations"].get("sidecar-injector.io/status").is_none(), "{job}");
+    // With a template that skips Jobs: the same, while its other pods are injected.
+    let skip = json!({"sidecar-injector.io/template": "skip-jobs"});
+    let cron = cluster.must_create(PODS, job_pod("cron-job", skip.clone())).await;
+    assert_eq!((proxies(&cron), container_names(&cron, "initContainers")), (0, vec![]), "{cron}");
+    let other = cluster.must_create(PODS, app_pod("not-a-job", skip)).await;
+    assert_eq!(proxies(&other), 1, "{other}");
 }
