@@ -13,8 +13,7 @@ use crate::pod::PodView;
 use crate::review::{self, ApiVersion, Review, ReviewError};
 use crate::template::tree::Rendered;
 use crate::template::{
-    LeafCache, NATIVE_SIDECAR_MINOR, PodContext, Policy, SelectError, Selection, Template, TemplateId, TemplateSet,
-    Validation,
+    LeafCache, NATIVE_SIDECAR_MINOR, Policy, SelectError, Selection, Template, TemplateId, TemplateSet, Validation,
 };
 use crate::validation::KubeVersion;
 use crate::{merge, response, validate};
@@ -449,14 +448,7 @@ impl Engine {
     ) -> Decision<'d> {
         let Work { rendered, ranges, overrides, leaf_cache, .. } = work;
         if template.renders_per_pod() {
-            let context = PodContext {
-                name: pod.name(),
-                generate_name: pod.generate_name(),
-                namespace: pod.namespace(),
-                service_account_name: pod.service_account_name(),
-                labels: pod.labels(template.needs_labels()),
-                annotations: pod.annotations(template.needs_annotations()),
-            };
+            let context = pod.context(template.reads());
             if !overrides.is_empty() {
                 template.vet_overrides(&context, overrides, &mut outcome.warnings);
             }

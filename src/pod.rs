@@ -3,8 +3,8 @@
 use simd_json::prelude::*;
 use simd_json::tape::{Array, Value};
 
-use crate::template::StrEntries;
 use crate::template::schema::CONTAINER_LISTS;
+use crate::template::{ContainerEntries, PodContext, Port, Reads, StrEntries};
 
 /// The Pod under review. Accessors read the tape; nothing is copied. The metadata fields and the spec fields
 /// several stages read are located in one walk over each when the view is made (a `get` per field would rescan
@@ -126,18 +126,23 @@ impl<'t, 'i> PodView<'t, 'i> {
         self.labels.and_then(|m| m.get(key)).and_then(|v| v.into_string())
     }
 
-    /// The labels, as templates see them (an empty map when `with` is false or there are none).
-    pub(crate) fn labels(&self, with: bool) -> StrMap<'t, 'i> {
-        StrMap(self.labels.filter(|_| with))
-    }
-
-    /// The annotations, as templates see them.
-    pub(crate) fn annotations(&self, with: bool) -> StrMap<'t, 'i> {
+    /// The annotations, as templates see them (an empty map when `with` is false or there are none).
+    fn annotations(&self, with: bool) -> StrMap<'t, 'i> {
         StrMap(self.annotations.filter(|_| with))
     }
 
-    pub(crate) fn service_account_name(&self) -> &'i str {
-        self.service_account_name
+    /// The pod as templates see it, with only the maps and lists that they `reads` (the others empty, so they
+    /// cost nothing to hand over).
+    pub(crate) fn context(&self, reads: Reads) -> PodContext<'i, StrMap<'t, 'i>, Containers<'t, 'i>> {
+        PodContext {
+            name: self.name,
+            generate_name: self.generate_name,
+            namespace: self.namespace,
+            service_account_name: self.service_account_name,
+            labels: StrMap(self.labels.filter(|_| reads.labels())),
+            annotations: self.annotations(reads.annotations()),
+            containers: Containers(self.container_lists[0].filter(|_| reads.containers())),
+        }
     }
 
     pub(crate) fn host_network(&self) -> bool {
@@ -178,5 +183,28 @@ impl<'t, 'i> StrMap<'t, 'i> {
 impl StrEntries for StrMap<'_, '_> {
     fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
         self.iter()
+    }
+}
+
+/// The pod's `spec.containers` on the tape (or none), as templates see them.
+pub(crate) struct Containers<'t, 'i>(Option<Value<'t, 'i>>);
+
+impl ContainerEntries for Containers<'_, '_> {
+    fn entries(&self) -> impl Iterator<Item = (&str, impl Iterator<Item = Port<'_>>)> {
+        let containers = self.0.and_then(|list| list.as_array());
+        containers.into_iter().flat_map(|list| list.iter()).map(|container| {
+            let name = container.get("name").and_then(|n| n.into_string()).unwrap_or("");
+            let ports = container.get("ports").and_then(|p| p.as_array());
+            let ports = ports.into_iter().flat_map(|list| list.iter()).filter_map(|port| {
+                let text = |key: &str| port.get(key).and_then(|v| v.into_string());
+                Some(Port {
+                    name: text("name"),
+                    container_port: port.get("containerPort")?.as_i64()?,
+                    // The API server's default, which it has applied before a webhook sees the pod.
+                    protocol: text("protocol").unwrap_or("TCP"),
+                })
+            });
+            (name, ports)
+        })
     }
 }

@@ -202,7 +202,8 @@ mod tests {
         });
         assert_eq!(
             missing(template, pod).join(", "),
-            "label a, label b, annotation sidecar-injector.io/status, init container init, \
+            "label a, label b, annotation kubectl.kubernetes.io/default-container, \
+             annotation sidecar-injector.io/status, init container init, \
              container proxy: env[POD_IP], container proxy: volumeMounts[/d], container proxy: ports[15000], \
              container proxy: resources.requests.cpu, container agent, volume data"
         );
@@ -223,7 +224,10 @@ mod tests {
             "initContainers": [{"name": "agent", "image": "a"}],
             "containers": [{"name": "proxy", "image": "p", "env": [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}]
         }});
-        assert_eq!(missing(template, pod), ["annotation sidecar-injector.io/status"]);
+        assert_eq!(
+            missing(template, pod),
+            ["annotation kubectl.kubernetes.io/default-container", "annotation sidecar-injector.io/status"]
+        );
     }
 
     #[test]

@@ -55,6 +55,7 @@ fn present_maps_and_lists_get_one_add_per_new_member_with_escaped_keys() {
         json!([
             {"op": "add", "path": "/metadata/labels/injected", "value": "yes"},
             {"op": "add", "path": "/metadata/annotations/example.com~1a.b", "value": "v"},
+            {"op": "add", "path": "/metadata/annotations/kubectl.kubernetes.io~1default-container", "value": "web"},
             {"op": "add", "path": "/metadata/annotations/sidecar-injector.io~1status", "value": status(&engine)},
             {"op": "add", "path": "/spec/initContainers/0", "value": {"name": "init", "image": "init:1"}},
             {"op": "add", "path": "/spec/containers/-", "value": {"name": "side", "image": "side:1", "env": [{"name": "A", "value": "1"}]}},
@@ -96,7 +97,12 @@ fn absent_null_and_empty_maps_and_lists_get_one_add_of_the_whole_value() {
             ],
             "for {empty}"
         );
-        assert_eq!(patch[1]["value"], json!({"example.com/a.b": "v", "sidecar-injector.io/status": status(&engine)}));
+        let annotations = json!({
+            "example.com/a.b": "v",
+            "kubectl.kubernetes.io/default-container": "app",
+            "sidecar-injector.io/status": status(&engine)
+        });
+        assert_eq!(patch[1]["value"], annotations);
         assert_eq!(patch[2]["value"], json!([{"name": "init", "image": "init:1"}]));
         assert_eq!(patch[5]["value"], json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}}));
     }

@@ -1,4 +1,4 @@
-//! Injection that knows the workload (issue 23): the pods of Jobs.
+//! Injection that knows the workload (issue 23): the pods of Jobs, and kubectl's default container.
 
 mod common;
 
@@ -176,4 +176,54 @@ spec:
         inject_document(&engine, document, "default").unwrap();
     }
     assert_eq!(documents, once, "injecting the output again changes nothing");
+}
+
+/// The annotation kubectl reads for the container to use without `-c`.
+const DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
+
+fn default_container(pod: &Value) -> Option<&str> {
+    pod["metadata"]["annotations"][DEFAULT_CONTAINER].as_str()
+}
+
+#[test]
+fn kubectl_lands_on_the_pods_first_own_container_never_on_the_sidecar() {
+    let engine = engine_at(None, 29);
+    let mut pod = deployment_pod();
+    pod["spec"]["containers"] = json!([{"name": "web", "image": "web:1"}, {"name": "worker", "image": "worker:1"}]);
+    let injected = apply(&pod, &patch_for(&engine, &pod).unwrap());
+    assert_eq!(default_container(&injected), Some("web"));
+    assert_eq!(patch_for(&engine, &injected), None, "second pass: no patch");
+    check_properties(&engine, &pod);
+
+    // A pod that declares the sidecar itself, first: the annotation still names the app.
+    pod["spec"]["containers"] = json!([{"name": "proxy", "image": "own-proxy:1"}, {"name": "web", "image": "web:1"}]);
+    let injected = apply(&pod, &patch_for(&engine, &pod).unwrap());
+    assert_eq!(default_container(&injected), Some("web"));
+    assert_eq!(patch_for(&engine, &injected), None);
+}
+
+#[test]
+fn a_default_container_the_pod_or_the_template_sets_is_kept() {
+    let engine = engine_at(None, 29);
+    let mut pod = deployment_pod();
+    pod["spec"]["containers"] = json!([{"name": "web", "image": "web:1"}, {"name": "worker", "image": "worker:1"}]);
+    pod["metadata"]["annotations"] = json!({DEFAULT_CONTAINER: "worker"});
+    let injected = apply(&pod, &patch_for(&engine, &pod).unwrap());
+    assert_eq!(default_container(&injected), Some("worker"), "the pod's own choice is kept");
+
+    // A template that writes the annotation itself keeps its own value, from the render context.
+    let template = "pod:\n  metadata:\n    annotations:\n      kubectl.kubernetes.io/default-container: \"{{ pod.containers[-1].name }}\"\n  spec:\n    containers:\n      - {name: agent, image: agent:1}\n";
+    let engine = engine_at(Some(template), 29);
+    pod["metadata"]["annotations"] = json!({});
+    let injected = apply(&pod, &patch_for(&engine, &pod).unwrap());
+    assert_eq!(default_container(&injected), Some("worker"));
+    assert_eq!(patch_for(&engine, &injected), None);
+}
+
+#[test]
+fn a_jobs_native_sidecar_needs_no_default_container() {
+    let engine = engine_at(None, 29);
+    let pod = job_pod("batch/v1");
+    let injected = apply(&pod, &patch_for(&engine, &pod).unwrap());
+    assert_eq!(default_container(&injected), None, "the only container is the Job's own");
 }

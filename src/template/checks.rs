@@ -13,7 +13,7 @@ use serde_json::{Value as J, json};
 use super::schema::merge_key_for;
 use super::tree::Rendered;
 use super::yaml::{self, PathSeg, YNode};
-use super::{PodContext, StrEntries, Template, TemplateError};
+use super::{ContainerEntries, PodContext, StrEntries, Template, TemplateError};
 use crate::patch::Pointer;
 use crate::pod::PodView;
 use crate::validation::{self, FieldError, FieldPath, KubeVersion, Rule, Seg};
@@ -74,14 +74,7 @@ pub(crate) fn dry_run(template: &Template, pod: &J, overrides: &super::Overrides
     let mut bytes = serde_json::to_vec(pod).expect("JSON values serialise");
     let tape = simd_json::to_tape(&mut bytes).map_err(|e| e.to_string())?;
     let view = PodView::new(tape.as_value(), SAMPLE_NAMESPACE);
-    let context = PodContext {
-        name: view.name(),
-        generate_name: view.generate_name(),
-        namespace: view.namespace(),
-        service_account_name: view.service_account_name(),
-        labels: view.labels(true),
-        annotations: view.annotations(true),
-    };
+    let context = view.context(template.reads());
     let (mut buf, mut ranges) = (Vec::new(), Vec::new());
     template.render(&context, overrides, None, &mut buf, &mut ranges).map_err(|e| e.reason)?;
     let mut patch = Vec::new();
@@ -265,9 +258,9 @@ impl Template {
     /// Refuses, with a warning each, the overrides that would make the template's own containers (or labels,
     /// annotations, volumes) invalid: a negative quantity, a request above the limit it meets once every override
     /// is applied, a bad name. What is left in `overrides` is safe to inject.
-    pub(crate) fn vet_overrides<M: StrEntries>(
+    pub(crate) fn vet_overrides<M: StrEntries, C: ContainerEntries>(
         &self,
-        pod: &PodContext<'_, M>,
+        pod: &PodContext<'_, M, C>,
         overrides: &mut Vec<(String, J)>,
         warnings: &mut Vec<String>,
     ) {

@@ -35,7 +35,9 @@ use crate::validation::KubeVersion;
 use checks::LeafCheck;
 pub(crate) use checks::dry_run;
 pub(crate) use overrides::OverrideSpec;
-pub(crate) use render::{LeafCache, Overrides, PodContext, RenderError, Renderer, StrEntries};
+pub(crate) use render::{
+    ContainerEntries, LeafCache, Overrides, PodContext, Port, Reads, RenderError, Renderer, StrEntries,
+};
 use render::{LeafKind, is_template};
 use schema::Place;
 pub use set::{SelectError, Selection, SetSources, TemplateSet};
@@ -397,19 +399,25 @@ impl Template {
             many => hex_prefix(&Sha256::digest(many.iter().map(|p| p.hash.as_str()).collect::<Vec<_>>().join(","))),
         };
 
-        let Combined { mut pod, container_defaults, slot_paths, overrides } = Combined::of(parts);
+        let mut combined = Combined::of(parts);
         if shape == Shape::ForJobs {
-            as_native_sidecars(&mut pod);
+            as_native_sidecars(&mut combined.pod);
         }
         let injects = Injects {
-            containers: names_in(&pod, "containers"),
-            init_containers: names_in(&pod, "initContainers"),
-            volumes: names_in(&pod, "volumes"),
+            containers: names_in(&combined.pod, "containers"),
+            init_containers: names_in(&combined.pod, "initContainers"),
+            volumes: names_in(&combined.pod, "volumes"),
         };
+        // The injector's own part comes last, so the template's own value of what it writes wins.
+        let own = injector_part(&injects, &combined.pod, settings)?;
+        combined.add(own.as_ref());
+        // Every part whose leaves render: the template's, then the injector's. Settings are the template's alone.
+        let rendering: Vec<&Part> = parts.iter().copied().chain(own.as_ref()).collect();
+        let Combined { mut pod, container_defaults, slot_paths, overrides } = combined;
         let status = status_value(&name, &hash, set_hash, &injects);
         insert_status(&mut pod, &format!("{}status", settings.annotation_prefix), &status, &invalid)?;
 
-        let sample = dry_render(parts)?;
+        let sample = dry_render(&rendering)?;
         let root = &first.root;
         let mut rendered = |slot: usize| sample.slot(slot);
         let problem = |(path, reason): validate::Problem| {
@@ -424,7 +432,7 @@ impl Template {
         let overridable = compile(&pod, container_defaults.as_ref())?;
         // Leaves that read only overridable values, with their output for a pod that overrides nothing: what a
         // pod without overrides gets, compiled apart so that it costs no more than a template without them.
-        let fixed = override_defaults(parts);
+        let fixed = override_defaults(&rendering);
         let plain = if fixed.is_empty() {
             None
         } else {
@@ -432,7 +440,7 @@ impl Template {
             let defaults = container_defaults.as_ref().map(|d| combine::substituted(d, &fixed));
             Some(compile(&pod, defaults.as_ref())?)
         };
-        let all_slot_paths: Vec<Vec<PathSeg>> = parts.iter().flat_map(|p| p.slot_paths.iter().cloned()).collect();
+        let all_slot_paths: Vec<Vec<PathSeg>> = rendering.iter().flat_map(|p| p.slot_paths.iter().cloned()).collect();
         // Leaves that read only overridable values are checked with the overrides (`vet_overrides`), not per pod.
         let mut leaf_checks =
             checks::leaf_checks(&pod, container_defaults.as_ref(), &all_slot_paths, settings.kubernetes_version);
@@ -455,7 +463,7 @@ impl Template {
             on_error: combined_settings.on_error,
             validation: combined_settings.validation,
             overrides,
-            renderers: parts.iter().map(|p| p.renderer.clone()).collect(),
+            renderers: rendering.iter().map(|p| p.renderer.clone()).collect(),
             slot_paths,
             sources: Sources { pod, container_defaults },
             leaf_checks,
@@ -561,19 +569,16 @@ impl Template {
         self.renderers.iter().any(|r| !r.is_empty())
     }
 
-    pub(crate) fn needs_labels(&self) -> bool {
-        self.renderers.iter().any(|r| r.needs_labels())
-    }
-
-    pub(crate) fn needs_annotations(&self) -> bool {
-        self.renderers.iter().any(|r| r.needs_annotations())
+    /// The fields of the pod the template's leaves read: the rest is not handed to them.
+    pub(crate) fn reads(&self) -> Reads {
+        self.renderers.iter().fold(Reads::default(), |reads, r| reads.union(r.reads()))
     }
 
     /// Renders every per-request leaf of every part for `pod` into `buf`, one range per slot (both cleared first),
     /// through the per-thread `cache` on the request path (without one for dry runs and checks).
-    pub(crate) fn render<M: StrEntries>(
+    pub(crate) fn render<M: StrEntries, C: ContainerEntries>(
         &self,
-        pod: &PodContext<'_, M>,
+        pod: &PodContext<'_, M, C>,
         overrides: &Overrides,
         mut cache: Option<&mut LeafCache>,
         buf: &mut Vec<u8>,
@@ -619,25 +624,58 @@ impl Combined {
             overrides: first.overrides.clone(),
         };
         for part in &parts[1..] {
-            let offset = combined.slot_paths.len();
-            combine::fill(&mut combined.pod, &combine::renumbered(&part.pod, offset));
-            if let Some(defaults) = &part.container_defaults {
-                let defaults = combine::renumbered(defaults, offset);
-                match &mut combined.container_defaults {
-                    Some(mine) => combine::fill(mine, &defaults),
-                    None => combined.container_defaults = Some(defaults),
-                }
-            }
-            let paths = part.slot_paths.iter().map(|p| format!("{}: {}", part.file, display_path(p)));
-            combined.slot_paths.extend(paths);
-            for spec in &part.overrides {
-                if !combined.overrides.iter().any(|o| o.annotation == spec.annotation) {
-                    combined.overrides.push(spec.clone());
-                }
-            }
+            combined.add(Some(part));
         }
         combined
     }
+
+    /// Lays `part` under what is there: it fills only what the parts before it leave out.
+    fn add(&mut self, part: Option<&Part>) {
+        let Some(part) = part else { return };
+        let offset = self.slot_paths.len();
+        combine::fill(&mut self.pod, &combine::renumbered(&part.pod, offset));
+        if let Some(defaults) = &part.container_defaults {
+            let defaults = combine::renumbered(defaults, offset);
+            match &mut self.container_defaults {
+                Some(mine) => combine::fill(mine, &defaults),
+                None => self.container_defaults = Some(defaults),
+            }
+        }
+        let paths = part.slot_paths.iter().map(|p| format!("{}: {}", part.file, display_path(p)));
+        self.slot_paths.extend(paths);
+        for spec in &part.overrides {
+            if !self.overrides.iter().any(|o| o.annotation == spec.annotation) {
+                self.overrides.push(spec.clone());
+            }
+        }
+    }
+}
+
+/// The annotation `kubectl logs`, `exec` and `attach` read for the container to use when none is named: without
+/// it they take the first container, which may be ours (kubernetes#96986).
+pub const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-container";
+
+/// What the injector adds to every template that injects containers, as a part of its own laid under the
+/// template's (so the same merge rules apply, and a template that writes it keeps its own value): the
+/// default-container annotation, naming the pod's first container that is not one of ours. `None` when the
+/// template injects no container or writes the annotation itself.
+fn injector_part(injects: &Injects, pod: &YNode, settings: &Settings) -> Result<Option<Part>, TemplateError> {
+    let written = pod
+        .map_get("metadata")
+        .and_then(|m| m.map_get("annotations"))
+        .and_then(|a| a.map_get(DEFAULT_CONTAINER_ANNOTATION))
+        .is_some();
+    if injects.containers.is_empty() || written {
+        return Ok(None);
+    }
+    // `ours` is a JSON list of names, which is a minijinja list literal too. A pod whose every container is
+    // ours (it declares only the sidecar) gets an empty name, which kubectl ignores.
+    let ours = serde_json::to_string(&injects.containers).expect("a list of strings serialises");
+    let leaf =
+        format!(r#"{{{{ pod.containers | map(attribute="name") | reject("in", {ours}) | first | default("") }}}}"#);
+    let source = serde_json::json!({"pod": {"metadata": {"annotations": {DEFAULT_CONTAINER_ANNOTATION: leaf}}}});
+    let file = "(the injector's default-container annotation)";
+    Part::parse("injector", file, &source.to_string(), None, &settings.annotation_prefix).map(Some)
 }
 
 /// The per-pod leaves of every part rendered on the sample pod, slot by slot.
@@ -996,8 +1034,13 @@ fn insert_status(
 }
 
 /// The pod that templates are dry-rendered on when they load.
-fn sample_pod() -> PodContext<'static, std::collections::BTreeMap<&'static str, &'static str>> {
+#[allow(clippy::type_complexity)]
+fn sample_pod()
+-> PodContext<'static, std::collections::BTreeMap<&'static str, &'static str>, Vec<(&'static str, Vec<Port<'static>>)>>
+{
+    let http = Port { name: Some("http"), container_port: 8080, protocol: "TCP" };
     PodContext {
+        containers: vec![("app", vec![http])],
         name: "sample-7c9d5b8f6-x2x8q",
         generate_name: "sample-7c9d5b8f6-",
         namespace: "default",

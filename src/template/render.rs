@@ -99,23 +99,24 @@ pub(crate) struct Renderer {
     values: Value,
     /// The keys of `values` that pods may override.
     overridable: Vec<String>,
-    needs_labels: bool,
-    needs_annotations: bool,
+    /// The fields of the pod the pod-dependent leaves read.
+    reads: Reads,
 }
 
 /// Validated per-pod overrides: `(key of values, value)`.
 pub(crate) type Overrides = [(String, serde_json::Value)];
 
 /// The pod as templates see it: `pod.name`, `pod.generateName`, `pod.namespace`, `pod.serviceAccountName`,
-/// `pod.labels`, `pod.annotations`.
+/// `pod.labels`, `pod.annotations` and `pod.containers`.
 #[derive(Debug)]
-pub(crate) struct PodContext<'a, M: StrEntries> {
+pub(crate) struct PodContext<'a, M: StrEntries, C: ContainerEntries> {
     pub name: &'a str,
     pub generate_name: &'a str,
     pub namespace: &'a str,
     pub service_account_name: &'a str,
     pub labels: M,
     pub annotations: M,
+    pub containers: C,
 }
 
 /// A string-to-string map of the pod (its labels or annotations), read in the pod's order.
@@ -129,30 +130,122 @@ impl StrEntries for std::collections::BTreeMap<&str, &str> {
     }
 }
 
-/// The names templates use for the fields of [`PodContext`]: the four strings, then the two maps.
-const POD_FIELDS: [&str; 6] = ["name", "generateName", "namespace", "serviceAccountName", "labels", "annotations"];
+/// A port of one of the pod's containers, as templates see it: `pod.containers[i].ports[j]`, with `name` when
+/// the port has one and `protocol` as the API server defaults it (`TCP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Port<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<&'a str>,
+    pub container_port: i64,
+    pub protocol: &'a str,
+}
 
-impl<M: StrEntries> PodContext<'_, M> {
+/// The pod's own containers (`spec.containers`, as the pod was sent), each name with its ports, in the pod's
+/// order.
+pub(crate) trait ContainerEntries {
+    fn entries(&self) -> impl Iterator<Item = (&str, impl Iterator<Item = Port<'_>>)>;
+}
+
+/// A list of containers written out, for sample pods and tests.
+impl ContainerEntries for Vec<(&str, Vec<Port<'_>>)> {
+    fn entries(&self) -> impl Iterator<Item = (&str, impl Iterator<Item = Port<'_>>)> {
+        self.iter().map(|(name, ports)| {
+            let ports =
+                ports.iter().map(|p| Port { name: p.name, container_port: p.container_port, protocol: p.protocol });
+            (*name, ports)
+        })
+    }
+}
+
+/// The names templates use for the fields of [`PodContext`]: the four strings, then the two maps, then the
+/// containers. A field's index is its bit in [`Reads`].
+const POD_FIELDS: [&str; 7] =
+    ["name", "generateName", "namespace", "serviceAccountName", "labels", "annotations", "containers"];
+
+/// Which fields of the pod a renderer's leaves read, one bit per [`POD_FIELDS`] entry: what its cache key holds,
+/// and which parts of the pod the engine hands it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Reads(u8);
+
+impl Reads {
+    const LABELS: u8 = 1 << 4;
+    const ANNOTATIONS: u8 = 1 << 5;
+    const CONTAINERS: u8 = 1 << 6;
+
+    /// The fields a leaf reads through the variable `var` (`pod.labels.app`, `pod`), as minijinja names it.
+    fn of(var: &str) -> Reads {
+        if var == "pod" {
+            // The whole pod (printed, iterated, or read by subscript, which is not tracked by name).
+            return Reads(u8::MAX);
+        }
+        let Some(rest) = var.strip_prefix("pod.") else { return Reads(0) };
+        let field = rest.split('.').next().unwrap_or(rest);
+        Reads(POD_FIELDS.iter().position(|f| *f == field).map_or(0, |i| 1 << i))
+    }
+
+    fn field(self, index: usize) -> bool {
+        self.0 & (1 << index) != 0
+    }
+
+    pub(crate) fn union(self, other: Reads) -> Reads {
+        Reads(self.0 | other.0)
+    }
+
+    pub(crate) fn labels(self) -> bool {
+        self.0 & Self::LABELS != 0
+    }
+
+    pub(crate) fn annotations(self) -> bool {
+        self.0 & Self::ANNOTATIONS != 0
+    }
+
+    pub(crate) fn containers(self) -> bool {
+        self.0 & Self::CONTAINERS != 0
+    }
+}
+
+impl<M: StrEntries, C: ContainerEntries> PodContext<'_, M, C> {
     fn scalars(&self) -> [&str; 4] {
         [self.name, self.generate_name, self.namespace, self.service_account_name]
     }
 
-    /// Appends every string of the context to `key`, each preceded by its length, and each map followed by a
-    /// length no string has: equal keys mean equal contexts.
-    fn write_key(&self, key: &mut Vec<u8>) {
+    /// Appends the strings of the fields in `reads` to `key`, each preceded by its length, and each map or
+    /// list followed by a length no string has: for one renderer (whose `reads` never changes), equal keys mean
+    /// contexts that render the same.
+    fn write_key(&self, reads: Reads, key: &mut Vec<u8>) {
         fn put(key: &mut Vec<u8>, text: &str) {
             key.extend_from_slice(&text.len().to_le_bytes());
             key.extend_from_slice(text.as_bytes());
         }
-        for text in self.scalars() {
-            put(key, text);
-        }
-        for map in [&self.labels, &self.annotations] {
-            for (k, v) in map.entries() {
-                put(key, k);
-                put(key, v);
-            }
+        fn end(key: &mut Vec<u8>) {
             key.extend_from_slice(&usize::MAX.to_le_bytes());
+        }
+        for (index, text) in self.scalars().into_iter().enumerate() {
+            if reads.field(index) {
+                put(key, text);
+            }
+        }
+        for (read, map) in [(reads.labels(), &self.labels), (reads.annotations(), &self.annotations)] {
+            if read {
+                for (k, v) in map.entries() {
+                    put(key, k);
+                    put(key, v);
+                }
+                end(key);
+            }
+        }
+        if reads.containers() {
+            for (name, ports) in self.containers.entries() {
+                put(key, name);
+                for port in ports {
+                    put(key, port.name.unwrap_or_default());
+                    key.extend_from_slice(&port.container_port.to_le_bytes());
+                    put(key, port.protocol);
+                }
+                end(key);
+            }
+            end(key);
         }
     }
 
@@ -166,8 +259,21 @@ impl<M: StrEntries> PodContext<'_, M> {
         };
         let fields = self.scalars().map(&mut copy);
         let [labels, annotations] = [&self.labels, &self.annotations].map(|m| Value::from_object(StrMapObject::new(m)));
-        Value::from_object(PodObject { text, fields, labels, annotations })
+        let containers = containers_value(&self.containers);
+        Value::from_object(PodObject { text, fields, labels, annotations, containers })
     }
+}
+
+/// `pod.containers`: a list of `{name, ports}`.
+fn containers_value(containers: &impl ContainerEntries) -> Value {
+    #[derive(serde::Serialize)]
+    struct Container<'a> {
+        name: &'a str,
+        ports: Vec<Port<'a>>,
+    }
+    let list: Vec<Container<'_>> =
+        containers.entries().map(|(name, ports)| Container { name, ports: ports.collect() }).collect();
+    Value::from(Serde(list))
 }
 
 /// [`PodContext`] as a minijinja map: `text` holds the four strings at `fields` (in [`POD_FIELDS`] order).
@@ -177,6 +283,7 @@ struct PodObject {
     fields: [Range<usize>; 4],
     labels: Value,
     annotations: Value,
+    containers: Value,
 }
 
 impl Object for PodObject {
@@ -188,6 +295,7 @@ impl Object for PodObject {
         match key.as_str()? {
             "labels" => Some(self.labels.clone()),
             "annotations" => Some(self.annotations.clone()),
+            "containers" => Some(self.containers.clone()),
             name => {
                 let scalar = POD_FIELDS[..self.fields.len()].iter().position(|field| *field == name)?;
                 Some(Value::from(&self.text[self.fields[scalar].clone()]))
@@ -286,8 +394,7 @@ impl Renderer {
             values_json: values.clone(),
             values: Value::from(Serde(values)),
             overridable,
-            needs_labels: false,
-            needs_annotations: false,
+            reads: Reads::default(),
         }
     }
 
@@ -331,10 +438,7 @@ impl Renderer {
             self.override_defaults.push_str(&text);
             self.override_slots.push(slot);
         } else {
-            for var in &nested {
-                self.needs_labels |= var == "pod" || var.starts_with("pod.labels");
-                self.needs_annotations |= var == "pod" || var.starts_with("pod.annotations");
-            }
+            self.reads = nested.iter().fold(self.reads, |reads, var| reads.union(Reads::of(var)));
             self.pod_slots.push(slot);
         }
         self.leaves.push(json);
@@ -357,20 +461,17 @@ impl Renderer {
         self.leaves.is_empty()
     }
 
-    pub(crate) fn needs_labels(&self) -> bool {
-        self.needs_labels
-    }
-
-    pub(crate) fn needs_annotations(&self) -> bool {
-        self.needs_annotations
+    /// The fields of the pod this renderer's leaves read.
+    pub(crate) fn reads(&self) -> Reads {
+        self.reads
     }
 
     /// Appends the output of every per-request leaf for `pod` and its `overrides` to `buf` (JSON text), and one
     /// range per slot to `ranges`, or copies them from `cache` when this renderer already rendered the same input
     /// on this thread.
-    pub(crate) fn render_cached<M: StrEntries>(
+    pub(crate) fn render_cached<M: StrEntries, C: ContainerEntries>(
         &self,
-        pod: &PodContext<'_, M>,
+        pod: &PodContext<'_, M, C>,
         overrides: &Overrides,
         cache: &mut LeafCache,
         buf: &mut Vec<u8>,
@@ -381,7 +482,7 @@ impl Renderer {
             return self.render(pod, overrides, buf, ranges);
         }
         cache.key.clear();
-        pod.write_key(&mut cache.key);
+        pod.write_key(self.reads, &mut cache.key);
         if !overrides.is_empty() {
             serde_json::to_writer(&mut cache.key, overrides).expect("JSON values always serialise");
         }
@@ -400,9 +501,9 @@ impl Renderer {
 
     /// Appends the output of every per-request leaf for `pod` and its `overrides` to `buf` (JSON text), and one
     /// range per slot to `ranges`.
-    pub(crate) fn render<M: StrEntries>(
+    pub(crate) fn render<M: StrEntries, C: ContainerEntries>(
         &self,
-        pod: &PodContext<'_, M>,
+        pod: &PodContext<'_, M, C>,
         overrides: &Overrides,
         buf: &mut Vec<u8>,
         ranges: &mut Vec<Range<usize>>,
@@ -511,8 +612,9 @@ struct CachedRender {
 }
 
 impl LeafCache {
-    /// Entries per thread: enough for the controllers that create pods at the same time.
-    const ENTRIES: usize = 8;
+    /// Entries per thread: enough for the controllers that create pods at the same time, each pod taking one
+    /// per renderer of its template (the template's parts and the injector's own).
+    const ENTRIES: usize = 16;
     /// Contexts larger than this (huge annotations) are not worth keeping.
     const MAX_KEY: usize = 4096;
 
@@ -583,8 +685,15 @@ mod tests {
 
     use super::*;
 
-    fn pod() -> PodContext<'static, BTreeMap<&'static str, &'static str>> {
+    type Containers = Vec<(&'static str, Vec<Port<'static>>)>;
+    type Context<'a> = PodContext<'a, BTreeMap<&'a str, &'a str>, Containers>;
+
+    fn pod() -> Context<'static> {
         PodContext {
+            containers: vec![
+                ("web", vec![Port { name: Some("http"), container_port: 8080, protocol: "TCP" }]),
+                ("worker", vec![Port { name: None, container_port: 9090, protocol: "UDP" }]),
+            ],
             name: "web-1",
             generate_name: "",
             namespace: "shop",
@@ -616,7 +725,7 @@ mod tests {
         let mut r = Renderer::new(&serde_json::json!({}));
         assert!(matches!(r.add_leaf("{{ pod.labels.app }}"), Ok(LeafKind::Dynamic(0))));
         assert!(matches!(r.add_leaf("svc-{{ pod.labels.app }}.{{ pod.namespace }}"), Ok(LeafKind::Dynamic(1))));
-        assert!(r.needs_labels() && !r.needs_annotations());
+        assert!(r.reads().labels() && !r.reads().annotations() && !r.reads().containers());
         assert_eq!(rendered_strings(&r), ["we\"b\\\n\u{2028}", "svc-we\"b\\\n\u{2028}.shop"]);
     }
 
@@ -696,19 +805,31 @@ mod tests {
                 serde_json::json!([["app", app]]),
                 serde_json::json!([["app", app]]),
                 serde_json::json!(format!("app={app};")),
-                serde_json::json!(["name", "generateName", "namespace", "serviceAccountName", "labels", "annotations"]),
+                serde_json::json!([
+                    "name",
+                    "generateName",
+                    "namespace",
+                    "serviceAccountName",
+                    "labels",
+                    "annotations",
+                    "containers"
+                ]),
                 serde_json::json!(0),
                 serde_json::json!("shop/web-1"),
                 serde_json::json!({
                     "name": "web-1", "generateName": "", "namespace": "shop", "serviceAccountName": "default",
-                    "labels": {"app": app}, "annotations": {}
+                    "labels": {"app": app}, "annotations": {},
+                    "containers": [
+                        {"name": "web", "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]},
+                        {"name": "worker", "ports": [{"containerPort": 9090, "protocol": "UDP"}]},
+                    ]
                 }),
             ]
         );
     }
 
     /// Slot 0 of what `r` renders for `pod` through `cache`, decoded as a JSON string.
-    fn first_slot_cached(r: &Renderer, pod: &PodContext<'_, BTreeMap<&str, &str>>, cache: &mut LeafCache) -> String {
+    fn first_slot_cached(r: &Renderer, pod: &Context<'_>, cache: &mut LeafCache) -> String {
         let (mut buf, mut ranges) = (Vec::new(), Vec::new());
         r.render_cached(pod, &[], cache, &mut buf, &mut ranges).unwrap();
         serde_json::from_slice::<String>(&buf[ranges[0].clone()]).unwrap()
@@ -743,8 +864,7 @@ mod tests {
         let mut r = Renderer::new(&serde_json::json!({}));
         r.add_leaf("{{ pod.labels.app }}-{{ pod.name }}").unwrap();
         let mut cache = LeafCache::default();
-        let mut render =
-            |pod: &PodContext<'_, BTreeMap<&str, &str>>, r: &Renderer| first_slot_cached(r, pod, &mut cache);
+        let mut render = |pod: &Context<'_>, r: &Renderer| first_slot_cached(r, pod, &mut cache);
         let first = pod();
         assert_eq!(render(&first, &r), "we\"b\\\n\u{2028}-web-1");
         assert_eq!(render(&first, &r), "we\"b\\\n\u{2028}-web-1", "a hit gives the same output");
@@ -787,5 +907,46 @@ mod tests {
         assert_eq!(slots(&[("cpu".to_owned(), serde_json::json!("2"))]), [r#""2""#, r#""web-1/2""#, r#""2""#]);
         assert_eq!(slots(&[("other".to_owned(), serde_json::json!("9"))])[0], r#""50m""#, "not ours: ignored");
         assert_eq!(slots(&[])[0], r#""50m""#, "the cache keys on the overrides");
+    }
+    #[test]
+    fn templates_see_the_pods_containers_and_their_ports() {
+        let mut r = Renderer::new(&serde_json::json!({}));
+        r.add_leaf("{{ pod.containers[0].name }}").unwrap();
+        r.add_leaf("{{ pod.containers | map(attribute='name') | join(',') }}").unwrap();
+        r.add_leaf("{{ pod.containers[1].ports[0].containerPort }}/{{ pod.containers[1].ports[0].protocol }}").unwrap();
+        r.add_leaf("{{ pod.containers[0].ports | selectattr('name', 'eq', 'http') | list | length }}").unwrap();
+        assert!(r.reads().containers() && !r.reads().labels());
+        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
+        r.render(&pod(), &[], &mut buf, &mut ranges).unwrap();
+        let slots: Vec<&[u8]> = ranges.iter().map(|r| &buf[r.clone()]).collect();
+        assert_eq!(slots, [b"\"web\"".as_slice(), b"\"web,worker\"", b"\"9090/UDP\"", b"1"]);
+    }
+
+    #[test]
+    fn the_cache_key_holds_exactly_what_the_leaves_read() {
+        // Reads only the containers: pods that differ in name and labels share one entry...
+        let mut r = Renderer::new(&serde_json::json!({}));
+        r.add_leaf("{{ pod.containers[0].name }}").unwrap();
+        let key = |pod: &Context<'_>| {
+            let mut key = Vec::new();
+            pod.write_key(r.reads(), &mut key);
+            key
+        };
+        let first = pod();
+        let other_pod = PodContext { name: "web-2", labels: BTreeMap::new(), ..pod() };
+        assert_eq!(key(&first), key(&other_pod));
+        // ...and a pod whose containers differ, in a name or a port, has a key of its own.
+        let renamed = PodContext { containers: vec![("api", Vec::new())], ..pod() };
+        assert_ne!(key(&first), key(&renamed));
+        let mut moved = pod();
+        moved.containers[0].1[0].container_port = 8081;
+        assert_ne!(key(&first), key(&moved));
+        // A template that reads nothing of the containers keys on none of them.
+        let mut by_name = Renderer::new(&serde_json::json!({}));
+        by_name.add_leaf("{{ pod.name }}").unwrap();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        first.write_key(by_name.reads(), &mut a);
+        renamed.write_key(by_name.reads(), &mut b);
+        assert_eq!(a, b);
     }
 }

@@ -122,7 +122,9 @@ fn expression_errors_are_refused_at_their_line() {
 fn values_expressions_may_produce_whole_structures() {
     let source = "values:\n  res: { requests: { cpu: 10m } }\n  port: 9000\npod:\n  spec:\n    containers:\n      - name: p\n        image: x\n        resources: \"{{ values.res }}\"\n        ports: [{ containerPort: \"{{ values.port }}\" }]\n";
     let t = TemplateSet::from_source("t", "t.yaml", source, &crate::Settings::default()).unwrap();
-    assert!(!t.default_template().renders_per_pod(), "values-only expressions render at load time");
+    // Values-only expressions render at load time: the one leaf left per pod is the injector's own.
+    let template = t.default_template();
+    assert!(template.slot_path(0).contains("default-container") && template.slot_path(1).is_empty());
     // A values expression of the wrong type is caught by validation.
     let (_, reason) = refuse(&source.replace("port: 9000", "port: http"));
     assert!(reason.contains("containerPort"), "{reason}");
