@@ -39,6 +39,7 @@ pub mod offline;
 mod patch;
 pub mod pki;
 mod pod;
+pub mod pod_security;
 mod response;
 pub mod review;
 pub mod server;

@@ -157,6 +157,28 @@ fn check_summarises_a_good_directory_and_lists_every_problem_of_a_bad_one() {
 }
 
 #[test]
+fn check_reports_each_templates_pod_security_level_and_refuses_one_below_the_level_asked_for() {
+    let output = run(&["check", "templates"], "");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.contains("pod security: privileged (for an app that meets restricted)"), "{stdout}");
+    assert!(stdout.contains("not baseline: capabilities_baseline (spec.initContainers[proxy-init]"), "{stdout}");
+
+    let output = run(&["check", "--pod-security", "baseline", "templates"], "");
+    assert_eq!(output.status.code(), Some(1), "the default template cannot meet baseline");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("cannot meet Pod Security level baseline"), "{stderr}");
+    assert!(stderr.contains("default: privileged") && stderr.contains("capabilities.add"), "{stderr}");
+    assert!(!stderr.contains("restricted: "), "the restricted template is not named: {stderr}");
+
+    let output = run(&["check", "--pod-security", "restricted", "templates/restricted.yaml"], "");
+    assert!(output.status.success(), "{output:?}");
+    assert!(String::from_utf8(output.stdout).unwrap().ends_with("can meet Pod Security level restricted\n"));
+
+    let output = run(&["check", "--pod-security", "strict", "templates"], "");
+    assert_eq!(output.status.code(), Some(2), "an unknown level is bad usage");
+}
+
+#[test]
 fn serve_refuses_to_start_without_a_valid_template_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("default.yaml"), "pod:\n  spec: [\n").unwrap();

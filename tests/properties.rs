@@ -13,6 +13,7 @@ use sidecar_injector::Engine;
 /// Templates the properties are checked against: the shipped ones and one heavy on defaults.
 fn engines() -> Vec<(&'static str, Engine)> {
     let native = std::fs::read_to_string("templates/native-sidecar.yaml").unwrap();
+    let restricted = std::fs::read_to_string("templates/restricted.yaml").unwrap();
     let defaults = r#"
 pod:
   metadata: { labels: { "team.example.com/mesh": "on" }, annotations: { "example.com/b.c": "x" } }
@@ -32,7 +33,12 @@ containerDefaults:
   env: [{ name: MESH, value: "on" }]
   securityContext: { allowPrivilegeEscalation: false }
 "#;
-    vec![("builtin", builtin()), ("native-sidecar", engine_from(&native)), ("defaults", engine_from(defaults))]
+    vec![
+        ("builtin", builtin()),
+        ("native-sidecar", engine_from(&native)),
+        ("restricted", engine_from(&restricted)),
+        ("defaults", engine_from(defaults)),
+    ]
 }
 
 fn name() -> impl Strategy<Value = String> {

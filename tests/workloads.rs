@@ -6,6 +6,7 @@ use common::*;
 use serde_json::{Value, json};
 use sidecar_injector::offline::{inject_document, read_documents};
 use sidecar_injector::validation::KubeVersion;
+use sidecar_injector::pod_security::Level;
 use sidecar_injector::{Engine, Settings, SkipReason, TemplateSet, Verdict};
 
 /// A pod as the Job controller creates it: owned by its Job.
@@ -226,4 +227,64 @@ fn a_jobs_native_sidecar_needs_no_default_container() {
     let pod = job_pod("batch/v1");
     let injected = apply(&pod, &patch_for(&engine, &pod).unwrap());
     assert_eq!(default_container(&injected), None, "the only container is the Job's own");
+}
+
+/// The Pod Security level of `template`'s injected pods, and the fields that keep them from `next`.
+fn pod_security(source: &str, next: Level) -> (Level, Vec<String>) {
+    let set = TemplateSet::from_source("t", "t.yaml", source, &Settings::default()).unwrap();
+    let report = set.default_template().pod_security().unwrap();
+    let fields = report.breaking(next).flat_map(|v| v.fields.iter().map(|f| format!("{}: {f}", v.check))).collect();
+    (report.level(), fields)
+}
+
+fn shipped(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/templates/{name}.yaml", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+#[test]
+fn the_shipped_templates_meet_the_pod_security_levels_they_document() {
+    let (level, fields) = pod_security(&shipped("default"), Level::Baseline);
+    assert_eq!(level, Level::Privileged, "proxy-init adds NET_ADMIN and NET_RAW");
+    assert_eq!(fields, ["capabilities_baseline: spec.initContainers[proxy-init].securityContext.capabilities.add"]);
+    assert!(shipped("default").contains("meet only the `privileged` level"), "the template says so");
+    for name in ["restricted", "native-sidecar"] {
+        assert_eq!(pod_security(&shipped(name), Level::Restricted), (Level::Restricted, Vec::new()), "{name}");
+    }
+}
+
+#[test]
+fn the_pod_security_check_names_the_fields_that_break_the_next_level() {
+    let base = "pod:\n  spec:\n    containers:\n      - name: agent\n        image: agent:1\n";
+    // No security context at all: baseline, and every restricted rule the container breaks is named.
+    let (level, fields) = pod_security(base, Level::Restricted);
+    assert_eq!(level, Level::Baseline);
+    for check in ["allowPrivilegeEscalation", "capabilities_restricted", "runAsNonRoot", "seccompProfile_restricted"] {
+        assert!(fields.iter().any(|f| f.starts_with(check) && f.contains("containers[agent]")), "{check}: {fields:?}");
+    }
+    // A hostPath volume and a privileged container: below baseline, each named.
+    let host = format!(
+        "{base}        securityContext: {{ privileged: true }}\n    volumes:\n      - {{ name: logs, hostPath: {{ path: /var/log }} }}\n"
+    );
+    let (level, fields) = pod_security(&host, Level::Baseline);
+    assert_eq!(level, Level::Privileged);
+    assert_eq!(
+        fields,
+        ["hostPathVolumes: spec.volumes[logs].hostPath", "privileged: spec.containers[agent].securityContext.privileged"]
+    );
+}
+
+#[test]
+fn the_restricted_template_injects_a_native_sidecar_into_every_pod() {
+    let engine = engine_at(Some(&shipped("restricted")), 29);
+    let pod = deployment_pod();
+    let injected = apply(&pod, &patch_for(&engine, &pod).unwrap());
+    assert_eq!(names(&injected, "containers"), ["backup"]);
+    assert_eq!(names(&injected, "initContainers"), ["proxy"]);
+    assert_eq!(restart_policy(&injected, "initContainers", "proxy"), Some("Always"));
+    assert_eq!(default_container(&injected), None, "the pod's only container is its own");
+    assert_eq!(patch_for(&engine, &injected), None);
+    check_properties(&engine, &pod);
+    // Below 1.29 the template is refused at load, not half-applied.
+    let old = Settings { kubernetes_version: KubeVersion::new(28), ..Settings::default() };
+    assert!(TemplateSet::from_source("r", "restricted.yaml", &shipped("restricted"), &old).is_err());
 }

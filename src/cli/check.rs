@@ -28,6 +28,11 @@ pub struct CheckArgs {
     #[arg(long, value_name = "VERSION", default_value_t = crate::validation::KubeVersion::DEFAULT,
           env = "SIDECAR_INJECTOR_KUBERNETES_VERSION")]
     pub kubernetes_version: crate::validation::KubeVersion,
+
+    /// Refuse (exit 1) a template whose injected pods cannot meet this Pod Security level (privileged, baseline,
+    /// restricted), naming the fields that break it. Without it, each template's level is reported only.
+    #[arg(long, value_name = "LEVEL")]
+    pub pod_security: Option<crate::pod_security::Level>,
 }
 
 /// Runs `check`: a summary on stdout and exit 0, or every problem (file:line: reason) and exit 1; exit 2 when
@@ -53,7 +58,49 @@ pub fn run(args: &CheckArgs) -> Result<(), CliError> {
         CliError::Refused(format!("{} refused:\n{}", args.path.display(), listed.trim_end()))
     })?;
     print!("{}", summary(&args.path.display().to_string(), &set, args.kubernetes_version));
-    Ok(())
+    let Some(required) = args.pod_security else {
+        println!("ok");
+        return Ok(());
+    };
+    let below: Vec<String> = set
+        .templates()
+        .filter_map(|template| {
+            let report = template.pod_security().ok()?;
+            let broken: Vec<String> = report.breaking(required).map(|v| format!("    {v}")).collect();
+            (!broken.is_empty()).then(|| format!("  {}: {}\n{}", template.name(), report.level(), broken.join("\n")))
+        })
+        .collect();
+    if below.is_empty() {
+        println!("ok: every template's pods can meet Pod Security level {required}");
+        return Ok(());
+    }
+    Err(CliError::Refused(format!(
+        "{}: injected pods cannot meet Pod Security level {required}:\n{}",
+        args.path.display(),
+        below.join("\n")
+    )))
+}
+
+/// A template's Pod Security level, and what keeps it from the next level up (if any): two lines or one.
+fn pod_security_lines(template: &crate::Template) -> String {
+    use crate::pod_security::Level;
+    let report = match template.pod_security() {
+        Ok(report) => report,
+        Err(reason) => return format!("    pod security: not judged ({reason})\n"),
+    };
+    let level = report.level();
+    let mut text = format!("    pod security: {level} (for an app that meets restricted)\n");
+    let next = match level {
+        Level::Privileged => Some(Level::Baseline),
+        Level::Baseline => Some(Level::Restricted),
+        Level::Restricted => None,
+    };
+    if let Some(next) = next {
+        for violation in report.breaking(next) {
+            text.push_str(&format!("      not {next}: {violation}\n"));
+        }
+    }
+    text
 }
 
 /// Every problem of every file, one line each (a file's own problems are nested in the set's list).
@@ -85,10 +132,10 @@ fn summary(label: &str, set: &TemplateSet, version: crate::validation::KubeVersi
         for (annotation, kind) in template.override_annotations() {
             text.push_str(&format!("    override: {annotation} ({kind})\n"));
         }
+        text.push_str(&pod_security_lines(template));
     }
     for file in set.ignored() {
         text.push_str(&format!("  ignored (not NAME.yaml): {file}\n"));
     }
-    text.push_str("ok\n");
     text
 }

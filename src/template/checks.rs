@@ -67,6 +67,32 @@ fn sample_pods(sidecar: Option<(&str, bool)>) -> Vec<(&'static str, J)> {
     samples
 }
 
+/// A pod whose only container meets the Pod Security `restricted` level on its own (nothing set at pod level, so
+/// that what a template adds there shows): what a template's [`pod_security`](Template::pod_security) is judged on.
+fn restricted_app_pod() -> J {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "shop-0", "namespace": SAMPLE_NAMESPACE, "labels": {"app": "shop"}},
+        "spec": {"containers": [{
+            "name": "app", "image": "registry.example.com/shop/app:1.0",
+            "ports": [{"name": "http", "containerPort": 8080}],
+            "securityContext": {
+                "allowPrivilegeEscalation": false, "runAsNonRoot": true,
+                "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+            },
+        }]},
+    })
+}
+
+impl Template {
+    /// The Pod Security Standards level of the pods this template injects, when the app itself meets
+    /// `restricted`: the highest level its pods can meet, and, in the report, the fields that keep them from the
+    /// levels above it.
+    pub fn pod_security(&self) -> Result<crate::pod_security::Report, String> {
+        dry_run(self, &restricted_app_pod(), &[]).map(|injected| crate::pod_security::evaluate(&injected))
+    }
+}
+
 /// Applies `template` (with `overrides`) to `pod` as the webhook would, and the patch as the API server would:
 /// the injected pod.
 pub(crate) fn dry_run(template: &Template, pod: &J, overrides: &super::Overrides) -> Result<J, String> {
