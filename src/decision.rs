@@ -36,13 +36,15 @@ pub enum SkipReason {
     AlreadyInjected,
     /// A template expression failed to render for this pod.
     RenderFailed,
+    /// The pod's own pod-level resources (`spec.resources`) cannot hold the sidecar's requests or limits.
+    PodResources,
     /// The pod names a template the set does not have (or a combination that cannot be assembled).
     UnknownTemplate,
 }
 
 impl SkipReason {
     /// Every reason, for registering metrics up front.
-    pub const ALL: [SkipReason; 12] = [
+    pub const ALL: [SkipReason; 13] = [
         SkipReason::NotAPod,
         SkipReason::NotCreate,
         SkipReason::Subresource,
@@ -54,6 +56,7 @@ impl SkipReason {
         SkipReason::InjectedByOtherVersion,
         SkipReason::AlreadyInjected,
         SkipReason::RenderFailed,
+        SkipReason::PodResources,
         SkipReason::UnknownTemplate,
     ];
 
@@ -71,6 +74,7 @@ impl SkipReason {
             SkipReason::InjectedByOtherVersion => "injected-by-other-version",
             SkipReason::AlreadyInjected => "already-injected",
             SkipReason::RenderFailed => "render-failed",
+            SkipReason::PodResources => "pod-resources",
             SkipReason::UnknownTemplate => "unknown-template",
         }
     }
@@ -89,6 +93,7 @@ impl SkipReason {
             SkipReason::InjectedByOtherVersion => "the pod carries the status annotation of another template version",
             SkipReason::AlreadyInjected => "the pod already has everything the template adds",
             SkipReason::RenderFailed => "a template expression failed to render for this pod",
+            SkipReason::PodResources => "the pod's pod-level resources (spec.resources) cannot hold the sidecar",
             SkipReason::UnknownTemplate => "the pod names a template that the injector does not have",
         }
     }

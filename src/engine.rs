@@ -15,7 +15,7 @@ use crate::template::tree::Rendered;
 use crate::template::{
     LeafCache, NATIVE_SIDECAR_MINOR, Policy, SelectError, Selection, Template, TemplateId, TemplateSet, Validation,
 };
-use crate::validation::KubeVersion;
+use crate::validation::{self, KubeVersion};
 use crate::{merge, response, validate};
 
 /// What the engine decided for one review, as facts: callers (the server's metrics, `review --explain`,
@@ -462,6 +462,12 @@ impl Engine {
             return self.fail(self.leaf_failure(&template, slot, pod, what, &error), outcome);
         }
         let overridden = !overrides.is_empty();
+        if mode == Mode::Mutate
+            && pod.sets_pod_resources()
+            && let Some(failure) = self.pod_resources_failure(&template, pod, overridden, work)
+        {
+            return self.fail(failure, outcome);
+        }
         match mode {
             Mode::Mutate => Decision::Patch { template, pod, overridden },
             Mode::Validate => self.judge(&template, pod, overridden, work, outcome),
@@ -587,6 +593,39 @@ impl Engine {
                 pod.display_name()
             ),
         }
+    }
+
+    /// For a pod that sets pod-level resources: why they cannot hold the sidecar, if they cannot (the API server
+    /// would refuse the injected pod). Judges the whole injected pod, so only such pods pay for it; a problem the
+    /// pod has without the sidecar is the user's, and left to the API server.
+    #[cold]
+    fn pod_resources_failure(
+        &self,
+        template: &Template,
+        pod: &PodView<'_, '_>,
+        overridden: bool,
+        work: &mut Work,
+    ) -> Option<Failure> {
+        let version = self.settings.kubernetes_version;
+        work.merge(template, overridden, pod, &mut ());
+        let patch: json_patch::Patch = serde_json::from_slice(&work.staged).ok()?;
+        let original = pod.to_json();
+        let mut injected = original.clone();
+        json_patch::patch(&mut injected, &patch).ok()?;
+        let own: Vec<String> =
+            validation::pod_resources(&original, version).iter().map(|e| e.path.to_string()).collect();
+        let problem =
+            validation::pod_resources(&injected, version).into_iter().find(|e| !own.contains(&e.path.to_string()))?;
+        Some(Failure {
+            reason: SkipReason::PodResources,
+            policy: template.on_error().unwrap_or(self.settings.on_error),
+            message: format!(
+                "pod {} sets pod-level resources that cannot hold the sidecar of template {}: {problem}; raise \
+                 spec.resources or lower the sidecar's with the template's override annotations",
+                pod.display_name(),
+                template.name(),
+            ),
+        })
     }
 
     /// A warning for each annotation under our prefix that nothing reads: neither the injector's own, nor an

@@ -23,6 +23,8 @@ pub(crate) struct PodView<'t, 'i> {
     /// `spec.serviceAccountName`, or its deprecated alias `spec.serviceAccount`, or "default".
     service_account_name: &'i str,
     host_network: bool,
+    /// `spec.resources` (pod-level resources, Kubernetes 1.34) is set.
+    sets_pod_resources: bool,
     /// An `ownerReferences` entry is a `batch` Job (a Job's pod, or a CronJob's through its Job).
     owned_by_job: bool,
     /// `spec.containers`, `spec.initContainers` and `spec.ephemeralContainers`, when they are arrays.
@@ -41,6 +43,7 @@ impl<'t, 'i> PodView<'t, 'i> {
             annotations: None,
             service_account_name: "default",
             host_network: false,
+            sets_pod_resources: false,
             owned_by_job: false,
             container_lists: [None; 3],
         };
@@ -76,6 +79,7 @@ impl<'t, 'i> PodView<'t, 'i> {
                 // The deprecated alias the API server still fills in.
                 "serviceAccount" => alias = text(value),
                 "hostNetwork" => pod.host_network = value.as_bool().unwrap_or(false),
+                "resources" => pod.sets_pod_resources = value.as_object().is_some_and(|r| !r.is_empty()),
                 _ => {
                     if let Some(list) = CONTAINER_LISTS.iter().position(|list| *list == key) {
                         pod.container_lists[list] = value.as_array().map(|_| value);
@@ -153,6 +157,15 @@ impl<'t, 'i> PodView<'t, 'i> {
         self.owned_by_job
     }
 
+    pub(crate) fn sets_pod_resources(&self) -> bool {
+        self.sets_pod_resources
+    }
+
+    /// The pod as a `serde_json` value: a copy, for the rare checks that judge the whole injected pod.
+    pub(crate) fn to_json(self) -> serde_json::Value {
+        to_json(self.object)
+    }
+
     /// How the pod is named in messages: its name, or its generateName followed by `*`.
     pub(crate) fn display_name(&self) -> String {
         match (self.name(), self.generate_name()) {
@@ -207,4 +220,23 @@ impl ContainerEntries for Containers<'_, '_> {
             (name, ports)
         })
     }
+}
+
+/// A value on the tape as a `serde_json` value. The tape's depth is bounded by the parser's (`review::MAX_DEPTH`).
+fn to_json(value: Value<'_, '_>) -> serde_json::Value {
+    use serde_json::Value as J;
+    if let Some(object) = value.as_object() {
+        return J::Object(object.iter().map(|(key, value)| (key.to_owned(), to_json(value))).collect());
+    }
+    if let Some(array) = value.as_array() {
+        return J::Array(array.iter().map(to_json).collect());
+    }
+    if let Some(text) = value.into_string() {
+        return J::String(text.to_owned());
+    }
+    if let Some(flag) = value.as_bool() {
+        return J::Bool(flag);
+    }
+    let number = value.as_i64().map(J::from).or_else(|| value.as_u64().map(J::from));
+    number.or_else(|| value.as_f64().and_then(serde_json::Number::from_f64).map(J::Number)).unwrap_or(J::Null)
 }

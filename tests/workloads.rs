@@ -5,8 +5,8 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 use sidecar_injector::offline::{inject_document, read_documents};
-use sidecar_injector::validation::KubeVersion;
 use sidecar_injector::pod_security::Level;
+use sidecar_injector::validation::KubeVersion;
 use sidecar_injector::{Engine, Settings, SkipReason, TemplateSet, Verdict};
 
 /// A pod as the Job controller creates it: owned by its Job.
@@ -269,7 +269,10 @@ fn the_pod_security_check_names_the_fields_that_break_the_next_level() {
     assert_eq!(level, Level::Privileged);
     assert_eq!(
         fields,
-        ["hostPathVolumes: spec.volumes[logs].hostPath", "privileged: spec.containers[agent].securityContext.privileged"]
+        [
+            "hostPathVolumes: spec.volumes[logs].hostPath",
+            "privileged: spec.containers[agent].securityContext.privileged"
+        ]
     );
 }
 
@@ -287,4 +290,57 @@ fn the_restricted_template_injects_a_native_sidecar_into_every_pod() {
     // Below 1.29 the template is refused at load, not half-applied.
     let old = Settings { kubernetes_version: KubeVersion::new(28), ..Settings::default() };
     assert!(TemplateSet::from_source("r", "restricted.yaml", &shipped("restricted"), &old).is_err());
+}
+
+/// A Deployment's pod that sets pod-level resources (Kubernetes 1.34), its container requesting `app_cpu`.
+fn pod_with_pod_resources(app_cpu: &str, resources: Value) -> Value {
+    let mut pod = deployment_pod();
+    pod["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": app_cpu}});
+    pod["spec"]["resources"] = resources;
+    pod
+}
+
+#[test]
+fn a_pod_whose_pod_level_resources_cannot_hold_the_sidecar_is_admitted_without_it_and_warned() {
+    let engine = engine_at(None, 34);
+    // Room for the proxy's 50m beside the app's 50m (proxy-init's 10m runs before them): injected.
+    let roomy = pod_with_pod_resources("50m", json!({"requests": {"cpu": "100m"}, "limits": {"cpu": "2"}}));
+    let injected = apply(&roomy, &patch_for(&engine, &roomy).expect("it fits"));
+    assert_eq!(names(&injected, "containers"), ["backup", "proxy"]);
+    assert!(sidecar_injector::validation::validate_pod(&injected, KubeVersion::new(34)).is_empty());
+
+    // 80m cannot hold 50m + 50m: the API server would refuse the injected pod, so it is not injected.
+    let (outcome, response, patch) =
+        answer(&engine, &review(&pod_with_pod_resources("50m", json!({"requests": {"cpu": "80m"}}))));
+    assert_eq!(outcome.verdict, Verdict::Skipped(SkipReason::PodResources));
+    assert!(patch.is_none() && response["response"]["allowed"] == true);
+    let warning = outcome.warnings.join("\n");
+    assert!(warning.contains("spec.resources.requests[cpu]") && warning.contains("100m"), "{warning}");
+
+    // A pod-level CPU limit below the proxy's limit (1000m) is refused by the API server too.
+    let tight = pod_with_pod_resources("50m", json!({"limits": {"cpu": "500m"}}));
+    let (outcome, _, _) = answer(&engine, &review(&tight));
+    assert_eq!(outcome.verdict, Verdict::Skipped(SkipReason::PodResources));
+    assert!(outcome.warnings.join("\n").contains("containers[1].resources.limits[cpu]"), "{:?}", outcome.warnings);
+    // ...unless the pod lowers the proxy's limit by annotation.
+    let mut lowered = tight.clone();
+    lowered["metadata"]["annotations"] = json!({"sidecar-injector.io/proxy-cpu-limit": "400m"});
+    assert!(patch_for(&engine, &lowered).is_some());
+
+    // With `onError: deny` the pod is refused instead, naming the field.
+    let deny = engine_at(Some(&builtin_with("onError: deny")), 34);
+    let (outcome, response, _) = answer(&deny, &review(&tight));
+    assert_eq!(outcome.verdict, Verdict::Denied(SkipReason::PodResources));
+    assert!(response["response"]["status"]["message"].as_str().unwrap().contains("pod-level resources"));
+}
+
+#[test]
+fn pod_level_resources_are_judged_only_where_the_api_server_judges_them() {
+    // Before 1.34 (the feature's beta) the API server does not hold containers to them.
+    let tight = pod_with_pod_resources("50m", json!({"requests": {"cpu": "80m"}}));
+    assert!(patch_for(&engine_at(None, 33), &tight).is_some());
+    // A pod that breaks them on its own is the user's problem: the sidecar is not blamed, and not withheld.
+    let broken = pod_with_pod_resources("200m", json!({"requests": {"cpu": "100m"}}));
+    let (outcome, _, patch) = answer(&engine_at(None, 34), &review(&broken));
+    assert!(patch.is_some(), "{outcome:?}");
 }

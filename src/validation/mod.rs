@@ -32,6 +32,18 @@ pub fn validate_pod(pod: &J, version: KubeVersion) -> Vec<FieldError> {
     cx.errors
 }
 
+/// The problems the API server would report for the pod-level resources of `pod` (Kubernetes 1.34 and later):
+/// what its containers request together must fit the pod's requests, and no container may limit more than the
+/// pod. Empty for a pod without `spec.resources` and for an older `version`. For the engine, which judges every
+/// pod that sets them once its sidecar is merged in; [`validate_pod`] applies the same rule.
+pub(crate) fn pod_resources(pod: &J, version: KubeVersion) -> Vec<FieldError> {
+    let mut cx = Cx { errors: Vec::new(), version, recorded: None };
+    if let Some(spec) = pod.get("spec") {
+        pod::pod_resources(&mut cx, spec, &FieldPath::default().child("spec"));
+    }
+    cx.errors
+}
+
 /// The rule each string field of `pod` is held to, by path: what a per-pod value rendered into that field must
 /// pass. Recorded while validating, so the rules and the places they apply to are written once.
 pub(crate) fn leaf_rules(pod: &J, version: KubeVersion) -> Vec<(FieldPath, Rule)> {

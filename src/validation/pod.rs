@@ -142,6 +142,7 @@ fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
         }
     }
     host_ports(cx, containers, &path.child("containers"));
+    pod_resources(cx, spec, path);
     if let Some(policy) = str_of(spec, "restartPolicy").filter(|p| !p.is_empty()) {
         cx.rule(&path.child("restartPolicy"), policy, Rule::OneOf(RESTART_POLICIES));
     }
@@ -897,6 +898,94 @@ fn resource_requirements(cx: &mut Cx, resources: &J, path: &FieldPath) {
     }
     if !has_compute && has_huge_pages {
         cx.push(FieldError::forbidden(path, "HugePages require cpu or memory"));
+    }
+}
+
+/// The first release whose API server enables pod-level resources (`spec.resources`) by default (beta).
+const POD_LEVEL_RESOURCES_MINOR: u32 = 34;
+
+/// `validatePodResourceConsistency`: the pod's requests (`spec.resources.requests`) hold what its containers
+/// request together (the API server's `AggregateContainerRequests`: the regular containers and the native sidecars
+/// together, or an init container with the sidecars started before it, whichever is more), and no container
+/// limits more than the pod's limit (`spec.resources.limits`) of the same resource. Requests are defaulted from
+/// limits, as the API server does first.
+pub(super) fn pod_resources(cx: &mut Cx, spec: &J, path: &FieldPath) {
+    let Some(pod) = spec.get("resources").filter(|r| r.is_object()) else { return };
+    if !cx.version.at_least(POD_LEVEL_RESOURCES_MINOR) {
+        return;
+    }
+    let nanos = |map: Option<&Map<String, J>>| -> HashMap<String, u128> {
+        let parsed =
+            map.into_iter().flatten().filter_map(|(name, value)| Some((name, quantity::from_json(value).ok()?)));
+        parsed.map(|(name, q)| (name.clone(), q.saturating_nanos())).collect()
+    };
+    let requests_of = |container: &J| {
+        let resources = container.get("resources");
+        let mut requested = nanos(resources.and_then(|r| obj(r, "limits")));
+        requested.extend(nanos(resources.and_then(|r| obj(r, "requests"))));
+        requested
+    };
+    let add = |sum: &mut HashMap<String, u128>, more: &HashMap<String, u128>| {
+        for (name, value) in more {
+            let total = sum.entry(name.clone()).or_default();
+            *total = total.saturating_add(*value);
+        }
+    };
+    let (mut sidecars, mut init_peak) = (HashMap::new(), HashMap::<String, u128>::new());
+    for init in items(spec, "initContainers") {
+        if str_of(init, "restartPolicy") == Some("Always") {
+            add(&mut sidecars, &requests_of(init));
+        } else {
+            let mut running = sidecars.clone();
+            add(&mut running, &requests_of(init));
+            for (name, value) in running {
+                let peak = init_peak.entry(name).or_default();
+                *peak = (*peak).max(value);
+            }
+        }
+    }
+    let mut aggregate = sidecars;
+    for container in items(spec, "containers") {
+        add(&mut aggregate, &requests_of(container));
+    }
+    for (name, peak) in init_peak {
+        let total = aggregate.entry(name).or_default();
+        *total = (*total).max(peak);
+    }
+    let at = path.child("resources");
+    for (name, value) in obj(pod, "requests").into_iter().flatten() {
+        let Ok(limit) = quantity::from_json(value) else { continue };
+        let needed = aggregate.get(name).copied().unwrap_or(0);
+        if needed > limit.saturating_nanos() {
+            let text = value.as_str().map(str::to_owned).unwrap_or_else(|| value.to_string());
+            let detail =
+                format!("must be greater than or equal to aggregate container requests of {}", show_nanos(needed));
+            cx.push(FieldError::invalid(&at.child("requests").key(name), text.as_str(), detail));
+        }
+    }
+    let pod_limits = nanos(obj(pod, "limits"));
+    for (i, container) in items(spec, "containers").iter().enumerate() {
+        let limits = container.get("resources").and_then(|r| obj(r, "limits"));
+        for (name, value) in limits.into_iter().flatten() {
+            let (Some(pod_limit), Ok(limit)) = (pod_limits.get(name), quantity::from_json(value)) else { continue };
+            if limit.saturating_nanos() > *pod_limit {
+                let text = value.as_str().map(str::to_owned).unwrap_or_else(|| value.to_string());
+                let field = path.child("containers").index(i).child("resources").child("limits").key(name);
+                let detail = format!("must be less than or equal to pod limits of {}", show_nanos(*pod_limit));
+                cx.push(FieldError::invalid(&field, text.as_str(), detail));
+            }
+        }
+    }
+}
+
+/// A quantity counted in nano units, written in the largest unit that holds it whole (`250m`, `2`, `67108864`).
+fn show_nanos(nanos: u128) -> String {
+    const NANOS_PER_UNIT: u128 = 1_000_000_000;
+    match nanos {
+        u128::MAX => "more than any quantity".to_owned(),
+        n if n % NANOS_PER_UNIT == 0 => (n / NANOS_PER_UNIT).to_string(),
+        n if n % 1_000_000 == 0 => format!("{}m", n / 1_000_000),
+        n => format!("{n}n"),
     }
 }
 

@@ -78,6 +78,21 @@ pub(crate) fn from_json(value: &serde_json::Value) -> Result<Quantity, QuantityE
 }
 
 impl Quantity {
+    /// The value in nano units (exact: parsing rounds to them), or `u128::MAX` for a value too large to count in
+    /// them; 0 for a negative one. For sums of requests, which a pod cannot make that large.
+    pub(crate) fn saturating_nanos(&self) -> u128 {
+        if self.negative {
+            return 0;
+        }
+        // exp10 >= -9 (see the type), so the shift is a whole power of ten; past 10^38 nothing fits a u128.
+        let Ok(shift) = u32::try_from(self.exp10 - NANO_EXP10) else { return 0 };
+        if shift > 38 || self.magnitude.bits() + u64::from(self.exp2) > 128 {
+            return u128::MAX;
+        }
+        let nanos = (&self.magnitude << self.exp2) * BigUint::from(10u32).pow(shift);
+        u128::try_from(nanos).unwrap_or(u128::MAX)
+    }
+
     fn zero() -> Quantity {
         Quantity { negative: false, magnitude: BigUint::zero(), exp10: 0, exp2: 0 }
     }

@@ -340,3 +340,37 @@ fn values_the_api_types_cannot_hold_are_refused_as_decoding_errors() {
     assert!(found[0].starts_with("spec.containers[0].ports[0].containerPort: Invalid value: 4294967296"), "{found:?}");
     assert!(!errors(&c(json!({"ports": [{"containerPort": "http"}]}))).is_empty());
 }
+
+#[test]
+fn pod_level_resources_hold_the_containers_requests_and_limits_from_1_34() {
+    let requests = |cpu: &str| json!({"resources": {"requests": {"cpu": cpu}}});
+    // A regular init container of 300m runs alone; the native sidecar (100m) runs beside the app (200m) and
+    // before the plain init container: the aggregate is max(100m + 200m, 100m + 300m) = 400m.
+    let spec = |pod_cpu: &str| {
+        let sidecar = json!({"name": "proxy", "image": "p", "restartPolicy": "Always",
+                             "resources": {"limits": {"cpu": "100m"}}});
+        let init = json!({"name": "setup", "image": "s", "resources": {"requests": {"cpu": "300m"}}});
+        json!({"initContainers": [sidecar, init], "resources": {"requests": {"cpu": pod_cpu}}})
+    };
+    let at = |pod_cpu: &str, version: u32| errors_at(&pod(requests("200m"), spec(pod_cpu), json!({})), version);
+    assert_eq!(at("400m", 34), Vec::<String>::new());
+    assert_eq!(
+        at("399m", 34),
+        [
+            r#"spec.resources.requests[cpu]: Invalid value: "399m": must be greater than or equal to aggregate container requests of 400m"#
+        ]
+    );
+    assert_eq!(at("399m", 33), Vec::<String>::new(), "not judged before 1.34");
+    // A container may not limit more than the pod.
+    let limited = pod(
+        json!({"resources": {"limits": {"memory": "1Gi"}}}),
+        json!({"resources": {"limits": {"memory": "512Mi"}}}),
+        json!({}),
+    );
+    assert_eq!(
+        errors_at(&limited, 34),
+        [
+            r#"spec.containers[0].resources.limits[memory]: Invalid value: "1Gi": must be less than or equal to pod limits of 536870912"#
+        ]
+    );
+}
