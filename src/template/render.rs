@@ -249,8 +249,9 @@ impl<M: StrEntries, C: ContainerEntries> PodContext<'_, M, C> {
         }
     }
 
-    /// The context as minijinja sees it: one owned copy of its strings, read on demand.
-    fn to_value(&self) -> Value {
+    /// The context as minijinja sees it: one owned copy of its strings, read on demand; of the maps and the
+    /// containers, only those in `reads` (the others empty: a renderer never reads them).
+    fn to_value(&self, reads: Reads) -> Value {
         let mut text = String::with_capacity(self.scalars().iter().map(|s| s.len()).sum());
         let mut copy = |part: &str| {
             let start = text.len();
@@ -258,8 +259,11 @@ impl<M: StrEntries, C: ContainerEntries> PodContext<'_, M, C> {
             start..text.len()
         };
         let fields = self.scalars().map(&mut copy);
-        let [labels, annotations] = [&self.labels, &self.annotations].map(|m| Value::from_object(StrMapObject::new(m)));
-        let containers = containers_value(&self.containers);
+        let map =
+            |read: bool, m: &M| Value::from_object(if read { StrMapObject::new(m) } else { StrMapObject::empty() });
+        let labels = map(reads.labels(), &self.labels);
+        let annotations = map(reads.annotations(), &self.annotations);
+        let containers = if reads.containers() { containers_value(&self.containers) } else { Value::from(()) };
         Value::from_object(PodObject { text, fields, labels, annotations, containers })
     }
 }
@@ -317,6 +321,10 @@ struct StrMapObject {
 }
 
 impl StrMapObject {
+    fn empty() -> Self {
+        StrMapObject { text: String::new(), entries: Vec::new() }
+    }
+
     fn new(map: &impl StrEntries) -> Self {
         let size = map.entries().map(|(k, v)| k.len() + v.len()).sum();
         let mut object = StrMapObject { text: String::with_capacity(size), entries: Vec::new() };
@@ -487,7 +495,8 @@ impl Renderer {
             serde_json::to_writer(&mut cache.key, overrides).expect("JSON values always serialise");
         }
         let (base, first) = (buf.len(), ranges.len());
-        if let Some(hit) = cache.entries.iter().find(|e| e.renderer == self.id && e.key == cache.key) {
+        if let Some(hit) = cache.entries.iter_mut().find(|e| e.renderer == self.id && e.key == cache.key) {
+            hit.referenced = true;
             buf.extend_from_slice(&hit.rendered);
             ranges.extend(hit.ranges.iter().map(|r| r.start + base..r.end + base));
             return Ok(());
@@ -515,7 +524,7 @@ impl Renderer {
         ranges.resize(first + self.leaves.len(), 0..0);
         let mine = &mut ranges[first..];
         let values = self.values_with(overrides);
-        let ctx = minijinja::context! { pod => pod.to_value(), values => values };
+        let ctx = minijinja::context! { pod => pod.to_value(self.reads), values => values };
         if !self.pod_slots.is_empty() {
             let start = buf.len();
             self.render_group(POD_LEAVES, &ctx, buf)?;
@@ -605,6 +614,8 @@ pub(crate) struct LeafCache {
 
 #[derive(Debug)]
 struct CachedRender {
+    /// Answered a request since the replacement hand last passed it: kept for one more round.
+    referenced: bool,
     renderer: u64,
     key: Vec<u8>,
     rendered: Vec<u8>,
@@ -623,6 +634,7 @@ impl LeafCache {
         let relative = ranges.iter().map(|r| r.start - base..r.end - base);
         if self.entries.len() < Self::ENTRIES {
             let entry = CachedRender {
+                referenced: false,
                 renderer,
                 key: self.key.clone(),
                 rendered: rendered.to_vec(),
@@ -630,8 +642,13 @@ impl LeafCache {
             };
             return self.entries.push(entry);
         }
-        // A full cache overwrites its oldest entry in place, reusing its buffers: a stream of new pods allocates
-        // nothing here.
+        // A full cache overwrites an entry in place, reusing its buffers (a stream of new pods allocates nothing
+        // here): the next one the hand reaches that has not answered a request since it last passed (the clock
+        // algorithm), so a stream of one-off pods does not push out the entries that keep answering, such as
+        // those of a renderer that reads only what a Deployment's pods share.
+        while std::mem::take(&mut self.entries[self.next].referenced) {
+            self.next = (self.next + 1) % Self::ENTRIES;
+        }
         let entry = &mut self.entries[self.next];
         entry.renderer = renderer;
         entry.key.clone_from(&self.key);
@@ -948,5 +965,23 @@ mod tests {
         first.write_key(by_name.reads(), &mut a);
         renamed.write_key(by_name.reads(), &mut b);
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn an_entry_that_keeps_answering_outlives_a_stream_of_one_off_pods() {
+        let mut shared = Renderer::new(&serde_json::json!({}));
+        shared.add_leaf("{{ pod.containers[0].name }}").unwrap();
+        let mut by_name = Renderer::new(&serde_json::json!({}));
+        by_name.add_leaf("{{ pod.name }}").unwrap();
+        let mut cache = LeafCache::default();
+        let shared_entry = |cache: &LeafCache| cache.entries.iter().position(|e| e.renderer == shared.id);
+        for i in 0..4 * LeafCache::ENTRIES {
+            let name = format!("pod-{i}");
+            let pod = PodContext { name: &name, ..pod() };
+            assert_eq!(first_slot_cached(&shared, &pod, &mut cache), "web");
+            assert_eq!(first_slot_cached(&by_name, &pod, &mut cache), name);
+            // Rendered once into the first entry, and answered from it ever since: never replaced.
+            assert_eq!(shared_entry(&cache), Some(0), "after {i} one-off pods");
+        }
     }
 }
