@@ -130,6 +130,8 @@ pub struct Settings {
     pub validation: Validation,
     /// The Kubernetes version the injected pods are validated for (templates at load, overrides per pod).
     pub kubernetes_version: KubeVersion,
+    /// The revision this engine serves, which the status annotation records.
+    pub revision: String,
 }
 
 impl Default for Settings {
@@ -140,6 +142,7 @@ impl Default for Settings {
             on_unknown_template: Policy::Allow,
             validation: Validation::Deny,
             kubernetes_version: KubeVersion::DEFAULT,
+            revision: crate::template::DEFAULT_REVISION.to_owned(),
         }
     }
 }

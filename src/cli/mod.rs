@@ -193,6 +193,7 @@ impl TemplateArgs {
             on_unknown_template: self.unknown_template.into(),
             validation: self.validation.into(),
             kubernetes_version: self.kubernetes_version,
+            ..crate::Settings::default()
         }
     }
 

@@ -414,7 +414,7 @@ impl Template {
         // Every part whose leaves render: the template's, then the injector's. Settings are the template's alone.
         let rendering: Vec<&Part> = parts.iter().copied().chain(own.as_ref()).collect();
         let Combined { mut pod, container_defaults, slot_paths, overrides } = combined;
-        let status = status_value(&name, &hash, set_hash, &injects);
+        let status = status_value(&name, &hash, set_hash, &settings.revision, &injects);
         insert_status(&mut pod, &format!("{}status", settings.annotation_prefix), &status, &invalid)?;
 
         let sample = dry_render(&rendering)?;
@@ -534,16 +534,8 @@ impl Template {
     /// Does a pod's status annotation say it was injected by this template, at this version? The set's hash is
     /// not compared: an edit of another template in the set does not make this pod's sidecar outdated.
     pub(crate) fn wrote_status(&self, status: &str) -> bool {
-        #[derive(serde::Deserialize)]
-        struct Written<'a> {
-            #[serde(borrow)]
-            template: std::borrow::Cow<'a, str>,
-            #[serde(borrow)]
-            version: std::borrow::Cow<'a, str>,
-        }
         status == self.status
-            || serde_json::from_str::<Written<'_>>(status)
-                .is_ok_and(|w| w.template == self.id.name && w.version == self.id.version)
+            || Stamp::parse(status).is_some_and(|w| w.template == self.id.name && w.version == self.id.version)
     }
 
     /// Does the template write the annotation `key`, or read it as an override?
@@ -986,17 +978,62 @@ fn annotation_keys(pod: &YNode) -> impl Iterator<Item = String> + '_ {
     members.iter().map(|(key, _)| key.clone())
 }
 
-/// The status annotation: which template, its version and the set's, and what it injects.
-fn status_value(name: &str, hash: &str, set_hash: &str, injects: &Injects) -> String {
-    serde_json::json!({
-        "template": name,
-        "version": hash,
-        "set": set_hash,
-        "containers": injects.containers,
-        "initContainers": injects.init_containers,
-        "volumes": injects.volumes,
-    })
-    .to_string()
+/// The status annotation (`<prefix>status`) the injector writes on every pod it injects: which template, at which
+/// version, from which set and revision, and what it injects. Written when a template is assembled, read back by
+/// the engine (is a pod's sidecar this template's?) and by `status` (which pods run an outdated one?).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Stamp {
+    /// The containers the template injects.
+    #[serde(default)]
+    pub containers: Vec<String>,
+    /// Its init containers (native sidecars among them).
+    #[serde(default)]
+    pub init_containers: Vec<String>,
+    /// The revision (`serve --template-dir NAME=DIR`) that injected the pod; absent on pods injected before
+    /// revisions existed, which the default revision did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// The hash of the template set.
+    #[serde(default)]
+    pub set: String,
+    /// The template's name.
+    pub template: String,
+    /// The template's version.
+    pub version: String,
+    /// The volumes it injects.
+    #[serde(default)]
+    pub volumes: Vec<String>,
+}
+
+impl Stamp {
+    /// Reads a pod's status annotation; `None` when it is not one of ours.
+    pub fn parse(annotation: &str) -> Option<Stamp> {
+        serde_json::from_str(annotation).ok()
+    }
+
+    /// The revision that injected the pod: the default one for a pod stamped before revisions existed.
+    pub fn revision(&self) -> &str {
+        self.revision.as_deref().unwrap_or(DEFAULT_REVISION)
+    }
+}
+
+/// The name of the revision that serves the bare `/mutate` and `/validate` paths when `serve` is given one
+/// unnamed template directory (or none).
+pub const DEFAULT_REVISION: &str = "default";
+
+/// The status annotation: which template, its version, the set's and the revision, and what it injects.
+fn status_value(name: &str, hash: &str, set_hash: &str, revision: &str, injects: &Injects) -> String {
+    let stamp = Stamp {
+        containers: injects.containers.clone(),
+        init_containers: injects.init_containers.clone(),
+        revision: Some(revision.to_owned()),
+        set: set_hash.to_owned(),
+        template: name.to_owned(),
+        version: hash.to_owned(),
+        volumes: injects.volumes.clone(),
+    };
+    serde_json::to_string(&stamp).expect("a stamp serialises")
 }
 
 /// Adds the status annotation to the template's `pod.metadata.annotations`, so that it is merged like any other
