@@ -342,7 +342,7 @@ fn the_deployment_is_hardened_and_runs_what_it_mounts() {
     let (templates_dir, templates) = mounted("templates");
     let configmap: ConfigMap = typed(the(&base, "ConfigMap"));
     assert_eq!(templates.config_map.unwrap().name, configmap.metadata.name.unwrap());
-    assert_eq!(serve.template.template_dir.unwrap(), templates_dir);
+    assert_eq!(serve.template.template_dir[0].dir, templates_dir);
 
     // The injector's own pods are never injected, wherever they run.
     let labels = spec.template.metadata.unwrap().labels.unwrap();

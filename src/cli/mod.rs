@@ -111,9 +111,11 @@ pub struct TemplateArgs {
     pub template: Option<PathBuf>,
 
     /// A directory of templates, as a ConfigMap is mounted: one NAME.yaml per template and an optional
-    /// values.yaml shared by all. `serve` reloads it when it changes.
-    #[arg(long, value_name = "DIR", env = "SIDECAR_INJECTOR_TEMPLATE_DIR")]
-    pub template_dir: Option<PathBuf>,
+    /// values.yaml shared by all. `serve` reloads it when it changes. Repeat it as REVISION=DIR to serve several
+    /// revisions side by side (`/mutate/REVISION`, `/validate/REVISION`); the first is also served at the bare
+    /// paths, and a directory without a name is the revision `default`.
+    #[arg(long, value_name = "[REVISION=]DIR", env = "SIDECAR_INJECTOR_TEMPLATE_DIR", value_delimiter = ',')]
+    pub template_dir: Vec<RevisionDir>,
 
     /// With --template-dir: the template of pods that do not name one with the `<prefix>template` annotation.
     #[arg(long, value_name = "NAME", default_value = crate::template::BUILTIN_NAME,
@@ -184,7 +186,50 @@ impl From<PolicyArg> for crate::Policy {
     }
 }
 
+/// One revision's template directory: `REVISION=DIR`, or `DIR` for the revision `default`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevisionDir {
+    /// The revision's name: a DNS-1123 label, as it appears in a URL path and a label value.
+    pub revision: String,
+    /// Its template directory.
+    pub dir: PathBuf,
+}
+
+impl std::str::FromStr for RevisionDir {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let (revision, dir) = match text.split_once('=') {
+            Some((name, dir)) => (name, dir),
+            None => (crate::template::DEFAULT_REVISION, text),
+        };
+        if let Some(problem) = crate::validation::names::dns1123_label(revision).into_iter().next() {
+            return Err(format!("revision {revision:?}: {problem}"));
+        }
+        if dir.is_empty() {
+            return Err(format!("revision {revision:?} names no directory"));
+        }
+        Ok(RevisionDir { revision: revision.to_owned(), dir: PathBuf::from(dir) })
+    }
+}
+
 impl TemplateArgs {
+    /// The engine settings these options describe, for `revision`.
+    pub fn settings_for(&self, revision: &str) -> crate::Settings {
+        crate::Settings { revision: revision.to_owned(), ..self.settings() }
+    }
+
+    /// The template directories, one per revision, in order: the first is the default revision. Refuses a
+    /// revision named twice.
+    pub fn revisions(&self) -> Result<&[RevisionDir], CliError> {
+        for (i, one) in self.template_dir.iter().enumerate() {
+            if self.template_dir[..i].iter().any(|other| other.revision == one.revision) {
+                return Err(CliError::Config(format!("revision {:?} is given twice (--template-dir)", one.revision)));
+            }
+        }
+        Ok(&self.template_dir)
+    }
+
     /// The engine settings these options describe.
     pub fn settings(&self) -> crate::Settings {
         crate::Settings {
@@ -197,15 +242,26 @@ impl TemplateArgs {
         }
     }
 
-    /// Loads the templates and builds the engine these options describe.
+    /// Loads the templates and builds the engine these options describe: of the first revision, when there are
+    /// several.
     pub fn engine(&self) -> Result<crate::Engine, crate::TemplateError> {
-        use crate::TemplateSet;
-        let settings = self.settings();
-        let set = match (&self.template, &self.template_dir) {
-            (Some(file), _) => TemplateSet::from_file(file, &settings)?,
-            (None, Some(dir)) => TemplateSet::load_dir(dir, &self.default_template, &settings)?,
-            (None, None) => TemplateSet::builtin(&settings)?,
-        };
+        match self.template_dir.first() {
+            Some(first) => self.revision_engine(first),
+            None => {
+                let settings = self.settings();
+                let set = match &self.template {
+                    Some(file) => crate::TemplateSet::from_file(file, &settings)?,
+                    None => crate::TemplateSet::builtin(&settings)?,
+                };
+                Ok(crate::Engine::new(set, &settings))
+            }
+        }
+    }
+
+    /// Loads one revision's templates and builds its engine.
+    pub fn revision_engine(&self, revision: &RevisionDir) -> Result<crate::Engine, crate::TemplateError> {
+        let settings = self.settings_for(&revision.revision);
+        let set = crate::TemplateSet::load_dir(&revision.dir, &self.default_template, &settings)?;
         Ok(crate::Engine::new(set, &settings))
     }
 }

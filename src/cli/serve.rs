@@ -153,10 +153,10 @@ impl ServeArgs {
             h2_max_concurrent_streams: self.h2_max_concurrent_streams,
             shutdown_delay: self.shutdown_delay.into(),
             shutdown_timeout: self.shutdown_timeout.into(),
-            templates: self.template.template_dir.as_ref().map(|dir| TemplateWatch {
-                dir: dir.clone(),
+            templates: self.template.template_dir.first().map(|revision| TemplateWatch {
+                dir: revision.dir.clone(),
                 default_template: self.template.default_template.clone(),
-                settings: self.template.settings(),
+                settings: self.template.settings_for(&revision.revision),
                 poll_interval: self.template_poll_interval.into(),
                 debounce: TEMPLATE_DEBOUNCE,
                 events: true,
