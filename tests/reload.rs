@@ -95,7 +95,7 @@ async fn serve_volume(initial: &str, poll: Duration, events: bool) -> (Running, 
         debounce: Duration::from_millis(50),
         events,
     };
-    let running = start_with(engine, |config, _| config.templates = Some(watch)).await;
+    let running = start_with(engine, |config, _| config.templates = vec![watch]).await;
     (running, ConfigMapVolume { _dir: Some(volume_dir), ..volume })
 }
 
@@ -166,8 +166,8 @@ async fn an_edit_is_served_at_once_through_directory_events() {
         .await;
     }
     let (_, metrics) = admin_get(server.metrics, "/metrics").await;
-    assert_eq!(counter(&metrics, "sidecar_injector_template_generation"), 4.0);
-    assert_eq!(counter(&metrics, r#"sidecar_injector_template_reloads_total{result="ok"}"#), 3.0);
+    assert_eq!(counter(&metrics, r#"sidecar_injector_template_generation{revision="default"}"#), 4.0);
+    assert_eq!(counter(&metrics, r#"sidecar_injector_template_reloads_total{revision="default",result="ok"}"#), 3.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,7 +229,8 @@ async fn broken_edits_are_refused_the_last_good_set_serves_and_a_later_good_edit
         volume.update(&files);
         wait_for(what, Duration::from_secs(5), async || {
             let (_, metrics) = admin_get(server.metrics, "/metrics").await;
-            counter(&metrics, r#"sidecar_injector_template_reloads_total{result="error"}"#) == (i + 1) as f64
+            counter(&metrics, r#"sidecar_injector_template_reloads_total{revision="default",result="error"}"#)
+                == (i + 1) as f64
         })
         .await;
         assert_eq!(served(&conn.review(REVIEW).await.1).0, "proxy:a", "{what}: the last good set serves");
@@ -237,8 +238,8 @@ async fn broken_edits_are_refused_the_last_good_set_serves_and_a_later_good_edit
         assert_eq!(status, 200, "{what}: still ready");
         assert!(body.contains("newest template edit refused") && body.contains(reason), "{what}: {body}");
         let (_, metrics) = admin_get(server.metrics, "/metrics").await;
-        assert_eq!(counter(&metrics, "sidecar_injector_template_last_reload_success"), 0.0);
-        assert_eq!(counter(&metrics, "sidecar_injector_template_generation"), 1.0);
+        assert_eq!(counter(&metrics, r#"sidecar_injector_template_last_reload_success{revision="default"}"#), 0.0);
+        assert_eq!(counter(&metrics, r#"sidecar_injector_template_generation{revision="default"}"#), 1.0);
     }
     volume.update(&[("default.yaml", &template("b"))]);
     wait_for("the good edit", Duration::from_secs(5), async || served(&conn.review(REVIEW).await.1).0 == "proxy:b")
@@ -246,10 +247,119 @@ async fn broken_edits_are_refused_the_last_good_set_serves_and_a_later_good_edit
     let (_, body) = admin_get(server.metrics, "/readyz").await;
     assert!(!body.contains("refused") && body.contains("generation 2"), "{body}");
     let (_, metrics) = admin_get(server.metrics, "/metrics").await;
-    assert_eq!(counter(&metrics, "sidecar_injector_template_last_reload_success"), 1.0);
+    assert_eq!(counter(&metrics, r#"sidecar_injector_template_last_reload_success{revision="default"}"#), 1.0);
     let hash = TemplateSet::load_dir(&volume.root, "default", &sidecar_injector::Settings::default())
         .unwrap()
         .hash()
         .to_owned();
-    assert_eq!(counter(&metrics, &format!("sidecar_injector_template_set_info{{hash=\"{hash}\"}}")), 1.0);
+    assert_eq!(
+        counter(&metrics, &format!("sidecar_injector_template_set_info{{revision=\"default\",hash=\"{hash}\"}}")),
+        1.0
+    );
+}
+
+/// One revision's ConfigMap volume and the watch `serve --template-dir NAME=DIR` sets up for it.
+fn revision_volume(name: &str, initial: &str) -> (ConfigMapVolume, Arc<ArcSwap<Engine>>, TemplateWatch) {
+    let dir = tempfile::tempdir().unwrap();
+    let volume = ConfigMapVolume::new(dir.path(), &[("default.yaml", initial)]);
+    let settings = Settings { revision: name.to_owned(), ..Settings::default() };
+    let set = TemplateSet::load_dir(dir.path(), "default", &settings).unwrap();
+    let engine = Arc::new(ArcSwap::from_pointee(Engine::new(set, &settings)));
+    let watch = TemplateWatch {
+        dir: dir.path().to_owned(),
+        default_template: "default".into(),
+        settings,
+        poll_interval: Duration::from_millis(100),
+        debounce: Duration::from_millis(20),
+        events: true,
+    };
+    (ConfigMapVolume { _dir: Some(dir), ..volume }, engine, watch)
+}
+
+/// The revision a review's answer was stamped by.
+fn stamped_revision(body: &[u8]) -> String {
+    let answer: Value = serde_json::from_slice(body).unwrap();
+    let patch =
+        base64::engine::general_purpose::STANDARD.decode(answer["response"]["patch"].as_str().unwrap()).unwrap();
+    let patch: Value = serde_json::from_slice(&patch).unwrap();
+    let annotations = patch.as_array().unwrap().iter().find(|op| op["path"] == "/metadata/annotations").unwrap();
+    let stamp = annotations["value"]["sidecar-injector.io/status"].as_str().unwrap();
+    sidecar_injector::Stamp::parse(stamp).unwrap().revision().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revisions_are_served_side_by_side_each_reloaded_alone_and_wholly_under_load() {
+    let (stable_a, canary_a, canary_b) = (template("stable-a"), template("canary-a"), template("canary-b"));
+    let (mut stable, stable_engine, stable_watch) = revision_volume("stable", &stable_a);
+    let (mut canary, canary_engine, canary_watch) = revision_volume("canary", &canary_a);
+    let server = start_revisions(vec![stable_engine, canary_engine], |config, _| {
+        config.templates = vec![stable_watch, canary_watch];
+    })
+    .await;
+
+    // Each path is one revision: the bare one is the first's.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for (i, path) in ["/mutate", "/mutate/stable", "/mutate/canary", "/mutate/canary"].into_iter().enumerate() {
+        let (addr, ca, stop) = (server.addr, server.ca_pem.clone(), stop.clone());
+        clients.push(tokio::spawn(async move {
+            let mut conn = Conn::open(addr, &ca, i % 2 == 1).await;
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let (status, body) =
+                    conn.send(post(&format!("{path}?timeout=10s"), "application/json", REVIEW)).await.unwrap();
+                assert_eq!(status, StatusCode::OK, "{path}");
+                seen.push((served(&body), stamped_revision(&body)));
+            }
+            (path, seen)
+        }));
+    }
+    // Only the canary is edited, back and forth; the stable revision must never change.
+    for round in 0..8 {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        canary.update(&[("default.yaml", if round % 2 == 0 { &canary_b } else { &canary_a })]);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut canary_images = std::collections::BTreeSet::new();
+    for client in clients {
+        let (path, seen) = client.await.unwrap();
+        assert!(!seen.is_empty(), "{path}");
+        for ((image, tag, version_seen), revision) in seen {
+            let tag_of_image = image.strip_prefix("proxy:").unwrap();
+            assert_eq!(tag, format!("{tag_of_image}-shop"), "{path}: a mixed answer");
+            assert_eq!(version_seen, version(&template(tag_of_image)), "{path}: a mixed answer");
+            if path == "/mutate/canary" {
+                assert_eq!(revision, "canary");
+                canary_images.insert(image);
+            } else {
+                assert_eq!((image.as_str(), revision.as_str()), ("proxy:stable-a", "stable"), "{path}");
+            }
+        }
+    }
+    assert_eq!(canary_images.len(), 2, "both canary versions were served: {canary_images:?}");
+
+    // The stable revision reloads alone too, and each revision's series count its own.
+    stable.update(&[("default.yaml", &template("stable-b"))]);
+    let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+    wait_for("the stable edit", Duration::from_secs(5), async || {
+        served(&conn.review(REVIEW).await.1).0 == "proxy:stable-b"
+    })
+    .await;
+    let (_, metrics) = admin_get(server.metrics, "/metrics").await;
+    assert_eq!(counter(&metrics, r#"sidecar_injector_template_generation{revision="stable"}"#), 2.0);
+    assert!(counter(&metrics, r#"sidecar_injector_template_generation{revision="canary"}"#) >= 2.0);
+    assert!(
+        counter(&metrics, r#"sidecar_injector_requests_total{revision="canary",result="injected",reason=""}"#) > 0.0
+    );
+    let (_, ready) = admin_get(server.metrics, "/readyz").await;
+    assert!(
+        ready.contains("revision stable: templates: generation 2") && ready.contains("revision canary:"),
+        "{ready}"
+    );
+
+    // A revision the server does not serve is not found, and the answer names those it does.
+    let (status, body) = conn.send(post("/mutate/beta", "application/json", REVIEW)).await.unwrap();
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(String::from_utf8_lossy(&body).contains("for stable, canary"), "{body:?}");
 }

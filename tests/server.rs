@@ -257,7 +257,7 @@ async fn shutdown_answers_every_accepted_request_and_exits_in_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_move_after_requests() {
     let server = start(|_, _| {}).await;
-    let injected = r#"sidecar_injector_requests_total{result="injected",reason=""}"#;
+    let injected = r#"sidecar_injector_requests_total{revision="default",result="injected",reason=""}"#;
     let before = counter(&admin_get(server.metrics, "/metrics").await.1, injected);
     let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
     for _ in 0..3 {
@@ -387,10 +387,16 @@ async fn validate_refuses_what_mutate_would_still_add_and_counts_it() {
     assert_eq!(body, "not found: the webhooks are at POST /mutate and POST /validate\n");
 
     let metrics = admin_get(server.metrics, "/metrics").await.1;
-    assert_eq!(counter(&metrics, r#"sidecar_injector_validations_total{result="missing",reason="denied"}"#), 1.0);
-    assert_eq!(counter(&metrics, r#"sidecar_injector_validations_total{result="ok",reason=""}"#), 1.0);
     assert_eq!(
-        counter(&metrics, r#"sidecar_injector_requests_total{result="injected",reason=""}"#),
+        counter(&metrics, r#"sidecar_injector_validations_total{revision="default",result="missing",reason="denied"}"#),
+        1.0
+    );
+    assert_eq!(
+        counter(&metrics, r#"sidecar_injector_validations_total{revision="default",result="ok",reason=""}"#),
+        1.0
+    );
+    assert_eq!(
+        counter(&metrics, r#"sidecar_injector_requests_total{revision="default",result="injected",reason=""}"#),
         1.0,
         "validations are not injections"
     );

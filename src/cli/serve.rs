@@ -153,14 +153,16 @@ impl ServeArgs {
             h2_max_concurrent_streams: self.h2_max_concurrent_streams,
             shutdown_delay: self.shutdown_delay.into(),
             shutdown_timeout: self.shutdown_timeout.into(),
-            templates: self.template.template_dir.first().map(|revision| TemplateWatch {
-                dir: revision.dir.clone(),
-                default_template: self.template.default_template.clone(),
-                settings: self.template.settings_for(&revision.revision),
-                poll_interval: self.template_poll_interval.into(),
-                debounce: TEMPLATE_DEBOUNCE,
-                events: true,
-            }),
+            templates: (self.template.template_dir.iter())
+                .map(|revision| TemplateWatch {
+                    dir: revision.dir.clone(),
+                    default_template: self.template.default_template.clone(),
+                    settings: self.template.settings_for(&revision.revision),
+                    poll_interval: self.template_poll_interval.into(),
+                    debounce: TEMPLATE_DEBOUNCE,
+                    events: true,
+                })
+                .collect(),
         }
     }
 }
@@ -168,7 +170,12 @@ impl ServeArgs {
 /// Runs `serve` until SIGTERM or SIGINT.
 pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     init_logging(args)?;
-    let engine = args.template.engine().map_err(|e| CliError::templates(e, false))?;
+    // One engine per revision (`--template-dir NAME=DIR`, repeated), or the one of --template or the built-in.
+    let engines = match args.template.revisions()? {
+        [] => vec![args.template.engine()],
+        revisions => revisions.iter().map(|revision| args.template.revision_engine(revision)).collect(),
+    };
+    let engines = engines.into_iter().collect::<Result<Vec<_>, _>>().map_err(|e| CliError::templates(e, false))?;
     // std reads the cgroup CPU quota, so a container limited to 2 CPUs gets 2 workers, not one per host core.
     let workers = match args.workers {
         Some(n) => usize::from(n),
@@ -180,18 +187,19 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         .build()
         .map_err(|e| CliError::Config(format!("cannot start the runtime: {e}")))?;
     let config = args.config();
+    let describe =
+        |e: &crate::Engine| format!("{} (set {}: {})", e.settings().revision, e.set().hash(), e.set().names());
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         workers,
-        templates = %engine.set().names(),
-        template_set = engine.set().hash(),
+        revisions = %engines.iter().map(describe).collect::<Vec<_>>().join(", "),
         config = ?config,
         "starting"
     );
     runtime.block_on(async {
         let shutdown = shutdown_signal();
-        let engine = Arc::new(ArcSwap::from_pointee(engine));
-        let server = Server::bind(config, engine).await.map_err(|e| CliError::Config(e.to_string()))?;
+        let engines = engines.into_iter().map(|engine| Arc::new(ArcSwap::from_pointee(engine))).collect();
+        let server = Server::bind(config, engines).await.map_err(|e| CliError::Config(e.to_string()))?;
         server.run(shutdown).await;
         Ok(())
     })
@@ -322,7 +330,7 @@ mod tests {
         assert_eq!(h2_max_concurrent_streams, default.h2_max_concurrent_streams, "--h2-max-concurrent-streams");
         assert_eq!(shutdown_delay, default.shutdown_delay, "--shutdown-delay");
         assert_eq!(shutdown_timeout, default.shutdown_timeout, "--shutdown-timeout");
-        assert!(templates.is_none() && default.templates.is_none(), "--template-dir");
+        assert!(templates.is_empty() && default.templates.is_empty(), "--template-dir");
     }
 
     #[test]
@@ -345,7 +353,7 @@ mod tests {
         let args =
             parse(&["--template-dir", "/nonexistent", "--shutdown-delay", "1m30s", "--request-timeout", "250ms"]);
         let config = args.config();
-        let watch = config.templates.expect("--template-dir watches the directory");
+        let [watch] = config.templates.as_slice() else { panic!("--template-dir watches the directory") };
         assert_eq!(watch.poll_interval, DEFAULT_TEMPLATE_POLL_INTERVAL);
         assert_eq!(watch.debounce, TEMPLATE_DEBOUNCE);
         assert_eq!(config.shutdown_delay, Duration::from_secs(90));

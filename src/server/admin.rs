@@ -63,16 +63,22 @@ fn answer<B>(shared: &Shared, req: &Request<B>) -> Response<Full<Bytes>> {
             text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
         }
         "/readyz" => {
-            let engine = shared.engine.load();
-            let set = engine.set();
-            let mut body = format!(
-                "ready\ntemplates: generation {}, set {} ({})\n",
-                shared.templates.generation(),
-                set.hash(),
-                set.names()
-            );
-            if let Some(refused) = shared.templates.refused() {
-                body.push_str(&format!("newest template edit refused: {}\n", refused.replace('\n', "\n  ")));
+            let mut body = "ready\n".to_owned();
+            for revision in &shared.revisions {
+                let engine = revision.engine.load();
+                let set = engine.set();
+                let which =
+                    if shared.revisions.len() > 1 { format!("revision {}: ", revision.name) } else { String::new() };
+                let generation = revision.templates.generation();
+                body.push_str(&format!(
+                    "{which}templates: generation {generation}, set {} ({})\n",
+                    set.hash(),
+                    set.names()
+                ));
+                if let Some(refused) = revision.templates.refused() {
+                    let refused = refused.replace('\n', "\n  ");
+                    body.push_str(&format!("{which}newest template edit refused: {refused}\n"));
+                }
             }
             let mut response = text(StatusCode::OK, "");
             *response.body_mut() = Full::new(Bytes::from(body));
@@ -96,7 +102,7 @@ mod tests {
     use arc_swap::ArcSwap;
 
     use super::*;
-    use crate::server::{ServeConfig, reload, telemetry};
+    use crate::server::{Revision, ServeConfig, reload, telemetry};
     use crate::{Engine, Settings, TemplateSet};
 
     fn shared() -> Arc<Shared> {
@@ -104,13 +110,14 @@ mod tests {
         let engine = Arc::new(ArcSwap::from_pointee(Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings)));
         let templates = Arc::new(reload::ReloadState::new(&engine.load()));
         let metrics = telemetry::Metrics::new().unwrap();
+        let revision =
+            Revision { name: settings.revision.clone(), engine, templates, metrics: metrics.revision("default") };
         let body_budget = super::super::budget::BodyBudget::new(1 << 20, metrics.clone());
         Arc::new(Shared {
-            engine,
+            revisions: Box::new([revision]),
             config: ServeConfig::default(),
             metrics,
             shutting_down: AtomicBool::new(false),
-            templates,
             body_budget,
         })
     }

@@ -12,9 +12,9 @@ use hyper::body::{Body, Incoming};
 use hyper::header::{ALLOW, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode, Version};
 
-use super::Shared;
 use super::budget::BODY_BUDGET_WAIT;
-use super::telemetry::ErrorReason;
+use super::telemetry::{ErrorReason, RevisionMetrics};
+use super::{Revision, Shared};
 use crate::{Outcome, ReviewError, Verdict};
 
 type Answer = Response<Full<Bytes>>;
@@ -42,9 +42,9 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
     Ok(answer)
 }
 
-/// The two webhooks a server answers.
+/// The two webhooks a server answers, for each revision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Endpoint {
+pub(crate) enum Endpoint {
     /// Inject (`--path`, `/mutate`).
     Mutate,
     /// Check that injection is complete (`--validate-path`, `/validate`).
@@ -54,28 +54,28 @@ enum Endpoint {
 async fn respond(shared: &Shared, req: Request<Incoming>) -> Answer {
     let config = &shared.config;
     let deadline = deadline(req.uri().query(), config.request_timeout);
-    let path = req.uri().path();
-    let accepted = if path == config.path {
-        Ok(Endpoint::Mutate)
-    } else if path == config.validate_path {
-        Ok(Endpoint::Validate)
-    } else {
-        let message = format!("not found: the webhooks are at POST {} and POST {}", config.path, config.validate_path);
-        Err((ErrorReason::NotFound, StatusCode::NOT_FOUND, message))
-    };
-    let accepted = accepted.and_then(|endpoint| {
+    let accepted = shared.route(req.uri().path()).ok_or_else(|| {
+        let (mutate, validate) = (&config.path, &config.validate_path);
+        let mut message = format!("not found: the webhooks are at POST {mutate} and POST {validate}");
+        if let [_, _, ..] = &*shared.revisions {
+            let names: Vec<&str> = shared.revisions.iter().map(|r| r.name.as_str()).collect();
+            message.push_str(&format!(", and {mutate}/REVISION and {validate}/REVISION for {}", names.join(", ")));
+        }
+        (ErrorReason::NotFound, StatusCode::NOT_FOUND, message)
+    });
+    let accepted = accepted.and_then(|(revision, endpoint)| {
         if req.method() != Method::POST {
             Err((ErrorReason::Method, StatusCode::METHOD_NOT_ALLOWED, "method not allowed: use POST".to_owned()))
         } else if !is_json(req.headers().get(CONTENT_TYPE)) {
             let message = "unsupported media type: the body must be Content-Type: application/json".to_owned();
             Err((ErrorReason::MediaType, StatusCode::UNSUPPORTED_MEDIA_TYPE, message))
         } else {
-            Ok(endpoint)
+            Ok((revision, endpoint))
         }
     });
     let work = async {
         match accepted {
-            Ok(endpoint) => read_and_review(shared, req.into_body(), endpoint).await,
+            Ok((revision, endpoint)) => read_and_review(shared, revision, req.into_body(), endpoint).await,
             Err((reason, status, message)) => {
                 // Read what was sent before answering: on HTTP/2 an unread body makes the answer arrive as a
                 // stream reset, which clients report instead of the status.
@@ -108,7 +108,7 @@ async fn discard(mut body: Incoming, max: usize) {
     }
 }
 
-async fn read_and_review(shared: &Shared, mut body: Incoming, endpoint: Endpoint) -> Answer {
+async fn read_and_review(shared: &Shared, revision: &Revision, mut body: Incoming, endpoint: Endpoint) -> Answer {
     let max = shared.config.max_body_bytes;
     let too_large = || format!("request body larger than the limit of {max} bytes");
     let announced = body.size_hint().lower();
@@ -149,7 +149,7 @@ async fn read_and_review(shared: &Shared, mut body: Incoming, endpoint: Endpoint
         }
     }
     shared.metrics.body_bytes(buf.len());
-    let engine = shared.engine.load();
+    let engine = revision.engine.load();
     let mut out = Vec::with_capacity(ANSWER_CAPACITY);
     let run = || match endpoint {
         Endpoint::Mutate => engine.review(&mut buf, &mut out),
@@ -157,7 +157,7 @@ async fn read_and_review(shared: &Shared, mut body: Incoming, endpoint: Endpoint
     };
     match review_guarded(run) {
         Ok(Ok(outcome)) => {
-            record(shared, endpoint, &outcome);
+            record(&revision.metrics, endpoint, &outcome);
             let mut answer = Response::new(Full::new(Bytes::from(out)));
             answer.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             answer
@@ -178,30 +178,30 @@ fn review_guarded(
     catch_unwind(AssertUnwindSafe(review)).map_err(super::panic_message)
 }
 
-fn record(shared: &Shared, endpoint: Endpoint, outcome: &Outcome) {
+fn record(metrics: &RevisionMetrics, endpoint: Endpoint, outcome: &Outcome) {
     match outcome.verdict {
         Verdict::Complete => {
-            shared.metrics.validated_ok();
+            metrics.validated_ok();
             tracing::debug!("validated: complete");
         }
         Verdict::Incomplete { missing, refused } => {
-            shared.metrics.validated_missing(refused);
+            metrics.validated_missing(refused);
             tracing::debug!(missing, refused, "validated: incomplete");
         }
         Verdict::Skipped(reason) | Verdict::Denied(reason) if endpoint == Endpoint::Validate => {
-            shared.metrics.validated_skipped(reason);
+            metrics.validated_skipped(reason);
             tracing::debug!(reason = reason.as_str(), "validation skipped");
         }
         Verdict::Injected { ops } => {
-            shared.metrics.injected();
+            metrics.injected();
             tracing::debug!(ops, "injected");
         }
         Verdict::Skipped(reason) => {
-            shared.metrics.skipped(reason);
+            metrics.skipped(reason);
             tracing::debug!(reason = reason.as_str(), "skipped");
         }
         Verdict::Denied(reason) => {
-            shared.metrics.denied(reason);
+            metrics.denied(reason);
             tracing::debug!(reason = reason.as_str(), "denied");
         }
     }

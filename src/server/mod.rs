@@ -93,8 +93,9 @@ pub struct ServeConfig {
     pub shutdown_delay: Duration,
     /// After the shutdown signal, give up on draining connections after this long.
     pub shutdown_timeout: Duration,
-    /// Reload templates from this directory when it changes (otherwise the templates are fixed).
-    pub templates: Option<reload::TemplateWatch>,
+    /// Reload each revision's templates from its directory when it changes (a revision without one keeps its
+    /// templates); matched to the revisions by [`Settings::revision`](crate::Settings).
+    pub templates: Vec<reload::TemplateWatch>,
 }
 
 impl Default for ServeConfig {
@@ -118,7 +119,7 @@ impl Default for ServeConfig {
             h2_max_concurrent_streams: DEFAULT_H2_MAX_CONCURRENT_STREAMS,
             shutdown_delay: DEFAULT_SHUTDOWN_DELAY,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
-            templates: None,
+            templates: Vec::new(),
         }
     }
 }
@@ -143,19 +144,49 @@ pub enum ServeError {
     /// The limits contradict each other.
     #[error("{0}")]
     Limits(String),
+    /// The revisions cannot be served as given.
+    #[error("{0}")]
+    Revisions(String),
 }
 
 /// State shared by every connection.
 pub(crate) struct Shared {
-    pub engine: Arc<ArcSwap<Engine>>,
+    /// The template sets served, one per revision; the first also at the bare paths.
+    pub revisions: Box<[Revision]>,
     pub config: ServeConfig,
     pub metrics: telemetry::Metrics,
     /// Set when shutdown begins: `/readyz` answers 503 from then on.
     pub shutting_down: AtomicBool,
-    /// The template generation serving and the newest refused edit.
-    pub templates: Arc<reload::ReloadState>,
     /// The memory budget of request bodies in progress.
     pub body_budget: budget::BodyBudget,
+}
+
+/// One revision: a template set served at `<path>/<name>` and `<validate-path>/<name>`, reloaded on its own.
+pub(crate) struct Revision {
+    pub name: String,
+    /// The engine serving now; a reload swaps it whole.
+    pub engine: Arc<ArcSwap<Engine>>,
+    /// The template generation serving and the newest refused edit.
+    pub templates: Arc<reload::ReloadState>,
+    pub metrics: telemetry::RevisionMetrics,
+}
+
+impl Shared {
+    /// The revision a request's path names, and which webhook: the bare paths are the first revision's.
+    pub(crate) fn route(&self, path: &str) -> Option<(&Revision, handler::Endpoint)> {
+        let config = &self.config;
+        for (base, endpoint) in
+            [(&config.path, handler::Endpoint::Mutate), (&config.validate_path, handler::Endpoint::Validate)]
+        {
+            let Some(rest) = path.strip_prefix(base.as_str()) else { continue };
+            if rest.is_empty() {
+                return Some((&self.revisions[0], endpoint));
+            }
+            let name = rest.strip_prefix('/')?;
+            return self.revisions.iter().find(|r| r.name == name).map(|r| (r, endpoint));
+        }
+        None
+    }
 }
 
 /// A bound, ready-to-run server.
@@ -167,9 +198,23 @@ pub struct Server {
 }
 
 impl Server {
-    /// Loads the TLS material, installs the metrics recorder and binds both listeners. `engine` is shared so that
-    /// a template reload can swap it while requests flow.
-    pub async fn bind(config: ServeConfig, engine: Arc<ArcSwap<Engine>>) -> Result<Server, ServeError> {
+    /// Loads the TLS material, installs the metrics recorder and binds both listeners. Each engine is a revision
+    /// (named by its [`Settings::revision`](crate::Settings)), the first also served at the bare paths; each is
+    /// shared so that a template reload can swap it while requests flow.
+    pub async fn bind(config: ServeConfig, engines: Vec<Arc<ArcSwap<Engine>>>) -> Result<Server, ServeError> {
+        if engines.is_empty() {
+            return Err(ServeError::Revisions("no template set to serve".to_owned()));
+        }
+        let names: Vec<String> = engines.iter().map(|e| e.load().settings().revision.clone()).collect();
+        if let Some(twice) = names.iter().enumerate().find_map(|(i, n)| names[..i].contains(n).then_some(n)) {
+            return Err(ServeError::Revisions(format!("revision {twice:?} is served twice")));
+        }
+        if let Some(watch) = config.templates.iter().find(|w| !names.contains(&w.settings.revision)) {
+            let revision = &watch.settings.revision;
+            return Err(ServeError::Revisions(format!(
+                "templates are watched for revision {revision:?}, which is not served"
+            )));
+        }
         let largest_buffer = config.max_body_bytes.saturating_add(crate::PARSE_PADDING);
         if config.max_inflight_body_bytes < largest_buffer {
             return Err(ServeError::Limits(format!(
@@ -187,11 +232,19 @@ impl Server {
         };
         let listener = bind(config.listen).await?;
         let admin = bind(config.metrics_listen).await?;
-        let templates = Arc::new(reload::ReloadState::new(&engine.load()));
-        metrics.template_start(engine.load().set().hash());
+        let revisions = engines
+            .into_iter()
+            .zip(names)
+            .map(|(engine, name)| {
+                let revision_metrics = metrics.revision(&name);
+                revision_metrics.template_start(engine.load().set().hash());
+                let templates = Arc::new(reload::ReloadState::new(&engine.load()));
+                Revision { name, engine, templates, metrics: revision_metrics }
+            })
+            .collect();
         let body_budget = budget::BodyBudget::new(config.max_inflight_body_bytes, metrics.clone());
-        let shared =
-            Arc::new(Shared { engine, config, metrics, shutting_down: AtomicBool::new(false), templates, body_budget });
+        let shutting_down = AtomicBool::new(false);
+        let shared = Arc::new(Shared { revisions, config, metrics, shutting_down, body_budget });
         Ok(Server { shared, listener, admin, tls })
     }
 
@@ -222,16 +275,21 @@ impl Server {
                 move || tls.clone().watch(interval),
             ))
         };
-        let template_watch = config.templates.clone().map(|watch| {
-            let reloader = reload::Reloader {
-                watch,
-                engine: shared.engine.clone(),
-                state: shared.templates.clone(),
-                metrics: shared.metrics.clone(),
-                compile: reload::TemplateWatch::compile,
-            };
-            tokio::spawn(reloader.run())
-        });
+        let template_watches: Vec<_> = shared
+            .revisions
+            .iter()
+            .filter_map(|revision| {
+                let watch = config.templates.iter().find(|w| w.settings.revision == revision.name)?.clone();
+                let reloader = reload::Reloader {
+                    watch,
+                    engine: revision.engine.clone(),
+                    state: revision.templates.clone(),
+                    metrics: revision.metrics.clone(),
+                    compile: reload::TemplateWatch::compile,
+                };
+                Some(tokio::spawn(reloader.run()))
+            })
+            .collect();
         let admin_task = tokio::spawn(admin::serve(admin, shared.clone()));
         let upkeep = tokio::spawn(telemetry::upkeep(shared.metrics.clone()));
         let error_log = tokio::spawn(telemetry::report_connection_errors(shared.metrics.clone()));
@@ -277,7 +335,7 @@ impl Server {
             }
         }
         cert_watch.abort();
-        if let Some(task) = template_watch {
+        for task in template_watches {
             task.abort();
         }
         admin_task.abort();

@@ -19,7 +19,7 @@ use std::time::Duration;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use notify::Watcher;
 
-use super::telemetry::Metrics;
+use super::telemetry::RevisionMetrics;
 
 /// When reading the directory fails, read it once more after this pause before calling the edit refused: a read
 /// can race the kubelet deleting the previous timestamped directory, which takes it well under this long.
@@ -88,7 +88,7 @@ pub(crate) struct Reloader {
     pub watch: TemplateWatch,
     pub engine: Arc<ArcSwap<Engine>>,
     pub state: Arc<ReloadState>,
-    pub metrics: Metrics,
+    pub metrics: RevisionMetrics,
     pub compile: Compile,
 }
 
@@ -208,6 +208,7 @@ mod tests {
     use std::sync::atomic::AtomicBool;
 
     use super::*;
+    use crate::server::telemetry::Metrics;
 
     static PANIC_NEXT: AtomicBool = AtomicBool::new(true);
 
@@ -222,12 +223,14 @@ mod tests {
     const SOURCE: &str = "pod:\n  spec:\n    containers:\n      - name: p\n        image: old\n";
 
     /// A reloader over a new directory holding `default.yaml` = `SOURCE`.
-    fn reloader(dir: &std::path::Path, compile: Compile) -> Reloader {
+    /// The reloader, and the server-wide metrics its revision's series render in.
+    fn reloader(dir: &std::path::Path, compile: Compile) -> (Reloader, Metrics) {
         std::fs::write(dir.join("default.yaml"), SOURCE).unwrap();
         let settings = Settings::default();
         let first = TemplateSet::load_dir(dir, "default", &settings).unwrap();
         let engine = Arc::new(ArcSwap::from_pointee(Engine::new(first, &settings)));
-        Reloader {
+        let metrics = Metrics::new().unwrap();
+        let reloader = Reloader {
             watch: TemplateWatch {
                 dir: dir.to_owned(),
                 default_template: "default".into(),
@@ -238,45 +241,51 @@ mod tests {
             },
             state: Arc::new(ReloadState::new(&engine.load())),
             engine,
-            metrics: Metrics::new().unwrap(),
+            metrics: metrics.revision("default"),
             compile,
-        }
+        };
+        (reloader, metrics)
     }
 
     #[tokio::test]
     async fn an_unreadable_directory_is_reported_and_the_old_set_serves() {
         let dir = tempfile::tempdir().unwrap();
-        let reloader = reloader(dir.path(), TemplateWatch::compile);
+        let (reloader, metrics) = reloader(dir.path(), TemplateWatch::compile);
         let old = reloader.engine.load().set().hash().to_owned();
         std::fs::remove_dir_all(dir.path()).unwrap();
         reloader.check().await;
         assert_eq!(reloader.engine.load().set().hash(), old);
         let refused = reloader.state.refused().expect("the failure is shown");
         assert!(refused.contains("cannot read the template directory"), "{refused}");
-        assert!(reloader.metrics.render().contains("sidecar_injector_template_last_reload_success 0"));
+        let rendered = metrics.render();
+        assert!(
+            rendered.contains(r#"sidecar_injector_template_last_reload_success{revision="default"} 0"#),
+            "{rendered}"
+        );
     }
 
     #[tokio::test]
     async fn after_two_reloads_one_template_set_info_series_remains_the_one_serving() {
         let dir = tempfile::tempdir().unwrap();
-        let reloader = reloader(dir.path(), TemplateWatch::compile);
+        let (reloader, metrics) = reloader(dir.path(), TemplateWatch::compile);
         reloader.metrics.template_start(reloader.engine.load().set().hash());
         for image in ["new", "newer"] {
             std::fs::write(dir.path().join("default.yaml"), SOURCE.replace("old", image)).unwrap();
             reloader.check().await;
         }
         assert_eq!(reloader.state.generation(), 3, "both edits were published");
-        let rendered = reloader.metrics.render();
+        let rendered = metrics.render();
         let series: Vec<&str> =
             rendered.lines().filter(|l| l.starts_with("sidecar_injector_template_set_info")).collect();
         let serving = reloader.engine.load().set().hash().to_owned();
-        assert_eq!(series, [format!("sidecar_injector_template_set_info{{hash=\"{serving}\"}} 1")], "{rendered}");
+        let expected = format!("sidecar_injector_template_set_info{{revision=\"default\",hash=\"{serving}\"}} 1");
+        assert_eq!(series, [expected], "{rendered}");
     }
 
     #[tokio::test]
     async fn a_panicking_reload_is_counted_and_retried_while_the_old_set_serves() {
         let dir = tempfile::tempdir().unwrap();
-        let reloader = reloader(dir.path(), panics_once);
+        let (reloader, metrics) = reloader(dir.path(), panics_once);
         let (engine, source) = (reloader.engine.clone(), SOURCE);
         let old = engine.load().set().hash().to_owned();
         reloader.check().await;
@@ -286,11 +295,14 @@ mod tests {
         reloader.check().await;
         assert_eq!(engine.load().set().hash(), old, "the panic left the old set serving");
         assert_eq!(reloader.state.generation(), 1);
-        assert!(reloader.metrics.render().contains(r#"sidecar_injector_template_reloads_total{result="error"} 1"#));
+        let errors = r#"sidecar_injector_template_reloads_total{revision="default",result="error"} 1"#;
+        assert!(metrics.render().contains(errors));
 
         reloader.check().await;
         assert_ne!(engine.load().set().hash(), old, "the same content was tried again, and published");
         assert_eq!(reloader.state.generation(), 2);
-        assert!(reloader.metrics.render().contains(r#"sidecar_injector_template_reloads_total{result="ok"} 1"#));
+        assert!(
+            metrics.render().contains(r#"sidecar_injector_template_reloads_total{revision="default",result="ok"} 1"#)
+        );
     }
 }

@@ -115,6 +115,19 @@ fn per_reason<R: Copy>(
     reasons.iter().map(|r| (*r, metrics::counter!(name, "result" => result, "reason" => label(*r)))).collect()
 }
 
+/// [`per_reason`] for one revision's series (labelled `revision` too).
+fn per_reason_of<R: Copy>(
+    name: &'static str,
+    revision: &str,
+    result: &'static str,
+    reasons: &[R],
+    label: fn(R) -> &'static str,
+) -> Vec<(R, Counter)> {
+    let counter =
+        |r: R| metrics::counter!(name, "revision" => revision.to_owned(), "result" => result, "reason" => label(r));
+    reasons.iter().map(|r| (*r, counter(*r))).collect()
+}
+
 /// Adds one to the counter registered for `reason` ([`per_reason`] registers one for every reason).
 fn count<R: PartialEq + std::fmt::Debug>(counters: &[(R, Counter)], reason: R) {
     match counters.iter().find(|(r, _)| *r == reason) {
@@ -141,15 +154,10 @@ impl Drop for InFlight<'_> {
 }
 
 struct Handles {
+    /// Kept to register the series of each revision the server is given.
+    recorder: metrics_exporter_prometheus::PrometheusRecorder,
     prometheus: PrometheusHandle,
-    injected: Counter,
-    skipped: Vec<(SkipReason, Counter)>,
-    denied: Vec<(SkipReason, Counter)>,
     errors: Vec<(ErrorReason, Counter)>,
-    validated_ok: Counter,
-    validated_missing_denied: Counter,
-    validated_missing_warned: Counter,
-    validated_skipped: Vec<(SkipReason, Counter)>,
     duration: Histogram,
     body_bytes: Histogram,
     in_flight: Gauge,
@@ -162,11 +170,29 @@ struct Handles {
     handshakes_failed: Counter,
     reloads_ok: Counter,
     reloads_failed: Counter,
+    /// The revisions' handles, in the server's order, for rendering their template set series.
+    revisions: std::sync::Mutex<Vec<RevisionMetrics>>,
+}
+
+/// The metrics of one revision (its template set and the requests it answered), labelled `revision`. Cloning
+/// shares them.
+#[derive(Clone)]
+pub(crate) struct RevisionMetrics(Arc<RevisionHandles>);
+
+struct RevisionHandles {
+    revision: String,
+    injected: Counter,
+    skipped: Vec<(SkipReason, Counter)>,
+    denied: Vec<(SkipReason, Counter)>,
+    validated_ok: Counter,
+    validated_missing_denied: Counter,
+    validated_missing_warned: Counter,
+    validated_skipped: Vec<(SkipReason, Counter)>,
     template_reloads_ok: Counter,
     template_reloads_failed: Counter,
     template_generation: Gauge,
     template_last_reload_ok: Gauge,
-    /// The `sidecar_injector_template_set_info` family as rendered, for the set serving (empty before the first).
+    /// The hash of the set serving, for `sidecar_injector_template_set_info` (empty before the first).
     template_set: ArcSwap<String>,
 }
 
@@ -178,6 +204,8 @@ const TEMPLATE_RELOADS: &str = "sidecar_injector_template_reloads_total";
 const TEMPLATE_SET: &str = "sidecar_injector_template_set_info";
 const CONNECTION_ERRORS: &str = "sidecar_injector_connection_errors_total";
 const INFLIGHT_BODY_BYTES: &str = "sidecar_injector_inflight_body_bytes";
+const TEMPLATE_GENERATION: &str = "sidecar_injector_template_generation";
+const TEMPLATE_LAST_RELOAD: &str = "sidecar_injector_template_last_reload_success";
 
 impl Metrics {
     /// A recorder of this server's own (not the process-wide one, so that servers in one process, as in the
@@ -189,7 +217,39 @@ impl Metrics {
             .build_recorder();
         let prometheus = recorder.handle();
         let handles = metrics::with_local_recorder(&recorder, || Self::register(prometheus));
-        Ok(Metrics(Arc::new(handles)))
+        Ok(Metrics(Arc::new(Handles { recorder, ..handles })))
+    }
+
+    /// Registers the series of `revision` (every one at 0, as [`per_reason`] does), and renders its template set
+    /// series from then on.
+    pub(crate) fn revision(&self, revision: &str) -> RevisionMetrics {
+        let handles = metrics::with_local_recorder(&self.0.recorder, || {
+            let label = || revision.to_owned();
+            let reasons = |name, result| per_reason_of(name, revision, result, &SkipReason::ALL, SkipReason::as_str);
+            let validated = |result: &'static str, reason: &'static str| metrics::counter!(VALIDATIONS, "revision" => label(), "result" => result, "reason" => reason);
+            let template_reloads =
+                |result: &'static str| metrics::counter!(TEMPLATE_RELOADS, "revision" => label(), "result" => result);
+            RevisionHandles {
+                revision: revision.to_owned(),
+                injected: metrics::counter!(REQUESTS, "revision" => label(), "result" => "injected", "reason" => ""),
+                skipped: reasons(REQUESTS, "skipped"),
+                // Every reason, not only the ones a template's `onError: deny` gives today: a denial is never lost.
+                denied: reasons(REQUESTS, "denied"),
+                validated_ok: validated("ok", ""),
+                validated_missing_denied: validated("missing", "denied"),
+                validated_missing_warned: validated("missing", "warned"),
+                validated_skipped: reasons(VALIDATIONS, "skipped"),
+                template_reloads_ok: template_reloads("ok"),
+                template_reloads_failed: template_reloads("error"),
+                template_generation: metrics::gauge!(TEMPLATE_GENERATION, "revision" => label()),
+                template_last_reload_ok: metrics::gauge!(TEMPLATE_LAST_RELOAD, "revision" => label()),
+                template_set: ArcSwap::from_pointee(String::new()),
+            }
+        });
+        let metrics = RevisionMetrics(Arc::new(handles));
+        // Only taken when a server starts and when metrics are rendered: never on the request path.
+        self.0.revisions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(metrics.clone());
+        metrics
     }
 
     /// Registers every metric on the recorder in scope; the handles stay bound to it.
@@ -202,16 +262,10 @@ impl Metrics {
         metrics::describe_histogram!(DURATION, metrics::Unit::Seconds, "Time to answer one admission request.");
         metrics::describe_histogram!(BODY, metrics::Unit::Bytes, "Size of admission request bodies.");
         let handles = Handles {
+            // Replaced by the caller with the recorder in scope here.
+            recorder: PrometheusBuilder::new().build_recorder(),
             prometheus,
-            injected: metrics::counter!(REQUESTS, "result" => "injected", "reason" => ""),
-            skipped: per_reason(REQUESTS, "skipped", &SkipReason::ALL, SkipReason::as_str),
-            // Every reason, not only the ones a template's `onError: deny` gives today: a denial is never lost.
-            denied: per_reason(REQUESTS, "denied", &SkipReason::ALL, SkipReason::as_str),
             errors: per_reason(REQUESTS, "error", &ErrorReason::ALL, ErrorReason::as_str),
-            validated_ok: metrics::counter!(VALIDATIONS, "result" => "ok", "reason" => ""),
-            validated_missing_denied: metrics::counter!(VALIDATIONS, "result" => "missing", "reason" => "denied"),
-            validated_missing_warned: metrics::counter!(VALIDATIONS, "result" => "missing", "reason" => "warned"),
-            validated_skipped: per_reason(VALIDATIONS, "skipped", &SkipReason::ALL, SkipReason::as_str),
             duration: metrics::histogram!(DURATION),
             body_bytes: metrics::histogram!(BODY),
             in_flight: metrics::gauge!("sidecar_injector_requests_in_flight"),
@@ -225,11 +279,7 @@ impl Metrics {
             handshakes_failed: metrics::counter!("sidecar_injector_tls_handshakes_total", "result" => "error"),
             reloads_ok: metrics::counter!("sidecar_injector_certificate_reloads_total", "result" => "ok"),
             reloads_failed: metrics::counter!("sidecar_injector_certificate_reloads_total", "result" => "error"),
-            template_reloads_ok: metrics::counter!(TEMPLATE_RELOADS, "result" => "ok"),
-            template_reloads_failed: metrics::counter!(TEMPLATE_RELOADS, "result" => "error"),
-            template_generation: metrics::gauge!("sidecar_injector_template_generation"),
-            template_last_reload_ok: metrics::gauge!("sidecar_injector_template_last_reload_success"),
-            template_set: ArcSwap::from_pointee(String::new()),
+            revisions: std::sync::Mutex::new(Vec::new()),
         };
         metrics::describe_gauge!(
             INFLIGHT_BODY_BYTES,
@@ -241,13 +291,10 @@ impl Metrics {
             "Connections ended by an error, by kind: tls-handshake, timeout, http1, http2, io."
         );
         metrics::describe_counter!(TEMPLATE_RELOADS, "Template directory changes applied (ok) or refused (error).");
+        metrics::describe_gauge!(TEMPLATE_GENERATION, "Template sets published since start (1 at start), by revision.");
         metrics::describe_gauge!(
-            "sidecar_injector_template_generation",
-            "Template sets published since start (1 at start)."
-        );
-        metrics::describe_gauge!(
-            "sidecar_injector_template_last_reload_success",
-            "1 when the newest template edit was applied, 0 when it was refused (the last good set serves)."
+            TEMPLATE_LAST_RELOAD,
+            "1 when the newest template edit was applied, 0 when it was refused (the last good set serves), by revision."
         );
         metrics::gauge!("sidecar_injector_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
         handles
@@ -256,33 +303,9 @@ impl Metrics {
     /// Every metric in the Prometheus text format (what `/metrics` answers).
     pub(crate) fn render(&self) -> String {
         let mut text = self.0.prometheus.render();
-        text.push_str(&self.0.template_set.load());
+        let revisions = self.0.revisions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        render_template_sets(&mut text, &revisions);
         text
-    }
-
-    pub(crate) fn injected(&self) {
-        self.0.injected.increment(1);
-    }
-
-    pub(crate) fn skipped(&self, reason: SkipReason) {
-        count(&self.0.skipped, reason);
-    }
-
-    pub(crate) fn denied(&self, reason: SkipReason) {
-        count(&self.0.denied, reason);
-    }
-
-    pub(crate) fn validated_ok(&self) {
-        self.0.validated_ok.increment(1);
-    }
-
-    pub(crate) fn validated_missing(&self, refused: bool) {
-        let counter = if refused { &self.0.validated_missing_denied } else { &self.0.validated_missing_warned };
-        counter.increment(1);
-    }
-
-    pub(crate) fn validated_skipped(&self, reason: SkipReason) {
-        count(&self.0.validated_skipped, reason);
     }
 
     pub(crate) fn error(&self, reason: ErrorReason) {
@@ -334,14 +357,65 @@ impl Metrics {
 }
 
 /// Help text of `sidecar_injector_template_set_info`.
-const TEMPLATE_SET_HELP: &str = "The template set serving (1) by hash.";
+const TEMPLATE_SET_HELP: &str = "The template set each revision serves (1), by revision and hash.";
 
-impl Metrics {
+/// `sidecar_injector_template_set_info{revision,hash} 1`, one series per revision naming the set it serves (only
+/// that one). The recorder cannot remove a series, so a gauge per hash there left a 0-valued series behind at
+/// every reload, for good; this family is rendered here instead (with the exporter's own formatting).
+fn render_template_sets(text: &mut String, revisions: &[RevisionMetrics]) {
+    let serving: Vec<(&str, Arc<String>)> = revisions
+        .iter()
+        .map(|r| (r.0.revision.as_str(), r.0.template_set.load_full()))
+        .filter(|(_, h)| !h.is_empty())
+        .collect();
+    if serving.is_empty() {
+        return;
+    }
+    formatting::write_help_line(text, TEMPLATE_SET, None, None, TEMPLATE_SET_HELP);
+    formatting::write_type_line(text, TEMPLATE_SET, None, None, "gauge");
+    for (revision, hash) in serving {
+        let labels = vec![
+            metrics::Label::new("revision", revision.to_owned()),
+            metrics::Label::new("hash", hash.as_str().to_owned()),
+        ];
+        let key = metrics::Key::from_parts(TEMPLATE_SET, labels);
+        let labels = LabelSet::from_key_and_global(&key, &Default::default());
+        formatting::write_metric_line::<&str, f64>(text, TEMPLATE_SET, None, &labels, None, 1.0, None);
+    }
+    text.push('\n');
+}
+
+impl RevisionMetrics {
+    pub(crate) fn injected(&self) {
+        self.0.injected.increment(1);
+    }
+
+    pub(crate) fn skipped(&self, reason: SkipReason) {
+        count(&self.0.skipped, reason);
+    }
+
+    pub(crate) fn denied(&self, reason: SkipReason) {
+        count(&self.0.denied, reason);
+    }
+
+    pub(crate) fn validated_ok(&self) {
+        self.0.validated_ok.increment(1);
+    }
+
+    pub(crate) fn validated_missing(&self, refused: bool) {
+        let counter = if refused { &self.0.validated_missing_denied } else { &self.0.validated_missing_warned };
+        counter.increment(1);
+    }
+
+    pub(crate) fn validated_skipped(&self, reason: SkipReason) {
+        count(&self.0.validated_skipped, reason);
+    }
+
     /// The template set serving at start.
     pub(crate) fn template_start(&self, hash: &str) {
         self.0.template_generation.set(1.0);
         self.0.template_last_reload_ok.set(1.0);
-        self.set_template_info(hash);
+        self.0.template_set.store(Arc::new(hash.to_owned()));
     }
 
     pub(crate) fn template_reload(&self, ok: bool) {
@@ -352,21 +426,7 @@ impl Metrics {
     /// A new set was published: its generation, and the info series now names its hash (only its hash).
     pub(crate) fn template_set(&self, generation: u64, hash: &str) {
         self.0.template_generation.set(generation as f64);
-        self.set_template_info(hash);
-    }
-
-    /// `sidecar_injector_template_set_info{hash} 1` for `hash` alone. The recorder cannot remove a series, so a
-    /// gauge per hash there left a 0-valued series behind at every reload, for good; this family is rendered
-    /// here instead (with the exporter's own formatting), one series whose label is replaced.
-    fn set_template_info(&self, hash: &str) {
-        let key = metrics::Key::from_parts(TEMPLATE_SET, vec![metrics::Label::new("hash", hash.to_owned())]);
-        let labels = LabelSet::from_key_and_global(&key, &Default::default());
-        let mut text = String::new();
-        formatting::write_help_line(&mut text, TEMPLATE_SET, None, None, TEMPLATE_SET_HELP);
-        formatting::write_type_line(&mut text, TEMPLATE_SET, None, None, "gauge");
-        formatting::write_metric_line::<&str, f64>(&mut text, TEMPLATE_SET, None, &labels, None, 1.0, None);
-        text.push('\n');
-        self.0.template_set.store(Arc::new(text));
+        self.0.template_set.store(Arc::new(hash.to_owned()));
     }
 }
 
@@ -419,12 +479,13 @@ mod tests {
 
     #[test]
     fn every_reason_of_every_verdict_has_a_series_from_zero_and_is_counted() {
-        let metrics = Metrics::new().unwrap();
+        let all = Metrics::new().unwrap();
+        let metrics = all.revision("canary");
         let series = |name: &str, result: &str, reason: SkipReason| {
-            format!("{name}{{result=\"{result}\",reason=\"{}\"}}", reason.as_str())
+            format!("{name}{{revision=\"canary\",result=\"{result}\",reason=\"{}\"}}", reason.as_str())
         };
         let labels = [(REQUESTS, "skipped"), (REQUESTS, "denied"), (VALIDATIONS, "skipped")];
-        let before = metrics.render();
+        let before = all.render();
         for (name, result) in labels {
             for reason in SkipReason::ALL {
                 assert_eq!(
@@ -440,7 +501,7 @@ mod tests {
             metrics.denied(reason);
             metrics.validated_skipped(reason);
         }
-        let after = metrics.render();
+        let after = all.render();
         for (name, result) in labels {
             for reason in SkipReason::ALL {
                 assert_eq!(value(&after, &series(name, result, reason)), Some(1.0), "{}", series(name, result, reason));
@@ -467,15 +528,25 @@ mod tests {
     }
 
     #[test]
-    fn the_template_set_info_names_only_the_set_serving() {
+    fn the_template_set_info_names_only_the_set_each_revision_serves() {
         let metrics = Metrics::new().unwrap();
-        metrics.template_start("aaaa");
-        metrics.template_set(2, "bbbb");
-        metrics.template_set(3, "cccc");
+        let (stable, canary) = (metrics.revision("stable"), metrics.revision("canary"));
+        stable.template_start("aaaa");
+        canary.template_start("dddd");
+        stable.template_set(2, "bbbb");
+        stable.template_set(3, "cccc");
         let rendered = metrics.render();
         let series: Vec<&str> = rendered.lines().filter(|l| l.starts_with(TEMPLATE_SET)).collect();
-        assert_eq!(series, [r#"sidecar_injector_template_set_info{hash="cccc"} 1"#], "{rendered}");
+        assert_eq!(
+            series,
+            [
+                r#"sidecar_injector_template_set_info{revision="stable",hash="cccc"} 1"#,
+                r#"sidecar_injector_template_set_info{revision="canary",hash="dddd"} 1"#
+            ],
+            "{rendered}"
+        );
         assert_eq!(rendered.matches(&format!("# TYPE {TEMPLATE_SET} gauge\n")).count(), 1, "{rendered}");
-        assert_eq!(value(&rendered, "sidecar_injector_template_generation"), Some(3.0));
+        assert_eq!(value(&rendered, r#"sidecar_injector_template_generation{revision="stable"}"#), Some(3.0));
+        assert_eq!(value(&rendered, r#"sidecar_injector_template_generation{revision="canary"}"#), Some(1.0));
     }
 }

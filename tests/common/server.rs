@@ -50,6 +50,15 @@ pub async fn start(configure: impl FnOnce(&mut ServeConfig, &Path)) -> Running {
 
 /// Starts a server on `engine`, in a fresh temporary directory that `configure` may use.
 pub async fn start_with(engine: Arc<ArcSwap<Engine>>, configure: impl FnOnce(&mut ServeConfig, &Path)) -> Running {
+    start_revisions(vec![engine], configure).await
+}
+
+/// Starts a server on `engines`, one per revision (the first also at the bare paths), in a fresh temporary
+/// directory that `configure` may use.
+pub async fn start_revisions(
+    engines: Vec<Arc<ArcSwap<Engine>>>,
+    configure: impl FnOnce(&mut ServeConfig, &Path),
+) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
     configure(&mut config, dir.path());
@@ -57,7 +66,7 @@ pub async fn start_with(engine: Arc<ArcSwap<Engine>>, configure: impl FnOnce(&mu
         TlsSource::SelfSigned { ca_out } => ca_out.clone(),
         TlsSource::Files { .. } => dir.path().join("ca.pem"),
     };
-    let server = Server::bind(config, engine).await.unwrap();
+    let server = Server::bind(config, engines).await.unwrap();
     let (addr, metrics) = (server.local_addr(), server.metrics_addr());
     let (stop, stopped) = oneshot::channel::<()>();
     let done = tokio::spawn(server.run(async {
