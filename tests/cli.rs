@@ -293,3 +293,28 @@ fn certs_with_a_bad_base_leaves_the_output_directory_as_it_was() {
         kustomization.lines().find(|l| l.contains("manifests/base")).unwrap().trim().trim_start_matches("- ");
     assert!(absent.join(reference).join("kustomization.yaml").is_file(), "{kustomization}");
 }
+
+#[test]
+fn certs_with_a_revision_adds_its_component_and_the_ca_bundle_of_its_webhooks() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("overlay");
+    let base = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/base");
+    let output = run(&["certs", "--out", out.to_str().unwrap(), "--base", base, "--revision", "canary"], "");
+    assert_eq!(code(&output), 0, "{}", String::from_utf8_lossy(&output.stderr));
+    let kustomization = std::fs::read_to_string(out.join("kustomization.yaml")).unwrap();
+    let component = kustomization.lines().skip_while(|l| *l != "components:").nth(1).unwrap();
+    let component = component.trim().trim_start_matches("- ");
+    assert!(component.ends_with("manifests/revision-canary"), "{kustomization}");
+    assert!(out.join(component).join("kustomization.yaml").is_file(), "{kustomization}");
+    let patch = std::fs::read_to_string(out.join("webhook-ca-patch.yaml")).unwrap();
+    for webhook in ["inject", "validate", "canary.inject", "canary.validate"] {
+        assert!(patch.contains(&format!("  - name: {webhook}.sidecar-injector.io\n")), "{webhook}: {patch}");
+    }
+
+    // A revision without a component is refused before anything is written.
+    let absent = dir.path().join("absent");
+    let output = run(&["certs", "--out", absent.to_str().unwrap(), "--base", base, "--revision", "beta"], "");
+    assert_eq!(code(&output), 2);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no component"), "{output:?}");
+    assert!(!absent.exists());
+}

@@ -18,6 +18,7 @@ use sidecar_injector::decision::OPT_OUT_VALUES;
 const BASE: &str = "manifests/base";
 const CERT_MANAGER: &str = "manifests/cert-manager";
 const AVAILABILITY_FIRST: &str = "manifests/availability-first";
+const REVISION_CANARY: &str = "manifests/revision-canary";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -168,6 +169,15 @@ fn each_kustomization_lists_every_file_beside_it() {
     let mut present = yaml_files(&root().join(AVAILABILITY_FIRST));
     present.remove("kustomization.yaml");
     assert_eq!(listed, present, "{AVAILABILITY_FIRST}/kustomization.yaml patches");
+
+    let component: Value = documents(&root().join(REVISION_CANARY).join("kustomization.yaml")).remove(0);
+    assert_eq!(component["kind"], "Component");
+    let mut listed: BTreeSet<String> =
+        component["resources"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_owned()).collect();
+    listed.extend(component["patches"].as_array().unwrap().iter().map(|p| p["path"].as_str().unwrap().to_owned()));
+    let mut present = yaml_files(&root().join(REVISION_CANARY));
+    present.remove("kustomization.yaml");
+    assert_eq!(listed, present, "{REVISION_CANARY}/kustomization.yaml resources and patches");
 }
 
 #[test]
@@ -372,15 +382,15 @@ fn the_cert_manager_overlay_issues_the_secret_the_deployment_mounts_for_the_serv
     assert_eq!(injection["metadata"]["name"], names::MUTATING_CONFIGURATION);
 }
 
-/// The ConfigMap `manifests/` deploys, as generated from `templates/`.
-fn expected_configmap() -> String {
-    let mut text = String::from(
+/// The ConfigMap of templates `manifests/` deploys under `name`, as generated from `templates/`.
+fn expected_configmap(name: &str) -> String {
+    let mut text = format!(
         "# Generated from templates/ by `SIDECAR_INJECTOR_BLESS=1 cargo test --test manifests`: edit the templates\n\
          # there, not here (a test fails when the two differ). To change a running injector's templates, edit this\n\
          # ConfigMap in the cluster after `sidecar-injector check` passes on the edited files (README).\n\
          apiVersion: v1\n\
          kind: ConfigMap\n\
-         metadata:\n  name: sidecar-injector-templates\n  namespace: sidecar-injector\n  labels:\n    app.kubernetes.io/name: sidecar-injector\n\
+         metadata:\n  name: {name}\n  namespace: sidecar-injector\n  labels:\n    app.kubernetes.io/name: sidecar-injector\n\
          data:\n",
     );
     for file in yaml_files(&root().join("templates")) {
@@ -403,17 +413,21 @@ fn expected_configmap() -> String {
 
 #[test]
 fn the_configmap_carries_the_templates_and_they_pass_check() {
-    let path = root().join(BASE).join("configmap.yaml");
-    let expected = expected_configmap();
-    if std::env::var_os("SIDECAR_INJECTOR_BLESS").is_some() {
-        std::fs::write(&path, &expected).unwrap();
+    // The canary revision starts as a copy of the default one: its ConfigMap is the one edited for a canary.
+    for (dir, name) in [(BASE, "sidecar-injector-templates"), (REVISION_CANARY, "sidecar-injector-templates-canary")] {
+        let path = root().join(dir).join("configmap.yaml");
+        let expected = expected_configmap(name);
+        if std::env::var_os("SIDECAR_INJECTOR_BLESS").is_some() {
+            std::fs::write(&path, &expected).unwrap();
+        }
+        let actual = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            actual == expected,
+            "{} differs from templates/: run `SIDECAR_INJECTOR_BLESS=1 cargo test --test manifests`",
+            path.display()
+        );
     }
-    let actual = std::fs::read_to_string(&path).unwrap();
-    assert!(
-        actual == expected,
-        "{} differs from templates/: run `SIDECAR_INJECTOR_BLESS=1 cargo test --test manifests`",
-        path.display()
-    );
+    let path = root().join(BASE).join("configmap.yaml");
 
     // What the kubelet will write into the mounted directory is exactly the template files...
     let configmap: ConfigMap = typed(&documents(&path)[0]);
@@ -684,4 +698,108 @@ fn the_dockerfile_matches_the_deployment_and_its_context_holds_the_sources() {
         let excluded = ignored.iter().any(|pattern| needed == pattern || needed.starts_with(&format!("{pattern}/")));
         assert!(!excluded, ".dockerignore leaves out {needed}, which the build needs");
     }
+}
+
+/// Does a label selector's `matchExpressions` select an object with `labels`?
+fn selects(selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, labels: &[(&str, &str)]) -> bool {
+    assert!(selector.match_labels.is_none(), "the webhooks select by expressions only");
+    selector.match_expressions.iter().flatten().all(|e| {
+        let value = labels.iter().find(|(k, _)| *k == e.key).map(|(_, v)| *v);
+        let listed = |v: &str| e.values.iter().flatten().any(|x| x == v);
+        match e.operator.as_str() {
+            "In" => value.is_some_and(listed),
+            "NotIn" => !value.is_some_and(listed),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            other => panic!("operator {other}"),
+        }
+    })
+}
+
+/// The base's objects with the canary component's patches applied, as kustomize applies them.
+fn with_canary() -> (Deployment, MutatingWebhookConfiguration, ValidatingWebhookConfiguration, ConfigMap) {
+    let base = objects(BASE);
+    let patched = |kind: &str, file: &str| -> Value {
+        let mut object = the(&base, kind).clone();
+        let patch: json_patch::Patch =
+            serde_json::from_value(documents(&root().join(REVISION_CANARY).join(file)).remove(0)).unwrap();
+        json_patch::patch(&mut object, &patch).unwrap();
+        object
+    };
+    let configmap = typed(&documents(&root().join(REVISION_CANARY).join("configmap.yaml"))[0]);
+    (
+        typed(&patched("Deployment", "deployment.yaml")),
+        typed(&patched("MutatingWebhookConfiguration", "mutatingwebhookconfiguration.yaml")),
+        typed(&patched("ValidatingWebhookConfiguration", "validatingwebhookconfiguration.yaml")),
+        configmap,
+    )
+}
+
+#[test]
+fn the_canary_component_adds_a_revision_the_server_serves_for_its_namespaces_alone() {
+    use sidecar_injector::cli::{Cli, Command};
+    let (deployment, mutating, validating, configmap) = with_canary();
+    fn json<T: serde::Serialize>(field: &T) -> Value {
+        serde_json::to_value(field).unwrap()
+    }
+
+    // Each configuration gains one webhook: the default's, but for its name, path and namespaces.
+    let mutating = mutating.webhooks.unwrap();
+    let validating = validating.webhooks.unwrap();
+    for (webhooks, path) in [(json(&mutating), "/mutate"), (json(&validating), "/validate")] {
+        let [default, canary] = webhooks.as_array().unwrap().as_slice() else { panic!("two webhooks: {webhooks}") };
+        assert_eq!(canary["name"], format!("canary.{}", default["name"].as_str().unwrap()));
+        assert_eq!(canary["clientConfig"]["service"]["path"], format!("{path}/canary"));
+        let mut same = canary.clone();
+        same["name"] = default["name"].clone();
+        same["clientConfig"] = default["clientConfig"].clone();
+        same["namespaceSelector"] = default["namespaceSelector"].clone();
+        assert_eq!(&same, default, "the canary's {path} webhook differs from the default's only where it must");
+    }
+
+    // Routing: a namespace is the default revision's or the canary's, never both; the system ones neither's.
+    let (default, canary) = (&mutating[0], &mutating[1]);
+    let routed = |labels: &[(&str, &str)]| {
+        let to = |w: &k8s_openapi::api::admissionregistration::v1::MutatingWebhook| {
+            selects(w.namespace_selector.as_ref().unwrap(), labels)
+        };
+        (to(default), to(canary))
+    };
+    let name = |n| ("kubernetes.io/metadata.name", n);
+    let (inject, on_canary) = (("sidecar-injector.io/inject", "enabled"), ("sidecar-injector.io/rev", "canary"));
+    assert_eq!(routed(&[name("shop"), inject]), (true, false), "opted in: the default revision");
+    assert_eq!(routed(&[name("shop"), inject, on_canary]), (false, true), "one label moves it to the canary");
+    assert_eq!(routed(&[name("shop"), on_canary]), (false, true));
+    assert_eq!(
+        routed(&[name("shop"), inject, ("sidecar-injector.io/rev", "beta")]),
+        (false, false),
+        "no such revision"
+    );
+    assert_eq!(routed(&[name("shop")]), (false, false), "not opted in");
+    assert_eq!(routed(&[name("kube-system"), on_canary]), (false, false), "never a system namespace");
+    assert_eq!(routed(&[name("sidecar-injector"), inject]), (false, false), "never our own");
+
+    // The Deployment serves both revisions, each from the ConfigMap mounted where its --template-dir points.
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let container = &pod.containers[0];
+    let mut args = vec!["sidecar-injector".to_owned()];
+    args.extend(container.args.clone().unwrap());
+    let Command::Serve(serve) = <Cli as clap::Parser>::try_parse_from(&args).unwrap().command else { panic!("serve") };
+    let revisions: Vec<(String, String)> = serve
+        .template
+        .template_dir
+        .iter()
+        .map(|r| {
+            let mount = container.volume_mounts.iter().flatten().find(|m| Path::new(&m.mount_path) == r.dir).unwrap();
+            let volume = pod.volumes.iter().flatten().find(|v| v.name == mount.name).unwrap();
+            (r.revision.clone(), volume.config_map.clone().unwrap().name)
+        })
+        .collect();
+    assert_eq!(
+        revisions,
+        [
+            ("default".to_owned(), "sidecar-injector-templates".to_owned()),
+            ("canary".to_owned(), configmap.metadata.name.unwrap())
+        ]
+    );
 }
