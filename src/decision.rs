@@ -108,6 +108,9 @@ pub struct Keys {
     pub status: String,
     /// `<prefix>template`: the template(s) a pod asks for, comma-separated.
     pub template: String,
+    /// `<prefix>rev`: the namespace label that opts a namespace in to a named revision
+    /// (`serve --template-dir REVISION=DIR`); not a pod annotation, so not one of [`Keys::own`].
+    pub rev: String,
 }
 
 impl Keys {
@@ -117,6 +120,7 @@ impl Keys {
             inject: format!("{prefix}inject"),
             status: format!("{prefix}status"),
             template: format!("{prefix}template"),
+            rev: format!("{prefix}rev"),
         }
     }
     /// The three keys.
@@ -173,6 +177,14 @@ pub(crate) fn admits(pod: &PodView<'_, '_>, keys: &Keys, template: &Template) ->
 /// webhook configuration's objectSelector and matchConditions (`manifests/`) list the same values, so that the API
 /// server does not even call us for such pods.
 pub const OPT_OUT_VALUES: [&str; 5] = ["false", "no", "off", "0", "disabled"];
+
+/// The value of the namespace label `<prefix>inject` that opts a namespace in to the default revision (the
+/// webhook configuration's namespaceSelector, `manifests/`, selects it).
+pub const NAMESPACE_ENABLED: &str = "enabled";
+
+/// The namespaces the webhook configuration never sends us, whatever their labels (its namespaceSelector's
+/// `kubernetes.io/metadata.name NotIn` list in `manifests/base`: the system namespaces and the injector's own).
+pub const EXCLUDED_NAMESPACES: [&str; 4] = ["kube-system", "kube-node-lease", "kube-public", "sidecar-injector"];
 
 fn is_false(value: &str) -> bool {
     OPT_OUT_VALUES.iter().any(|f| value.trim().eq_ignore_ascii_case(f))

@@ -43,6 +43,7 @@ pub mod pod_security;
 mod response;
 pub mod review;
 pub mod server;
+pub mod status;
 pub mod template;
 mod validate;
 pub mod validation;

@@ -12,6 +12,8 @@
 mod common;
 #[path = "e2e/differential.rs"]
 mod differential;
+#[path = "e2e/status.rs"]
+mod status;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -164,9 +166,22 @@ fn free_port() -> u16 {
 
 /// A webhook configuration from `manifests/base`, pointed at `url` (the URL form: no Service here) with `ca`.
 fn configuration(file: &str, url: &str, ca_pem: &str) -> Value {
-    let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/base").join(file)).unwrap();
-    let mut configuration = sidecar_injector::offline::read_documents(&text).unwrap().remove(0);
+    configuration_with(file, None, url, ca_pem)
+}
+
+/// [`configuration`], with the JSON patch of the same name from the component `component` applied first, as
+/// kustomize applies it.
+fn configuration_with(file: &str, component: Option<&str>, url: &str, ca_pem: &str) -> Value {
+    let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    let read = |dir: &str| {
+        let text = std::fs::read_to_string(manifests.join(dir).join(file)).unwrap();
+        sidecar_injector::offline::read_documents(&text).unwrap().remove(0)
+    };
+    let mut configuration = read("base");
+    if let Some(component) = component {
+        let patch: json_patch::Patch = serde_json::from_value(read(component)).unwrap();
+        json_patch::patch(&mut configuration, &patch).unwrap();
+    }
     use base64::Engine as _;
     let bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     for webhook in configuration["webhooks"].as_array_mut().unwrap() {
@@ -675,4 +690,79 @@ async fn jobs_and_cpu_quotas_against_a_real_api_server() {
     assert_eq!((proxies(&cron), container_names(&cron, "initContainers")), (0, vec![]), "{cron}");
     let other = cluster.must_create(PODS, app_pod("not-a-job", skip)).await;
     assert_eq!(proxies(&other), 1, "{other}");
+}
+
+/// The proxy image of a stored pod, and the revision its status annotation names.
+fn proxy_and_revision(pod: &Value) -> (String, String) {
+    let proxy = pod["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == "proxy");
+    let image = proxy.map(|c| c["image"].as_str().unwrap().to_owned()).unwrap_or_default();
+    let stamp = pod["metadata"]["annotations"]["sidecar-injector.io/status"].as_str().unwrap_or_default();
+    let revision = sidecar_injector::Stamp::parse(stamp).map(|s| s.revision().to_owned()).unwrap_or_default();
+    (image, revision)
+}
+
+/// Two revisions served side by side, routed by namespace label exactly as `manifests/revision-canary` routes
+/// them; moving a namespace is one label, and an edit of the canary reaches only the canary's namespaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: tests/e2e/apiserver.sh"]
+async fn revisions_against_a_real_api_server() {
+    let cluster = Cluster::start();
+    let work = tempfile::tempdir().unwrap();
+    let builtin = sidecar_injector::template::BUILTIN_SOURCE;
+    let (stable, canary) = (work.path().join("stable"), work.path().join("canary"));
+    for (dir, image) in [(&stable, "proxy:1.4.2"), (&canary, "proxy:1.5.0-rc1")] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("default.yaml"), builtin.replace("proxy:1.4.2", image)).unwrap();
+    }
+    let canary_flag = format!("--template-dir=canary={}", canary.display());
+    let (injector, ca) = Injector::start(work.path(), &stable, &[&canary_flag]);
+    let url = format!("https://{}", injector.addr);
+    for (file, collection) in
+        [("mutatingwebhookconfiguration.yaml", MUTATING), ("validatingwebhookconfiguration.yaml", VALIDATING)]
+    {
+        register(&cluster, collection, &configuration_with(file, Some("revision-canary"), &url, &ca)).await;
+    }
+    // `on-default` opted in; `on-canary` opted in and moved to the canary (the rev label wins).
+    for (name, revision) in [("on-default", None), ("on-canary", Some("canary"))] {
+        let mut labels = json!({"kubernetes.io/metadata.name": name, "sidecar-injector.io/inject": "enabled"});
+        if let Some(revision) = revision {
+            labels["sidecar-injector.io/rev"] = json!(revision);
+        }
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}});
+        cluster.must_create("/api/v1/namespaces", namespace).await;
+    }
+    let served = async |namespace: &str, image: &str, revision: &str| {
+        let pods = format!("/api/v1/namespaces/{namespace}/pods");
+        eventually(&format!("{namespace}: {image} from {revision}"), async || {
+            let (status, body) = cluster.create(&pods, pod(&unique("web"), json!({}), json!({}))).await;
+            assert_eq!(status, 201, "{body}");
+            assert!(proxies(&body) <= 1, "injected once: {body}");
+            (proxy_and_revision(&body) == (format!("ghcr.io/sidecar-injector/{image}"), revision.to_owned()))
+                .then_some(body)
+        })
+        .await
+    };
+    served("on-default", "proxy:1.4.2", "default").await;
+    served("on-canary", "proxy:1.5.0-rc1", "canary").await;
+
+    // An edit of the canary's templates reaches the canary's namespace only.
+    std::fs::write(canary.join("default.yaml"), builtin.replace("proxy:1.4.2", "proxy:1.5.0-rc2")).unwrap();
+    served("on-canary", "proxy:1.5.0-rc2", "canary").await;
+    let (status, body) =
+        cluster.create("/api/v1/namespaces/on-default/pods", pod(&unique("web"), json!({}), json!({}))).await;
+    assert_eq!(
+        (status, proxy_and_revision(&body)),
+        (201, ("ghcr.io/sidecar-injector/proxy:1.4.2".to_owned(), "default".to_owned()))
+    );
+
+    // One label moves a namespace to the canary, and its removal back.
+    let label = async |revision: Value| {
+        let patch = json!({"metadata": {"labels": {"sidecar-injector.io/rev": revision}}});
+        let (status, body) = cluster.call(Method::PATCH, "/api/v1/namespaces/on-default", Some(&patch)).await;
+        assert_eq!(status, 200, "{body}");
+    };
+    label(json!("canary")).await;
+    served("on-default", "proxy:1.5.0-rc2", "canary").await;
+    label(Value::Null).await;
+    served("on-default", "proxy:1.4.2", "default").await;
 }

@@ -9,6 +9,7 @@ pub mod check;
 pub mod inject;
 pub mod review;
 pub mod serve;
+pub mod status;
 
 use std::path::PathBuf;
 
@@ -16,9 +17,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// What the exit codes mean, for scripts (`--help` shows it).
 pub const EXIT_CODES: &str = "Exit codes: 0 success; 1 the work found a problem (check refused a template, review or \
-validate refused a pod, inject could not inject, the input is not a review or not YAML); 2 bad usage or bad \
-configuration (an unknown flag, an unreadable file or directory, a bad flag value, unusable templates or TLS \
-material for serve).";
+validate refused a pod, inject could not inject, the input is not a review or not YAML, status found pods that do \
+not run the current sidecar); 2 bad usage or bad configuration (an unknown flag, an unreadable file or directory, a \
+bad flag value, unusable templates or TLS material for serve, an API server status cannot reach).";
 
 /// A Kubernetes mutating admission webhook that injects a templated sidecar into Pods.
 #[derive(Debug, Parser)]
@@ -75,6 +76,7 @@ where
         Command::Check(args) => check::run(args),
         Command::Inject(args) => inject::run(args),
         Command::Certs(args) => certs::run(args),
+        Command::Status(args) => status::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -100,6 +102,9 @@ pub enum Command {
     /// Write a CA, a serving certificate for the webhook's Service and a kustomize overlay that deploys them
     /// (for clusters without cert-manager).
     Certs(certs::CertsArgs),
+    /// Report which running pods carry the current sidecar, through your kubeconfig, by namespace and workload
+    /// (exit 1 on drift); `--restart` rolls the Deployments, StatefulSets and DaemonSets that do not.
+    Status(Box<status::StatusArgs>),
 }
 
 /// Options shared by every command that injects.

@@ -1,0 +1,354 @@
+//! The report of `status`: pods grouped by namespace and workload, counted by class, as a table for people or
+//! JSON for scripts (`-o json`), both made from the one [`Report`].
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::owners::Workload;
+use super::restart;
+use super::{Class, Enrollment, Revision};
+
+/// What `status` found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// The revisions the pods were judged against, the default one first.
+    pub revisions: Vec<RevisionInfo>,
+    /// The namespaces looked at, by name.
+    pub namespaces: Vec<NamespaceReport>,
+    /// The counts over every namespace.
+    pub summary: Summary,
+    /// What `--restart` did (or, with `--dry-run`, would do).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restart: Option<restart::Outcome>,
+}
+
+/// A revision's templates, as the report names them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionInfo {
+    /// Its name.
+    pub name: String,
+    /// Where its templates were read: a directory, a file, `configmap/NS/NAME`, the built-in template.
+    pub source: String,
+    /// The hash of its template set.
+    pub set: String,
+    /// The template of pods that name none.
+    pub default_template: String,
+    /// Each template's current version, by name.
+    pub templates: BTreeMap<String, String>,
+}
+
+/// One namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceReport {
+    /// Its name.
+    pub name: String,
+    /// `opted-in`, `unknown-revision`, `not-opted-in` or `excluded` (see [`Enrollment`]).
+    pub opt_in: &'static str,
+    /// The revision its labels name, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Its pods' counts.
+    pub counts: Counts,
+    /// Its workloads, by kind and name.
+    pub workloads: Vec<WorkloadReport>,
+}
+
+/// One workload's pods.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadReport {
+    /// The workload (`kind`, `name`).
+    #[serde(flatten)]
+    pub workload: Workload,
+    /// Its pods, counted by class.
+    pub counts: Counts,
+    /// Its pods, by name.
+    pub pods: Vec<PodReport>,
+}
+
+/// One pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodReport {
+    /// The pod's name.
+    pub name: String,
+    /// Its class, with what the class says (`class`, `template`, `version`, ...).
+    #[serde(flatten)]
+    pub class: Class,
+}
+
+/// Pods counted by class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counts {
+    /// Every pod.
+    pub pods: usize,
+    /// [`Class::Current`].
+    pub current: usize,
+    /// [`Class::Stale`].
+    pub stale: usize,
+    /// [`Class::Missing`].
+    pub missing: usize,
+    /// [`Class::Incomplete`].
+    pub incomplete: usize,
+    /// [`Class::OtherRevision`].
+    pub other_revision: usize,
+    /// [`Class::Skipped`].
+    pub skipped: usize,
+}
+
+impl Counts {
+    fn add(&mut self, class: &Class) {
+        self.pods += 1;
+        *match class {
+            Class::Current { .. } => &mut self.current,
+            Class::Stale { .. } => &mut self.stale,
+            Class::Missing { .. } => &mut self.missing,
+            Class::Incomplete { .. } => &mut self.incomplete,
+            Class::OtherRevision { .. } => &mut self.other_revision,
+            Class::Skipped { .. } => &mut self.skipped,
+        } += 1;
+    }
+
+    fn merge(&mut self, other: &Counts) {
+        self.pods += other.pods;
+        self.current += other.current;
+        self.stale += other.stale;
+        self.missing += other.missing;
+        self.incomplete += other.incomplete;
+        self.other_revision += other.other_revision;
+        self.skipped += other.skipped;
+    }
+
+    /// The pods that drift: stale, missing, incomplete or of another revision.
+    pub fn drift(&self) -> usize {
+        self.stale + self.missing + self.incomplete + self.other_revision
+    }
+
+    /// The counts in [`Class::NAMES`] order.
+    fn by_class(&self) -> [usize; 6] {
+        [self.current, self.stale, self.missing, self.incomplete, self.other_revision, self.skipped]
+    }
+}
+
+/// The counts over every namespace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Namespaces looked at.
+    pub namespaces: usize,
+    /// Pods counted by class.
+    #[serde(flatten)]
+    pub counts: Counts,
+    /// Workloads with at least one pod that drifts.
+    pub workloads_with_drift: usize,
+    /// Does any pod drift? (`status` exits 1 if so.)
+    pub drift: bool,
+}
+
+/// The pods of one namespace, classified, with their workloads: what [`Report::new`] groups.
+#[derive(Debug, Clone)]
+pub struct Surveyed {
+    /// The namespace.
+    pub namespace: String,
+    /// How it is opted in.
+    pub enrollment: Enrollment,
+    /// Each pod: its workload, its name, its class.
+    pub pods: Vec<(Workload, String, Class)>,
+}
+
+impl Report {
+    /// Groups the surveyed pods by namespace and workload (both sorted by name, pods too) and counts them.
+    pub fn new(revisions: &[Revision], surveyed: Vec<Surveyed>) -> Report {
+        let mut namespaces: Vec<NamespaceReport> = surveyed.into_iter().map(NamespaceReport::new).collect();
+        namespaces.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut summary = Summary { namespaces: namespaces.len(), ..Summary::default() };
+        for namespace in &namespaces {
+            summary.counts.merge(&namespace.counts);
+            summary.workloads_with_drift += namespace.workloads.iter().filter(|w| w.counts.drift() > 0).count();
+        }
+        summary.drift = summary.counts.drift() > 0;
+        Report { revisions: revisions.iter().map(RevisionInfo::new).collect(), namespaces, summary, restart: None }
+    }
+
+    /// Should the command exit 1? Without `--restart`: when any pod drifts. With it: when drift is left that
+    /// this run did not restart (not restartable, over `--max-restarts`, or a restart that failed).
+    pub fn failed(&self) -> bool {
+        match &self.restart {
+            None => self.summary.drift,
+            Some(restart) => restart.left_behind(),
+        }
+    }
+
+    /// The report as JSON, for `-o json`.
+    pub fn json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report serialises: its maps have string keys")
+    }
+
+    /// The report as a table, for people: one line per workload with its counts, then, under each workload that
+    /// drifts, its drifting pods grouped by what they run; then the totals and what `--restart` did or would do.
+    pub fn table(&self) -> String {
+        let mut rows = vec![
+            ["NAMESPACE", "REVISION", "WORKLOAD", "PODS"]
+                .into_iter()
+                .chain(["CURRENT", "STALE", "MISSING", "INCOMPLETE", "OTHER-REV", "SKIPPED"])
+                .map(str::to_owned)
+                .collect::<Vec<_>>(),
+        ];
+        let mut details = vec![Vec::new()];
+        for namespace in &self.namespaces {
+            let revision = match (namespace.revision.as_deref(), namespace.opt_in) {
+                (Some(rev), "unknown-revision") => format!("{rev}?"),
+                (Some(rev), _) => rev.to_owned(),
+                (None, opt_in) => format!("({opt_in})"),
+            };
+            for workload in &namespace.workloads {
+                let counts = workload.counts;
+                let mut row = vec![namespace.name.clone(), revision.clone(), workload.workload.to_string()];
+                row.push(counts.pods.to_string());
+                row.extend(counts.by_class().iter().map(usize::to_string));
+                rows.push(row);
+                details.push(drift_lines(workload));
+            }
+        }
+        let widths: Vec<usize> =
+            (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+        let mut out = String::new();
+        if rows.len() > 1 {
+            for (row, lines) in rows.iter().zip(&details) {
+                let cells = row.iter().zip(&widths).enumerate().map(|(c, (cell, width))| {
+                    // Names to the left, numbers to the right.
+                    if c < 3 { format!("{cell:<width$}") } else { format!("{cell:>width$}") }
+                });
+                let _ = writeln!(out, "{}", cells.collect::<Vec<_>>().join("  ").trim_end());
+                for line in lines {
+                    let _ = writeln!(out, "    {line}");
+                }
+            }
+            out.push('\n');
+        }
+        for namespace in self.namespaces.iter().filter(|n| n.opt_in == "unknown-revision") {
+            let rev = namespace.revision.as_deref().unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "namespace {}: labelled for revision {rev}, whose templates were not given (--template-dir \
+                 {rev}=DIR or --configmap {rev}=NS/NAME): its pods are not judged",
+                namespace.name
+            );
+        }
+        let counts = self.summary.counts;
+        let by_class = Class::NAMES.iter().zip(counts.by_class()).map(|(name, n)| format!("{n} {name}"));
+        let _ = writeln!(
+            out,
+            "{} pod(s) in {} namespace(s): {}",
+            counts.pods,
+            self.summary.namespaces,
+            by_class.collect::<Vec<_>>().join(", ")
+        );
+        if !self.summary.drift {
+            out.push_str("no drift: every pod runs the sidecar its namespace's templates inject today\n");
+        } else {
+            let _ = writeln!(
+                out,
+                "drift: {} pod(s) in {} workload(s) do not run the current sidecar",
+                counts.drift(),
+                self.summary.workloads_with_drift
+            );
+        }
+        match &self.restart {
+            Some(restart) => out.push_str(&restart.text()),
+            None if self.summary.drift => {
+                let plan = restart::plan(self, usize::MAX);
+                if !plan.restart.is_empty() {
+                    let _ = writeln!(out, "`status --restart` would restart: {}", restart::list(&plan.restart));
+                }
+                if !plan.not_restartable.is_empty() {
+                    let _ =
+                        writeln!(out, "not restartable, recreate by hand: {}", restart::list(&plan.not_restartable));
+                }
+            }
+            None => {}
+        }
+        out
+    }
+}
+
+/// Under a workload: its drifting pods, grouped by what they run (`stale, default 0123 (now a681): web-1, web-2`).
+fn drift_lines(workload: &WorkloadReport) -> Vec<String> {
+    /// Pod names listed per line, beyond which only the number is given.
+    const NAMES_SHOWN: usize = 5;
+    let mut groups: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for pod in workload.pods.iter().filter(|p| p.class.is_drift()) {
+        let what = match &pod.class {
+            Class::Stale { template, version, current_version } => format!(
+                "stale, {template} {version} (now {})",
+                current_version.as_deref().unwrap_or("no such template")
+            ),
+            Class::Missing { template, version } => format!("missing, no sidecar ({template} {version} expected)"),
+            Class::Incomplete { template, version, missing } => {
+                format!("incomplete, {template} {version} lacks {}", missing.join(", "))
+            }
+            Class::OtherRevision { revision, template, version } => {
+                format!("other revision, injected by {revision} ({template} {version})")
+            }
+            Class::Current { .. } | Class::Skipped { .. } => continue,
+        };
+        groups.entry(what).or_default().push(&pod.name);
+    }
+    groups
+        .into_iter()
+        .map(|(what, names)| {
+            let mut shown = names.iter().take(NAMES_SHOWN).copied().collect::<Vec<_>>().join(", ");
+            if names.len() > NAMES_SHOWN {
+                let _ = write!(shown, " and {} more", names.len() - NAMES_SHOWN);
+            }
+            format!("{what}: {shown}")
+        })
+        .collect()
+}
+
+impl NamespaceReport {
+    fn new(surveyed: Surveyed) -> NamespaceReport {
+        let mut workloads: BTreeMap<Workload, WorkloadReport> = BTreeMap::new();
+        let mut counts = Counts::default();
+        for (workload, name, class) in surveyed.pods {
+            counts.add(&class);
+            let report = workloads.entry(workload.clone()).or_insert_with(|| WorkloadReport {
+                workload,
+                counts: Counts::default(),
+                pods: Vec::new(),
+            });
+            report.counts.add(&class);
+            report.pods.push(PodReport { name, class });
+        }
+        let mut workloads: Vec<WorkloadReport> = workloads.into_values().collect();
+        for workload in &mut workloads {
+            workload.pods.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        NamespaceReport {
+            name: surveyed.namespace,
+            opt_in: surveyed.enrollment.as_str(),
+            revision: surveyed.enrollment.revision().map(str::to_owned),
+            counts,
+            workloads,
+        }
+    }
+}
+
+impl RevisionInfo {
+    fn new(revision: &Revision) -> RevisionInfo {
+        let set = revision.engine.set();
+        RevisionInfo {
+            name: revision.name.clone(),
+            source: revision.source.clone(),
+            set: set.hash().to_owned(),
+            default_template: set.default_template().name().to_owned(),
+            templates: set.templates().map(|t| (t.name().to_owned(), t.hash().to_owned())).collect(),
+        }
+    }
+}
