@@ -210,18 +210,7 @@ fn inject_pod(
         let job = json!({"apiVersion": "batch/v1", "kind": "Job", "name": workload, "uid": "", "controller": true});
         metadata.insert("ownerReferences".into(), json!([job]));
     }
-    let mut review = json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "sidecar-injector-inject",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "operation": "CREATE",
-            "namespace": namespace,
-            "object": object,
-        },
-    });
+    let mut review = pod_create_review("sidecar-injector-inject", namespace, object);
     // Serialising a `Value` cannot fail.
     let mut body = serde_json::to_vec(&review).expect("JSON values serialise");
     let mut response = Vec::new();
@@ -314,4 +303,21 @@ mod tests {
         assert!(inject_document(&engine(), &mut other, "default").unwrap().is_empty());
         assert_eq!(other, before, "another group's Job is not a workload we know");
     }
+}
+
+/// The Pod CREATE review (admission.k8s.io/v1) the API server would send for `pod` in `namespace`: how the
+/// commands that judge pods offline (`inject`, `status`) put one through the engine.
+pub(crate) fn pod_create_review(uid: &str, namespace: &str, pod: Value) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "namespace": namespace,
+            "object": pod,
+        },
+    })
 }

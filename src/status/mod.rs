@@ -15,7 +15,7 @@ pub mod restart;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::decision::{self, Keys, SkipReason};
 use crate::{Engine, ReviewError, Stamp, Verdict};
@@ -276,20 +276,9 @@ pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// The Pod CREATE review the API server would send for `pod` in `namespace` (admission.k8s.io/v1).
+/// The Pod CREATE review the API server would send for `pod` in `namespace`.
 fn review(namespace: &str, pod: &Value) -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "sidecar-injector-status",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": namespace,
-            "operation": "CREATE",
-            "object": pod,
-        }
-    })
+    crate::offline::pod_create_review("sidecar-injector-status", namespace, pod.clone())
 }
 
 #[cfg(test)]
