@@ -240,6 +240,23 @@ fn inject_pod(
     Ok(TemplateReport { workload: workload.to_owned(), verdict: outcome.verdict, warnings: outcome.warnings })
 }
 
+/// The Pod CREATE review (admission.k8s.io/v1) the API server would send for `pod` in `namespace`: how the
+/// commands that judge pods offline (`inject`, `status`) put one through the engine.
+pub(crate) fn pod_create_review(uid: &str, namespace: &str, pod: Value) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "namespace": namespace,
+            "object": pod,
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,21 +320,4 @@ mod tests {
         assert!(inject_document(&engine(), &mut other, "default").unwrap().is_empty());
         assert_eq!(other, before, "another group's Job is not a workload we know");
     }
-}
-
-/// The Pod CREATE review (admission.k8s.io/v1) the API server would send for `pod` in `namespace`: how the
-/// commands that judge pods offline (`inject`, `status`) put one through the engine.
-pub(crate) fn pod_create_review(uid: &str, namespace: &str, pod: Value) -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "operation": "CREATE",
-            "namespace": namespace,
-            "object": pod,
-        },
-    })
 }
