@@ -191,6 +191,16 @@ fn serve_refuses_to_start_without_a_valid_template_and_says_why() {
     let output = run(&["serve", "--template-dir", dir.path().to_str().unwrap(), "--default-template", "mesh"], "");
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8(output.stderr).unwrap().contains("no template named `mesh`"));
+
+    // Revisions: each named once, with a name that fits a URL path and a label value.
+    let dir = dir.path().to_str().unwrap();
+    let twice = [format!("--template-dir=canary={dir}"), format!("--template-dir=canary={dir}")];
+    let output = run(&["serve", &twice[0], &twice[1], "--listen", "127.0.0.1:0"], "");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8(output.stderr).unwrap().contains(r#"revision "canary" is given twice"#));
+    let output = run(&["serve", &format!("--template-dir=Canary_1={dir}")], "");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8(output.stderr).unwrap().contains(r#"revision "Canary_1""#));
 }
 
 #[test]
