@@ -181,7 +181,8 @@ impl Reads {
         }
         let Some(rest) = var.strip_prefix("pod.") else { return Reads(0) };
         let field = rest.split('.').next().unwrap_or(rest);
-        Reads(POD_FIELDS.iter().position(|f| *f == field).map_or(0, |i| 1 << i))
+        // A name that is not a field (a method, say) may read anything: key on everything rather than miss.
+        Reads(POD_FIELDS.iter().position(|f| *f == field).map_or(u8::MAX, |i| 1 << i))
     }
 
     fn field(self, index: usize) -> bool {
