@@ -57,7 +57,8 @@ const CAPTURE: &str = "reviews/apiserver-1.20-pod-create.json";
 
 /// Length of a uid as Kubernetes writes it (a UUID).
 pub const UID_LEN: usize = 36;
-const UID_PLACEHOLDER: &str = "00000000-0000-4000-8000-000000000000";
+/// The uid of a body as loaded, before [`Body::stamp`] gives it its own.
+pub const UID_PLACEHOLDER: &str = "00000000-0000-4000-8000-000000000000";
 /// A generated pod's name; its 12 digits are rewritten on every request.
 const NAME_PLACEHOLDER: &str = "loadtest-000000000000";
 
@@ -88,6 +89,12 @@ impl Body {
     /// Size of the review in bytes.
     pub fn len(&self) -> usize {
         self.review.len()
+    }
+
+    /// The review as loaded: its uid is [`UID_PLACEHOLDER`], and a generated pod named per request has its
+    /// placeholder name (of the same length as every stamped one).
+    pub fn unstamped(&self) -> &Bytes {
+        &self.review
     }
 
     /// The review for request number `seq` of this run: its own uid, written to `uid`, and for a generated pod

@@ -1,10 +1,17 @@
 //! Every answer is checked before its latency counts: status 200, an AdmissionReview response in the version sent
 //! with our uid, allowed, and a patch that decodes (base64, then JSON) to `add` operations only. The first answer
 //! for each body is also applied to the pod, which must still be a valid Pod afterwards.
+//!
+//! The stack floor (`--start-floor`) does no review work, so it cannot echo the uid: it answers each body with a
+//! fixed answer, the injector's own answer to that body as loaded ([`FixedAnswers`]). Each fixed answer is checked
+//! once, at start, exactly as above (its uid being the body's placeholder uid) and applied to its pod; then every
+//! answer of the floor is checked against it byte for byte, with its status and content type. An answer that is
+//! byte-equal to a checked one is as correct as that one, and costs the harness a `memcmp` rather than a parse.
 
 use std::borrow::Cow;
 
 use base64::Engine as _;
+use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -60,8 +67,7 @@ struct Op<'a> {
 /// Checks one answer to a v1 review with `uid`. Returns the decoded patch too when `keep_patch` is set.
 pub fn check(status: u16, body: &[u8], uid: &str, keep_patch: bool) -> Result<(Answer, Option<Vec<u8>>), Wrong> {
     if status != 200 {
-        let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
-        return Err(wrong(format!("HTTP {status}: {}", text.trim())));
+        return Err(not_ok(status, body));
     }
     let review: Review<'_> =
         serde_json::from_slice(body).map_err(|e| wrong(format!("the answer is not an AdmissionReview: {e}")))?;
@@ -95,6 +101,68 @@ pub fn check(status: u16, body: &[u8], uid: &str, keep_patch: bool) -> Result<(A
     }
     let answer = Answer { ops: ops.len() };
     Ok((answer, keep_patch.then_some(decoded)))
+}
+
+/// A status other than 200, with the start of the body (the server's reason, as a rule).
+fn not_ok(status: u16, body: &[u8]) -> Wrong {
+    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
+    wrong(format!("HTTP {status}: {}", text.trim()))
+}
+
+/// The stack floor's answers: one fixed answer per body, each checked as a correct answer to its body.
+#[derive(Debug)]
+pub struct FixedAnswers {
+    answers: Vec<Bytes>,
+    /// The patch operations of each answer.
+    ops: Vec<usize>,
+}
+
+impl FixedAnswers {
+    /// `answers[i]`, the answer to body `i` as loaded (uid `uid`), checked as [`check`] checks an answer and
+    /// applied to `pods[i]`: an answer that fails is a setup error, naming the body.
+    pub fn new(answers: Vec<Bytes>, uid: &str, pods: &[(&str, &Value)]) -> Result<FixedAnswers, String> {
+        if answers.len() != pods.len() {
+            return Err(format!("{} fixed answers for {} bodies", answers.len(), pods.len()));
+        }
+        let mut ops = Vec::with_capacity(answers.len());
+        for (answer, (name, pod)) in answers.iter().zip(pods) {
+            let checked = check(200, answer, uid, true).and_then(|(answer, patch)| match patch {
+                Some(patch) => applies(pod, &patch).map(|()| answer),
+                None => Ok(answer),
+            });
+            let answer = checked.map_err(|e| format!("the fixed answer to {name} is not a correct answer: {e}"))?;
+            ops.push(answer.ops);
+        }
+        Ok(FixedAnswers { answers, ops })
+    }
+
+    /// The answers, in the order of the bodies.
+    pub fn answers(&self) -> &[Bytes] {
+        &self.answers
+    }
+
+    /// Checks an answer to body `index`: status 200, `Content-Type: application/json`, and exactly the fixed
+    /// answer's bytes.
+    pub fn check(&self, index: usize, status: u16, content_type: Option<&[u8]>, body: &[u8]) -> Result<Answer, Wrong> {
+        if status != 200 {
+            return Err(not_ok(status, body));
+        }
+        if content_type != Some(b"application/json") {
+            let shown = content_type.map(String::from_utf8_lossy);
+            return Err(wrong(format!("Content-Type {shown:?}, not \"application/json\"")));
+        }
+        let expected = &self.answers[index];
+        if body != expected {
+            let at =
+                body.iter().zip(expected.iter()).position(|(a, b)| a != b).unwrap_or(body.len().min(expected.len()));
+            return Err(wrong(format!(
+                "not the fixed answer: {} bytes where {} were expected, first differing at byte {at}",
+                body.len(),
+                expected.len()
+            )));
+        }
+        Ok(Answer { ops: self.ops[index] })
+    }
 }
 
 /// Applies a decoded patch to `pod`, a valid Pod: it must apply (RFC 6902, the `json-patch` crate) and leave a
@@ -155,6 +223,34 @@ mod tests {
         assert!(reason(200, &not_b64).contains("not base64"));
         let replace = patched(json!([{"op": "replace", "path": "/spec", "value": {}}]));
         assert!(reason(200, &replace).contains("\"replace\" operation"));
+    }
+
+    #[test]
+    fn the_floors_fixed_answers_are_checked_once_then_compared_byte_for_byte() {
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app"}]}});
+        let good = patched(json!([{"op": "add", "path": "/spec/containers/-", "value": {"name": "proxy"}}]));
+        let skipped = answer(json!({"uid": UID, "allowed": true}));
+        let fixed =
+            FixedAnswers::new(vec![Bytes::from(good.clone()), Bytes::from(skipped)], UID, &[("a", &pod), ("b", &pod)])
+                .unwrap();
+        let json = Some(&b"application/json"[..]);
+        assert_eq!(fixed.check(0, 200, json, &good), Ok(Answer { ops: 1 }));
+        assert_eq!(fixed.check(1, 200, json, &fixed.answers()[1]), Ok(Answer { ops: 0 }));
+        assert!(fixed.check(1, 200, json, &good).unwrap_err().0.contains("not the fixed answer"));
+        let mut flipped = good.clone();
+        flipped[5] ^= 1;
+        assert!(fixed.check(0, 200, json, &flipped).unwrap_err().0.contains("first differing at byte 5"));
+        assert!(fixed.check(0, 404, json, b"not found").unwrap_err().0.starts_with("HTTP 404: not found"));
+        assert!(fixed.check(0, 200, Some(b"text/plain"), &good).unwrap_err().0.contains("Content-Type"));
+        assert!(fixed.check(0, 200, None, &good).unwrap_err().0.contains("Content-Type"));
+
+        // A fixed answer that is not itself a correct answer is refused at start, naming its body.
+        let other_uid = answer(json!({"uid": "other", "allowed": true}));
+        let e = FixedAnswers::new(vec![Bytes::from(other_uid)], UID, &[("pod-3.json", &pod)]).unwrap_err();
+        assert!(e.contains("pod-3.json") && e.contains("is not the request's"), "{e}");
+        let missing = patched(json!([{"op": "add", "path": "/spec/volumes/0", "value": {"name": "v"}}]));
+        let e = FixedAnswers::new(vec![Bytes::from(missing)], UID, &[("p", &pod)]).unwrap_err();
+        assert!(e.contains("does not apply"), "{e}");
     }
 
     #[test]

@@ -15,9 +15,12 @@ use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use crate::check::FixedAnswers;
+use crate::stack_floor::BODY_HEADER;
+
 /// A webhook URL, resolved, with the TLS settings to reach it.
 pub struct Target {
-    /// `sidecar-injector`, `baseline`, or the URL.
+    /// `sidecar-injector`, `baseline`, `stack-floor`, or the URL.
     pub label: String,
     /// The URL as given.
     pub url: String,
@@ -28,6 +31,20 @@ pub struct Target {
     server_name: ServerName<'static>,
     tls: TlsConnector,
     http2: bool,
+    /// The stack floor's fixed answers: its answers are checked against them, not as reviews.
+    pub fixed: Option<Arc<FixedAnswers>>,
+    /// Name the body sent in each request's [`BODY_HEADER`] (the stack floor, with more than one body).
+    tag_bodies: bool,
+}
+
+/// The answer to one request.
+pub struct Reply {
+    /// Its status.
+    pub status: StatusCode,
+    /// Its `Content-Type`, if any.
+    pub content_type: Option<HeaderValue>,
+    /// Its whole body.
+    pub body: Bytes,
 }
 
 /// Why a request got no answer (a transport error, as opposed to a wrong answer).
@@ -140,7 +157,17 @@ impl Target {
             server_name,
             tls: TlsConnector::from(tls),
             http2,
+            fixed: None,
+            tag_bodies: false,
         })
+    }
+
+    /// This target answers each body with a fixed answer (the stack floor): check its answers against `fixed`,
+    /// and, when there is more than one, name the body in each request so that it knows which to send.
+    pub fn with_fixed_answers(mut self, fixed: Arc<FixedAnswers>) -> Target {
+        self.tag_bodies = fixed.answers().len() > 1;
+        self.fixed = Some(fixed);
+        self
     }
 
     /// A new connection: TCP (no Nagle), TLS, then the HTTP handshake.
@@ -173,12 +200,15 @@ impl Target {
         }
     }
 
-    /// The POST of `body` to this target's path.
-    fn request(&self, body: Bytes) -> Request<Full<Bytes>> {
+    /// The POST of `body`, body number `index`, to this target's path.
+    fn request(&self, body: Bytes, index: usize) -> Request<Full<Bytes>> {
         let mut builder =
             Request::post(self.uri.clone()).header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if !self.http2 {
             builder = builder.header(HOST, self.host.clone());
+        }
+        if self.tag_bodies {
+            builder = builder.header(BODY_HEADER, HeaderValue::from(index));
         }
         // Only parts validated in `new` go into the builder, so it cannot fail.
         builder.body(Full::new(body)).unwrap()
@@ -194,9 +224,9 @@ pub enum Connection {
 }
 
 impl Connection {
-    /// Sends `body` to `target` and reads the whole answer.
-    pub async fn send(&mut self, target: &Target, body: Bytes) -> Result<(StatusCode, Bytes), TransportError> {
-        let request = target.request(body);
+    /// Sends `body`, body number `index`, to `target` and reads the whole answer.
+    pub async fn send(&mut self, target: &Target, body: Bytes, index: usize) -> Result<Reply, TransportError> {
+        let request = target.request(body, index);
         let response = match self {
             Connection::H1(sender) => {
                 sender.ready().await?;
@@ -208,8 +238,9 @@ impl Connection {
             }
         };
         let status = response.status();
+        let content_type = response.headers().get(CONTENT_TYPE).cloned();
         let body = response.into_body().collect().await?.to_bytes();
-        Ok((status, body))
+        Ok(Reply { status, content_type, body })
     }
 
     /// Another sender on the same connection: HTTP/2 only, HTTP/1.1 carries one request at a time.

@@ -231,24 +231,31 @@ impl Worker {
                 Err(e) => return tally.transport(e.to_string()),
             },
         };
-        let answer = match tokio::time::timeout(REQUEST_TIMEOUT, connection.send(&self.target, request)).await {
-            Ok(Ok(answer)) => answer,
+        let reply = match tokio::time::timeout(REQUEST_TIMEOUT, connection.send(&self.target, request, index)).await {
+            Ok(Ok(reply)) => reply,
             Ok(Err(e)) => return tally.transport(e.to_string()),
             Err(_) => return tally.transport(TransportError::Timeout(REQUEST_TIMEOUT).to_string()),
         };
         let latency = due.elapsed();
         self.connection = Some(connection);
-        let (status, bytes) = answer;
-        // The first answer for each body is also applied to its pod (costly, so once per body and target).
-        let apply = !self.applied[index].load(Ordering::Relaxed) && !self.applied[index].swap(true, Ordering::Relaxed);
-        // The uid was written by `stamp` from hex digits and dashes only.
-        let uid = std::str::from_utf8(&uid).unwrap();
-        let checked = check::check(status.as_u16(), &bytes, uid, apply).and_then(|(answer, patch)| match patch {
-            Some(patch) => check::applies(&body.pod, &patch).map(|()| answer),
-            None => Ok(answer),
-        });
+        let status = reply.status.as_u16();
+        let checked = match &self.target.fixed {
+            // The stack floor: its fixed answer to this body was checked at start; this one must be that one.
+            Some(fixed) => fixed.check(index, status, reply.content_type.as_ref().map(|v| v.as_bytes()), &reply.body),
+            None => {
+                // The first answer for each body is also applied to its pod (costly, so once per body and target).
+                let apply =
+                    !self.applied[index].load(Ordering::Relaxed) && !self.applied[index].swap(true, Ordering::Relaxed);
+                // The uid was written by `stamp` from hex digits and dashes only.
+                let uid = std::str::from_utf8(&uid).unwrap();
+                check::check(status, &reply.body, uid, apply).and_then(|(answer, patch)| match patch {
+                    Some(patch) => check::applies(&body.pod, &patch).map(|()| answer),
+                    None => Ok(answer),
+                })
+            }
+        };
         match checked {
-            Ok(answer) => tally.answer(latency, answer.ops > 0),
+            Ok(answer) => tally.answer(latency, answer.ops > 0, reply.body.len()),
             Err(wrong) => tally.wrong(format!("{} ({})", wrong, body.name)),
         }
     }

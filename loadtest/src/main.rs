@@ -1,9 +1,11 @@
 //! `loadtest`: drives an admission webhook over HTTPS and reports latency percentiles (coordinated-omission
-//! corrected), throughput, errors, and the server's own CPU time per request, optionally beside a second webhook.
+//! corrected), throughput, errors, and the server's own CPU time per request, optionally beside a second webhook
+//! and beside the stack floor (hyper + rustls answering a fixed answer: what the stack alone costs).
 //!
 //! ```text
 //! cargo run -p loadtest --release -- --start --rate 5000 --duration 10s
 //! cargo run -p loadtest --release -- --start --start-baseline --bodies 6k            # closed loop, side by side
+//! cargo run -p loadtest --release -- --start --start-baseline --start-floor --bodies 2k --rate 1000
 //! cargo run -p loadtest --release -- --url https://10.0.0.5:8443/mutate --ca ca.pem --rate 200 --duration 30s
 //! cargo run -p loadtest --release -- plot-bench --out cost-by-size.svg   # after cargo bench --bench engine
 //! cargo run -p loadtest --release -- floor --rate 5000                   # the machine's own latency floor
@@ -24,6 +26,7 @@ mod plot;
 mod report;
 mod run;
 mod server;
+mod stack_floor;
 mod stats;
 
 use std::ffi::OsString;
@@ -46,7 +49,8 @@ struct Cli {
     run: RunArgs,
 }
 
-/// Other commands, and the servers `--start` and `--start-baseline` run in a child process of this binary.
+/// Other commands, and the servers `--start`, `--start-baseline` and `--start-floor` run in a child process of
+/// this binary.
 #[derive(Debug, Subcommand)]
 enum Internal {
     /// Print the engine's cost by review size per stage (criterion's `stages` estimates) and plot it as SVG.
@@ -62,6 +66,9 @@ enum Internal {
     /// The baseline webhook (src/baseline.rs).
     #[command(name = "__baseline", hide = true)]
     Baseline(baseline::BaselineArgs),
+    /// The stack floor (src/stack_floor.rs).
+    #[command(name = "__floor-server", hide = true)]
+    FloorServer(stack_floor::FloorServerArgs),
 }
 
 /// What to drive, how hard, for how long, and what to report.
@@ -94,6 +101,17 @@ pub struct RunArgs {
     /// Start the baseline webhook (axum + serde_json + typed k8s-openapi + json-patch) as the --compare target.
     #[arg(long)]
     pub start_baseline: bool,
+
+    /// Also drive the stack floor, started like --start-baseline: hyper + rustls set up as `serve` sets them up,
+    /// reading each body and answering the injector's answer to it (the built-in template's) as fixed bytes.
+    /// The report adds each target ÷ the floor: what the webhook costs above the stack it is built on.
+    #[arg(long)]
+    pub start_floor: bool,
+
+    /// With --start-floor: one more flag for the floor (repeat it), such as --floor-arg=--path=/elsewhere; it
+    /// overrides the harness's own (--floor-arg=--answers=FILE answers FILE's lines instead of ours).
+    #[arg(long, value_name = "ARG", requires = "start_floor", allow_hyphen_values = true)]
+    pub floor_arg: Vec<String>,
 
     /// The --url server's process id, to report its CPU time per request and its memory.
     #[arg(long, value_name = "PID", conflicts_with = "start")]
@@ -136,7 +154,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration)]
     pub warmup: Duration,
 
-    /// With two targets: drive each for this long in turn, so both see the same machine over the run.
+    /// With two or three targets: drive each for this long in turn, so all see the same machine over the run.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration)]
     pub slice: Duration,
 
@@ -211,6 +229,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("baseline: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Some(Internal::FloorServer(args)) => match stack_floor::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("stack floor: {e}");
                 ExitCode::from(1)
             }
         },

@@ -34,12 +34,26 @@ pub struct Report {
     pub compare: Option<TargetReport>,
     /// compare ÷ first, per figure (a server CPU ratio of 8 means the compare target spends 8 times the CPU).
     pub ratios: Option<Ratios>,
+    /// The stack floor's figures (`--start-floor`).
+    pub floor: Option<TargetReport>,
+    /// Each target ÷ the stack floor, per figure.
+    pub over_floor: Option<OverFloor>,
+}
+
+/// Each target ÷ the stack floor: a server CPU ratio of 3 means the target spends 3 times what hyper + rustls
+/// alone spend to carry the same requests and answers.
+#[derive(Debug, Serialize)]
+pub struct OverFloor {
+    /// The first target ÷ the floor (A/F).
+    pub first: Ratios,
+    /// The compare target ÷ the floor (B/F).
+    pub compare: Option<Ratios>,
 }
 
 /// The figures of one target.
 #[derive(Debug, Serialize)]
 pub struct TargetReport {
-    /// `sidecar-injector`, `baseline`, or the URL.
+    /// `sidecar-injector`, `baseline`, `stack-floor`, or the URL.
     pub target: String,
     /// The URL driven.
     pub url: String,
@@ -63,6 +77,8 @@ pub struct TargetReport {
     pub max_us: u64,
     /// Mean latency.
     pub mean_us: f64,
+    /// The mean size of a correct answer's body, bytes (the stack floor's equals the injector's).
+    pub mean_answer_bytes: f64,
     /// Open loop: how late the harness's pacer issued requests after their due time, p99.9 and max, µs. The
     /// machine's scheduling noise, not the server's: every latency above carries it too.
     pub send_late_p999_us: Option<u64>,
@@ -110,12 +126,12 @@ pub struct SweepStep {
     pub sustained: bool,
 }
 
-/// compare ÷ first.
+/// One target's figures ÷ another's: compare ÷ first (`ratios`, B/A), or a target ÷ the floor (`over_floor`).
 #[derive(Debug, Serialize)]
 pub struct Ratios {
     /// Server CPU per request.
     pub server_cpu_us_per_req: Option<f64>,
-    /// Throughput (below 1: the compare target answered fewer requests per second).
+    /// Throughput (below 1: the dividend answered fewer requests per second).
     pub rps: f64,
     /// Median latency.
     pub p50_us: f64,
@@ -161,6 +177,7 @@ impl TargetReport {
             p999_us: tally.quantile_us(0.999),
             max_us: tally.latency.max(),
             mean_us: tally.latency.mean(),
+            mean_answer_bytes: tally.mean_answer_bytes(),
             send_late_p999_us: paced.then(|| tally.send_lateness_us(0.999)),
             send_late_max_us: paced.then(|| tally.send_lateness.max()),
             errors: tally.errors(),
@@ -178,7 +195,7 @@ impl TargetReport {
 }
 
 impl Ratios {
-    /// compare ÷ first.
+    /// `compare` ÷ `first`, figure by figure.
     pub fn of(first: &TargetReport, compare: &TargetReport) -> Ratios {
         let ratio = |a: f64, b: f64| if a > 0.0 { b / a } else { f64::NAN };
         Ratios {
@@ -199,9 +216,9 @@ impl Ratios {
 }
 
 impl Report {
-    /// The targets, first then compare.
+    /// The targets: first, compare, floor.
     pub fn targets(&self) -> impl Iterator<Item = &TargetReport> {
-        std::iter::once(&self.primary).chain(self.compare.as_ref())
+        std::iter::once(&self.primary).chain(self.compare.as_ref()).chain(self.floor.as_ref())
     }
 
     /// Errors over all targets.
@@ -209,22 +226,39 @@ impl Report {
         self.targets().map(|t| t.errors).sum()
     }
 
-    /// The table for people.
+    /// The table for people: a column per target, then the ratios (B/A, and with the floor A/F and B/F).
     pub fn table(&self) -> String {
         let targets: Vec<&TargetReport> = self.targets().collect();
-        let mut rows: Vec<(String, Vec<String>, String)> = Vec::new();
-        let ratio = |r: Option<f64>| r.filter(|r| r.is_finite()).map_or_else(String::new, |r| format!("{r:.2}x"));
-        let ratios = self.ratios.as_ref();
-        let mut row = |name: &str, cells: Vec<String>, r: Option<f64>| rows.push((name.to_owned(), cells, ratio(r)));
+        let over = self.over_floor.as_ref();
+        let columns: Vec<(&str, &Ratios)> = [
+            ("B/A", self.ratios.as_ref()),
+            ("A/F", over.map(|o| &o.first)),
+            ("B/F", over.and_then(|o| o.compare.as_ref())),
+        ]
+        .into_iter()
+        .filter_map(|(name, ratios)| ratios.map(|r| (name, r)))
+        .collect();
+        let mut rows: Vec<(String, Vec<String>, Vec<String>)> = Vec::new();
+        let mut row = |name: &str, cells: Vec<String>, pick: Option<fn(&Ratios) -> Option<f64>>| {
+            let ratios = columns
+                .iter()
+                .map(|(_, r)| {
+                    pick.and_then(|pick| pick(r))
+                        .filter(|r| r.is_finite())
+                        .map_or_else(String::new, |r| format!("{r:.2}x"))
+                })
+                .collect();
+            rows.push((name.to_owned(), cells, ratios));
+        };
         let each = |f: &dyn Fn(&TargetReport) -> String| targets.iter().map(|t| f(t)).collect::<Vec<_>>();
         let us = |v: u64| format!("{v} µs");
         row("requests", each(&|t| t.requests.to_string()), None);
         row("patched", each(&|t| t.patched.to_string()), None);
-        row("throughput", each(&|t| format!("{:.0} req/s", t.rps)), ratios.map(|r| r.rps));
-        row("p50", each(&|t| us(t.p50_us)), ratios.map(|r| r.p50_us));
+        row("throughput", each(&|t| format!("{:.0} req/s", t.rps)), Some(|r| Some(r.rps)));
+        row("p50", each(&|t| us(t.p50_us)), Some(|r| Some(r.p50_us)));
         row("p90", each(&|t| us(t.p90_us)), None);
-        row("p99", each(&|t| us(t.p99_us)), ratios.map(|r| r.p99_us));
-        row("p99.9", each(&|t| us(t.p999_us)), ratios.map(|r| r.p999_us));
+        row("p99", each(&|t| us(t.p99_us)), Some(|r| Some(r.p99_us)));
+        row("p99.9", each(&|t| us(t.p999_us)), Some(|r| Some(r.p999_us)));
         row("max", each(&|t| us(t.max_us)), None);
         if targets.iter().any(|t| t.send_late_max_us.is_some()) {
             row(
@@ -241,10 +275,11 @@ impl Report {
             each(&|t| format!("{} ({} wrong, {} transport)", t.errors, t.wrong_answers, t.transport_errors)),
             None,
         );
+        row("answer size (mean)", each(&|t| format!("{:.0} bytes", t.mean_answer_bytes)), None);
         row(
             "server CPU / request",
             each(&|t| t.server_cpu_us_per_req.map_or_else(|| "-".into(), |v| format!("{v:.1} µs"))),
-            ratios.and_then(|r| r.server_cpu_us_per_req),
+            Some(|r| r.server_cpu_us_per_req),
         );
         row(
             "server RSS idle / peak",
@@ -258,7 +293,7 @@ impl Report {
             row(
                 "max sustainable rate",
                 each(&|t| t.max_sustainable_rate.map_or_else(|| "none".into(), |r| format!("{r:.0} req/s"))),
-                ratios.and_then(|r| r.max_sustainable_rate),
+                Some(|r| r.max_sustainable_rate),
             );
         }
 
@@ -277,19 +312,33 @@ impl Report {
         for (h, w) in header.iter().zip(&widths) {
             let _ = write!(out, "  {h:>w$}");
         }
-        if self.compare.is_some() {
-            let _ = write!(out, "  {:>8}", "B/A");
+        for (name, _) in &columns {
+            let _ = write!(out, "  {name:>8}");
         }
         out.push('\n');
-        for (name, cells, r) in &rows {
+        for (name, cells, ratios) in &rows {
             let _ = write!(out, "{name:24}");
             for (c, w) in cells.iter().zip(&widths) {
                 let _ = write!(out, "  {c:>w$}");
             }
-            if self.compare.is_some() {
+            for r in ratios {
                 let _ = write!(out, "  {r:>8}");
             }
             out.push('\n');
+        }
+        if let Some(floor) = &self.floor {
+            // Two letters per ratio column need a key once the floor's columns are there.
+            let b = self.compare.as_ref().map_or("", |t| t.target.as_str());
+            let (a, f) = (self.primary.target.as_str(), floor.target.as_str());
+            let key: Vec<String> = columns
+                .iter()
+                .map(|(column, _)| match *column {
+                    "B/A" => format!("B/A = {b} ÷ {a}"),
+                    "A/F" => format!("A/F = {a} ÷ {f}"),
+                    _ => format!("B/F = {b} ÷ {f}"),
+                })
+                .collect();
+            let _ = writeln!(out, "ratios: {}", key.join(", "));
         }
         for t in &targets {
             if let Some(steps) = &t.sweep {

@@ -1,5 +1,7 @@
 //! One run: pin the CPUs, start the servers asked for, open the connections, warm up, then drive the targets
-//! (one phase, alternating slices, or a sweep), read the servers' CPU time around every measured phase, report.
+//! (one phase, slices in turn, or a sweep), read the servers' CPU time around every measured phase, report.
+//! The targets are ours (`--url`, `--start`), the compare target (`--compare`, `--start-baseline`) and the stack
+//! floor (`--start-floor`), each driven with the same bodies.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -11,9 +13,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::RunArgs;
 use crate::bodies::{self, human_bytes};
+use crate::check::FixedAnswers;
 use crate::client::{self, Target};
 use crate::drive::{Phase, Pool, Shared};
-use crate::report::{Ratios, Report, ServerFigures, SweepStep, TargetReport};
+use crate::report::{OverFloor, Ratios, Report, ServerFigures, SweepStep, TargetReport};
 use crate::server::{Kind, Launched, Probe};
 use crate::stats::Tally;
 
@@ -63,7 +66,7 @@ pub fn fail(message: &str) -> ExitCode {
 /// on a machine with two or more CPUs, the server on the first and the harness on the rest, so that neither
 /// steals the other's CPU. Pins the harness itself; returns the servers' list for `taskset`.
 fn pinning(args: &RunArgs) -> Result<(Option<String>, Option<Vec<usize>>), String> {
-    let starts = args.start || args.start_baseline;
+    let starts = args.start || args.start_baseline || args.start_floor;
     if args.no_pin || (!starts && args.client_cpus.is_none()) {
         return Ok((None, None));
     }
@@ -116,8 +119,20 @@ fn cpu_list(list: &str) -> Result<Vec<usize>, String> {
     if cpus.is_empty() { Err(bad()) } else { Ok(cpus) }
 }
 
+/// Which target a target is, in the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// `--url` or `--start` (A).
+    First,
+    /// `--compare` or `--start-baseline` (B).
+    Compare,
+    /// `--start-floor` (F).
+    Floor,
+}
+
 /// One target as driven: its connections, the probe of its server, and what it measured.
 struct Driven {
+    role: Role,
     pool: Pool,
     probe: Option<Probe>,
     rss_idle: Option<u64>,
@@ -179,11 +194,14 @@ fn phase_label(phase: &Phase) -> String {
 
 /// A target before it is driven.
 struct Spec {
+    role: Role,
     label: String,
     url: String,
     ca_pem: Vec<u8>,
     ca_name: String,
     pid: Option<u32>,
+    /// The stack floor's answers.
+    fixed: Option<Arc<FixedAnswers>>,
 }
 
 async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String> {
@@ -199,6 +217,11 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
     }
     let body_count = bodies.len();
     let mean_body_bytes = bodies.iter().map(|b| b.len()).sum::<usize>() / body_count;
+    // The floor's answers are the injector's to these bodies, computed and checked before anything starts.
+    let fixed = match args.start_floor {
+        true => Some(Arc::new(crate::stack_floor::fixed_answers(&bodies)?)),
+        false => None,
+    };
     let shared = Arc::new(Shared::new(bodies));
 
     let injector = match args.start {
@@ -212,48 +235,64 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
         true => Some(Launched::start(Kind::Baseline, server_cpus).await.map_err(|e| e.to_string())?),
         false => None,
     };
+    let floor = match &fixed {
+        Some(fixed) => {
+            let kind = Kind::Floor { answers: fixed.answers(), extra: &args.floor_arg };
+            Some(Launched::start(kind, server_cpus).await.map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
     let file_ca = match &args.ca {
         Some(path) => {
             Some((std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?, path.display().to_string()))
         }
         None => None,
     };
-    let external = |label: &str, url: &String, pid: Option<u32>| -> Result<Spec, String> {
+    let external = |role: Role, label: &str, url: &String, pid: Option<u32>| -> Result<Spec, String> {
         let (ca_pem, ca_name) = file_ca.clone().ok_or_else(|| {
             format!("{url}: give --ca FILE, the CA certificate that signed this webhook's certificate")
         })?;
-        Ok(Spec { label: label.to_owned(), url: url.clone(), ca_pem, ca_name, pid })
+        Ok(Spec { role, label: label.to_owned(), url: url.clone(), ca_pem, ca_name, pid, fixed: None })
     };
-    let launched = |label: &str, l: &Launched| Spec {
+    let launched = |role: Role, label: &str, l: &Launched| Spec {
+        role,
         label: label.to_owned(),
         url: l.url.clone(),
         ca_pem: l.ca_pem.clone(),
         ca_name: "<generated CA>".to_owned(),
         pid: Some(l.pid()),
+        fixed: None,
     };
     let mut specs = vec![match (&injector, &args.url) {
-        (Some(l), _) => launched("sidecar-injector", l),
-        (None, Some(url)) => external("target", url, args.server_pid)?,
+        (Some(l), _) => launched(Role::First, "sidecar-injector", l),
+        (None, Some(url)) => external(Role::First, "target", url, args.server_pid)?,
         // clap requires --url unless --start.
         (None, None) => return Err("give --url URL or --start".into()),
     }];
     match (&baseline, &args.compare) {
-        (Some(l), _) => specs.push(launched("baseline", l)),
-        (None, Some(url)) => specs.push(external("compare", url, args.compare_pid)?),
+        (Some(l), _) => specs.push(launched(Role::Compare, "baseline", l)),
+        (None, Some(url)) => specs.push(external(Role::Compare, "compare", url, args.compare_pid)?),
         (None, None) => {}
+    }
+    if let Some(l) = &floor {
+        specs.push(Spec { fixed: fixed.clone(), ..launched(Role::Floor, "stack-floor", l) });
     }
 
     let streams = if args.http2 { usize::from(args.streams) } else { 1 };
     let mut driven = Vec::new();
     for spec in specs {
         let tls = client::tls_config(&spec.ca_pem, Path::new(&spec.ca_name), args.http2).map_err(|e| e.to_string())?;
-        let target = Target::new(&spec.label, &spec.url, tls, args.http2).await.map_err(|e| e.to_string())?;
+        let mut target = Target::new(&spec.label, &spec.url, tls, args.http2).await.map_err(|e| e.to_string())?;
+        if let Some(fixed) = spec.fixed {
+            target = target.with_fixed_answers(fixed);
+        }
         let pool = Pool::connect(target, usize::from(args.connections), streams, body_count)
             .await
             .map_err(|e| format!("{}: {e}", spec.url))?;
         let probe = spec.pid.map(Probe::new).transpose()?;
         let rss_idle = probe.as_ref().and_then(|p| p.memory().ok()).map(|(rss, _)| rss);
         driven.push(Driven {
+            role: spec.role,
             pool,
             probe,
             rss_idle,
@@ -282,10 +321,14 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
     }
     progress.finish_and_clear();
 
-    let mut reports: Vec<TargetReport> = driven.iter().map(Driven::report).collect();
-    let compare = (reports.len() > 1).then(|| reports.remove(1));
-    let primary = reports.remove(0);
+    let report_of = |role: Role| driven.iter().find(|d| d.role == role).map(Driven::report);
+    // The first target is always there: clap requires --url or --start.
+    let primary = report_of(Role::First).ok_or("no first target")?;
+    let (compare, floor) = (report_of(Role::Compare), report_of(Role::Floor));
     let ratios = compare.as_ref().map(|c| Ratios::of(&primary, c));
+    let over_floor = floor
+        .as_ref()
+        .map(|f| OverFloor { first: Ratios::of(f, &primary), compare: compare.as_ref().map(|c| Ratios::of(f, c)) });
     Ok(Report {
         mode: if args.sweep {
             "sweep"
@@ -310,10 +353,12 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
         primary,
         compare,
         ratios,
+        floor,
+        over_floor,
     })
 }
 
-/// Drives every target for --duration (or --requests), in turns of --slice when there are two.
+/// Drives every target for --duration (or --requests), in turns of --slice when there are two or three.
 async fn alternate(args: &RunArgs, shared: &Arc<Shared>, driven: &mut [Driven], progress: &ProgressBar) {
     let slice = if driven.len() > 1 { args.slice.max(Duration::from_millis(100)) } else { args.duration };
     let mut left: Vec<(Duration, Option<u64>)> = driven.iter().map(|_| (args.duration, args.requests)).collect();

@@ -1,10 +1,11 @@
-//! Servers the harness runs itself (`--start`, `--start-baseline`), and what it reads about a server process from
+//! Servers the harness runs itself (`--start`, `--start-baseline`, `--start-floor`), and what it reads about a server process from
 //! /proc: its CPU time (utime + stime, all threads) and resident memory.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use sidecar_injector::server::tls::DevCertificates;
 
 use crate::client::{self, Target};
@@ -25,6 +26,8 @@ pub enum Kind<'a> {
     Injector { binary: Option<&'a Path>, extra: &'a [String] },
     /// The baseline webhook of `src/baseline.rs`.
     Baseline,
+    /// The stack floor of `src/stack_floor.rs`, answering these answers (one per body), with extra flags.
+    Floor { answers: &'a [Bytes], extra: &'a [String] },
 }
 
 /// Why a server could not be started.
@@ -72,6 +75,15 @@ impl Launched {
                 let mut argv = vec![own.display().to_string(), "__baseline".into(), "--listen".into(), listen];
                 argv.extend(["--tls-cert".into(), path(&cert), "--tls-key".into(), path(&key)]);
                 ("baseline", argv)
+            }
+            Kind::Floor { answers, extra } => {
+                let file = dir.path().join("answers.jsonl");
+                crate::stack_floor::write_answers(&file, answers).map_err(|e| setup(&e))?;
+                let mut argv = vec![own.display().to_string(), "__floor-server".into(), "--listen".into(), listen];
+                argv.extend(["--tls-cert".into(), path(&cert), "--tls-key".into(), path(&key)]);
+                argv.extend(["--answers".into(), path(&file)]);
+                argv.extend(extra.iter().cloned());
+                ("stack floor", argv)
             }
         };
         if let Some(cpus) = cpus {

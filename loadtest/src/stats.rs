@@ -27,6 +27,8 @@ pub struct Tally {
     pub ok: u64,
     /// Correct answers that carried a patch.
     pub patched: u64,
+    /// Bytes of the correct answers' bodies, together.
+    pub answer_bytes: u64,
     /// Answers that came back wrong (status, uid, allowed, patch).
     pub wrong: u64,
     /// Requests that got no answer (connect, TLS, HTTP, timeout).
@@ -44,6 +46,7 @@ impl Default for Tally {
             send_lateness: histogram(),
             ok: 0,
             patched: 0,
+            answer_bytes: 0,
             wrong: 0,
             transport: 0,
             examples: Vec::new(),
@@ -53,10 +56,11 @@ impl Default for Tally {
 }
 
 impl Tally {
-    /// A correct answer after `latency`.
-    pub fn answer(&mut self, latency: Duration, patched: bool) {
+    /// A correct answer of `bytes` bytes after `latency`.
+    pub fn answer(&mut self, latency: Duration, patched: bool, bytes: usize) {
         self.ok += 1;
         self.patched += u64::from(patched);
+        self.answer_bytes += bytes as u64;
         self.latency.saturating_record(latency.as_micros().max(1) as u64);
     }
 
@@ -88,6 +92,11 @@ impl Tally {
         self.ok + self.errors()
     }
 
+    /// The mean size of a correct answer's body, bytes (0 without one).
+    pub fn mean_answer_bytes(&self) -> f64 {
+        if self.ok == 0 { 0.0 } else { self.answer_bytes as f64 / self.ok as f64 }
+    }
+
     /// Correct answers per second of measured time.
     pub fn rps(&self) -> f64 {
         if self.elapsed.is_zero() { 0.0 } else { self.ok as f64 / self.elapsed.as_secs_f64() }
@@ -110,6 +119,7 @@ impl Tally {
         self.send_lateness.add(&other.send_lateness).unwrap();
         self.ok += other.ok;
         self.patched += other.patched;
+        self.answer_bytes += other.answer_bytes;
         self.elapsed += other.elapsed;
         self.merge_errors(other);
     }
@@ -133,10 +143,10 @@ mod tests {
     fn merging_keeps_every_count_and_sample() {
         let mut a = Tally::default();
         for us in 1..=99 {
-            a.answer(Duration::from_micros(us), us % 2 == 0);
+            a.answer(Duration::from_micros(us), us % 2 == 0, 100);
         }
         let mut b = Tally::default();
-        b.answer(Duration::from_millis(250), true);
+        b.answer(Duration::from_millis(250), true, 1_100);
         b.send_lateness.record(2_000).unwrap();
         b.wrong("uid".into());
         b.transport("reset".into());
@@ -147,6 +157,7 @@ mod tests {
         assert_eq!(a.quantile_us(0.5), 50);
         assert!(a.quantile_us(1.0) >= 249_900, "the slow answer is the max: {}", a.quantile_us(1.0));
         assert_eq!(a.rps(), 50.0);
+        assert_eq!(a.mean_answer_bytes(), 110.0);
         assert_eq!(a.examples, ["wrong answer: uid", "transport: reset"]);
         assert!((1_999..=2_001).contains(&a.send_lateness_us(1.0)), "{}", a.send_lateness_us(1.0));
 

@@ -1,5 +1,6 @@
-//! The harness as a user runs it: the binary against servers it starts and against a webhook of the test's own
-//! that stalls once, to show that open-loop latencies count the requests queued behind a stall.
+//! The harness as a user runs it: the binary against servers it starts (the injector, the baseline and the stack
+//! floor, side by side) and against a webhook of the test's own that stalls once, to show that open-loop
+//! latencies count the requests queued behind a stall.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -71,6 +72,151 @@ fn the_injector_and_the_baseline_side_by_side_over_the_corpus() {
     let expected = report["compare"]["server_cpu_us_per_req"].as_f64().unwrap()
         / report["server_cpu_us_per_req"].as_f64().unwrap();
     assert!((ratio - expected).abs() < 1e-9, "{report}");
+}
+
+/// `report[a]["server_cpu_us_per_req"]` ÷ `report[b][...]`, where `""` is the top level (the first target).
+fn cpu_ratio(report: &Value, a: &str, b: &str) -> f64 {
+    let cpu = |key: &str| {
+        let target = if key.is_empty() { report } else { &report[key] };
+        target["server_cpu_us_per_req"].as_f64().unwrap()
+    };
+    cpu(a) / cpu(b)
+}
+
+#[test]
+fn the_injector_the_baseline_and_the_stack_floor_side_by_side_over_the_corpus() {
+    let html = std::env::temp_dir().join(format!("loadtest-floor-{}.html", std::process::id()));
+    let (code, report, stderr) = loadtest(&[
+        "--start",
+        "--start-baseline",
+        "--start-floor",
+        "--requests",
+        "400",
+        "--slice",
+        "200ms",
+        "-c",
+        "2",
+        "--warmup",
+        "0s",
+        "--html",
+        &html.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(report["body_count"].as_u64().unwrap() > 300, "the corpus pods, each named to the floor: {report}");
+    assert_eq!(
+        (&report["target"], &report["compare"]["target"], &report["floor"]["target"]),
+        (&"sidecar-injector".into(), &"baseline".into(), &"stack-floor".into())
+    );
+    // Every answer of every target was checked: the floor's against the injector's own answer to the same body.
+    for target in [&report, &report["compare"], &report["floor"]] {
+        assert_eq!((target["ok"].as_u64(), target["errors"].as_u64()), (Some(400), Some(0)), "{target}");
+        assert!(target["server_cpu_us_per_req"].as_f64().unwrap() > 0.0, "{target}");
+        assert!(target["patched"].as_u64().unwrap() > 350, "most corpus pods are injected: {target}");
+    }
+    // The ratios, side by side: B/A as before, and each target over the floor (A/F, B/F).
+    assert!(
+        (report["ratios"]["server_cpu_us_per_req"].as_f64().unwrap() - cpu_ratio(&report, "compare", "")).abs() < 1e-9
+    );
+    let over = &report["over_floor"];
+    assert!((over["first"]["server_cpu_us_per_req"].as_f64().unwrap() - cpu_ratio(&report, "", "floor")).abs() < 1e-9);
+    assert!(
+        (over["compare"]["server_cpu_us_per_req"].as_f64().unwrap() - cpu_ratio(&report, "compare", "floor")).abs()
+            < 1e-9,
+        "{over}"
+    );
+    let p99 = report["p99_us"].as_f64().unwrap() / report["floor"]["p99_us"].as_f64().unwrap();
+    assert!((over["first"]["p99_us"].as_f64().unwrap() - p99).abs() < 1e-9, "{over}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    let _ = std::fs::remove_file(&html);
+    for column in ["sidecar-injector", "baseline", "stack-floor", "B/A", "A/F", "B/F"] {
+        assert!(page.contains(column), "the HTML report has {column}");
+    }
+}
+
+#[test]
+fn the_stack_floor_answers_as_many_bytes_as_the_injector_in_an_open_loop() {
+    let (code, report, stderr) = loadtest(&[
+        "--start",
+        "--start-floor",
+        "--rate",
+        "400",
+        "--requests",
+        "200",
+        "-c",
+        "4",
+        "--warmup",
+        "0s",
+        "--bodies",
+        "2k",
+        "--slice",
+        "200ms",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(report["compare"].is_null() && report["ratios"].is_null(), "no baseline was asked for: {report}");
+    let floor = &report["floor"];
+    assert_eq!(
+        (floor["ok"].as_u64(), floor["patched"].as_u64(), floor["errors"].as_u64()),
+        (Some(200), Some(200), Some(0))
+    );
+    // One generated body, named anew per request: ours answers every request with as many bytes as the fixed
+    // answer, so TLS, hyper and the kernel carry the same traffic for both.
+    assert!(report["mean_answer_bytes"].as_f64().unwrap() > 2_000.0, "{report}");
+    assert_eq!(report["mean_answer_bytes"], floor["mean_answer_bytes"], "{report}");
+    assert!(floor["send_late_p999_us"].as_u64().is_some(), "the floor is paced as the others: {floor}");
+    assert!(report["over_floor"]["first"]["server_cpu_us_per_req"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(report["over_floor"]["compare"].is_null(), "{report}");
+}
+
+#[test]
+fn a_stack_floor_answering_wrongly_is_counted_and_fails_the_run() {
+    // The floor serves another path, so every POST /mutate gets a 404; the injector beside it answers correctly.
+    let (code, report, stderr) = loadtest(&[
+        "--start",
+        "--start-floor",
+        "--floor-arg=--path=/elsewhere",
+        "--requests",
+        "50",
+        "-c",
+        "2",
+        "--warmup",
+        "0s",
+        "--bodies",
+        "2k",
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!((report["ok"].as_u64(), report["errors"].as_u64()), (Some(50), Some(0)), "{report}");
+    let floor = &report["floor"];
+    assert_eq!((floor["wrong_answers"].as_u64(), floor["ok"].as_u64()), (Some(50), Some(0)), "{floor}");
+    assert!(floor["error_examples"][0].as_str().unwrap().contains("HTTP 404"), "{floor}");
+    assert!(stderr.contains("50 requests failed"), "{stderr}");
+}
+
+#[test]
+fn a_stack_floor_answering_another_correct_looking_answer_is_counted_wrong() {
+    // A well-formed answer with the bodies' uid, allowed, no patch: a correct answer in form, but not the
+    // injector's answer to the body, so not the one every answer of the floor must be byte for byte.
+    let answers = tempfile::NamedTempFile::new().unwrap();
+    let other = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"00000000-0000-4000-8000-000000000000","allowed":true}}"#;
+    std::fs::write(answers.path(), format!("{other}\n")).unwrap();
+    let answers_arg = format!("--floor-arg=--answers={}", answers.path().display());
+    let (code, report, stderr) = loadtest(&[
+        "--start",
+        "--start-floor",
+        &answers_arg,
+        "--requests",
+        "20",
+        "-c",
+        "1",
+        "--warmup",
+        "0s",
+        "--bodies",
+        "2k",
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    let floor = &report["floor"];
+    assert_eq!((floor["wrong_answers"].as_u64(), floor["ok"].as_u64()), (Some(20), Some(0)), "{floor}");
+    let example = floor["error_examples"][0].as_str().unwrap();
+    assert!(example.contains(&format!("not the fixed answer: {} bytes", other.len())), "{example}");
 }
 
 #[test]
