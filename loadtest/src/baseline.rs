@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// `loadtest __baseline`: where to listen and with which certificate.
+/// `loadtest __baseline`, and the start of `loadtest __floor-server`: where to listen and with which certificate.
 #[derive(Debug, clap::Args)]
 pub struct BaselineArgs {
     /// HTTPS listener.

@@ -29,7 +29,6 @@
 
 use std::convert::Infallible;
 use std::io::{BufRead as _, Write as _};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,15 +67,9 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
 #[derive(Debug, clap::Args)]
 #[command(args_override_self = true)]
 pub struct FloorServerArgs {
-    /// HTTPS listener.
-    #[arg(long)]
-    pub listen: SocketAddr,
-    /// Serving certificate (PEM).
-    #[arg(long)]
-    pub tls_cert: PathBuf,
-    /// Its key (PEM).
-    #[arg(long)]
-    pub tls_key: PathBuf,
+    /// Where to listen and with which certificate, as the baseline.
+    #[command(flatten)]
+    pub server: crate::baseline::BaselineArgs,
     /// The answers, one per line: to each body the harness sends, in its order.
     #[arg(long)]
     pub answers: PathBuf,
@@ -130,7 +123,7 @@ fn read_answers(path: &Path) -> Result<Vec<Bytes>, String> {
 /// Runs the floor until killed.
 pub fn run(args: &FloorServerArgs) -> Result<(), String> {
     let answers = Arc::new(read_answers(&args.answers)?);
-    let tls = tls_config(&args.tls_cert, &args.tls_key)?;
+    let tls = tls_config(&args.server.tls_cert, &args.server.tls_key)?;
     // As `serve`: one worker per CPU this process may use.
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -139,7 +132,8 @@ pub fn run(args: &FloorServerArgs) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| format!("{}: {e}", args.listen))?;
+        let listen = args.server.listen;
+        let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("{listen}: {e}"))?;
         serve(listener, tokio_rustls::TlsAcceptor::from(tls), answers, Arc::from(args.path.as_str())).await;
         Ok(())
     })
