@@ -9,6 +9,7 @@
 //! (and collect the permits they free); here a small review takes what is free at once, while large ones wait and,
 //! if the budget stays full, are refused with 503.
 
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst, fence};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, SemaphorePermit};
@@ -24,6 +25,8 @@ pub(crate) const BODY_BUDGET_WAIT: Duration = Duration::from_secs(1);
 pub(crate) struct BodyBudget {
     bytes: Semaphore,
     released: Notify,
+    /// Requests waiting for bytes: a release wakes them only if there are any (the wake takes a lock).
+    waiting: AtomicUsize,
     total: usize,
     metrics: Metrics,
 }
@@ -31,7 +34,13 @@ pub(crate) struct BodyBudget {
 impl BodyBudget {
     pub(crate) fn new(total: usize, metrics: Metrics) -> BodyBudget {
         let total = total.min(Semaphore::MAX_PERMITS);
-        BodyBudget { bytes: Semaphore::new(total), released: Notify::new(), total, metrics }
+        BodyBudget {
+            bytes: Semaphore::new(total),
+            released: Notify::new(),
+            waiting: AtomicUsize::new(0),
+            total,
+            metrics,
+        }
     }
 
     /// The budget, in bytes.
@@ -47,6 +56,12 @@ impl BodyBudget {
 
     async fn take(&self, bytes: usize, wait: Duration) -> Option<SemaphorePermit<'_>> {
         let n = u32::try_from(bytes).ok().filter(|_| bytes <= self.total)?;
+        // The common case, when the bytes are free: no timer, no waiter list (its lock), one atomic operation.
+        if let Ok(permit) = self.bytes.try_acquire_many(n) {
+            self.metrics.inflight_body_bytes(bytes as f64);
+            return Some(permit);
+        }
+        let _waiting = Waiting::register(&self.waiting);
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             // Registered before trying, so that a release between the try and the wait is not missed.
@@ -59,6 +74,23 @@ impl BodyBudget {
             }
             tokio::time::timeout_at(deadline, released).await.ok()?;
         }
+    }
+}
+
+/// A request counted in [`BodyBudget::waiting`] until dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn register(waiting: &'a AtomicUsize) -> Waiting<'a> {
+        waiting.fetch_add(1, SeqCst);
+        fence(SeqCst);
+        Waiting(waiting)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
     }
 }
 
@@ -93,7 +125,12 @@ impl Drop for Reserved<'_> {
             let bytes = permit.num_permits();
             drop(permit);
             self.budget.metrics.inflight_body_bytes(-(bytes as f64));
-            self.budget.released.notify_waiters();
+            // Against the waiter's `register`: either it sees these bytes free when it tries after registering,
+            // or this sees it registered and wakes it.
+            fence(SeqCst);
+            if self.budget.waiting.load(SeqCst) > 0 {
+                self.budget.released.notify_waiters();
+            }
         }
     }
 }

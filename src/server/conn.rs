@@ -13,17 +13,22 @@
 //!   the listener closes, every connection past its first request is shut down gracefully: one with a request in
 //!   progress finishes it, an idle one closes. A connection still waiting for its first request is served as
 //!   usual (its request may already be on the way) within its first-request deadline.
+//!
+//! The request path only stores timestamps and counts in atomics ([`Activity`]); nothing wakes the driver or
+//! touches a timer per request. The driver looks when a deadline could next fall due, which it can tell in advance
+//! (see [`Activity::next_check`]), so every deadline is kept to the tick of the timer.
 
 use std::error::Error as StdError;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::telemetry::{ConnectionError, Metrics};
@@ -39,74 +44,85 @@ pub(crate) enum Stage {
     Drain,
 }
 
-/// What the requests of one connection tell its driver: shared by the service (each request's start and end),
-/// the transport (bytes read) and [`drive`].
+/// What the requests of one connection have done, written by the service (each request's start and end) and the
+/// transport (bytes read), read by [`drive`] when it looks. Atomics, not a lock: HTTP/2 requests run on tasks of
+/// their own. (HTTP/1.1's all run inside the connection's future, on [`drive`]'s task, so it reads them in order;
+/// an HTTP/2 request that starts just as the idle deadline passes may meet the GOAWAY, which lets it finish.)
 pub(crate) struct Activity {
-    state: Mutex<ActivityState>,
-    changed: Notify,
+    /// The instants below are nanoseconds since this one, plus one (0: none).
+    epoch: Instant,
+    /// Requests in progress (HTTP/2: several at once).
+    active: AtomicUsize,
+    /// A request has started since the connection opened.
+    started: AtomicBool,
+    /// Since when no request has been in progress (none while one is, and before the first).
+    idle_since: AtomicU64,
+    /// HTTP/1.1: when the first byte of the next request arrived, while none is in progress.
+    head_since: AtomicU64,
     /// HTTP/1.1: bytes read while no request is in progress start the next request's header deadline.
     h1: bool,
 }
 
-#[derive(Default)]
-struct ActivityState {
-    /// Requests in progress (HTTP/2: several at once).
-    active: usize,
-    /// Requests started since the connection opened.
-    started: u64,
-    /// Since when no request has been in progress (`None` while one is, and before the first).
-    idle_since: Option<Instant>,
-    /// HTTP/1.1: when the first byte of the next request arrived, while none is in progress.
-    head_since: Option<Instant>,
-}
-
 impl Activity {
     pub(crate) fn new(h1: bool) -> Arc<Activity> {
-        Arc::new(Activity { state: Mutex::default(), changed: Notify::new(), h1 })
+        Arc::new(Activity {
+            epoch: Instant::now(),
+            active: AtomicUsize::new(0),
+            started: AtomicBool::new(false),
+            idle_since: AtomicU64::new(0),
+            head_since: AtomicU64::new(0),
+            h1,
+        })
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, ActivityState> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn stamp(&self) -> u64 {
+        // u64 nanoseconds last 584 years; a connection does not.
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    fn instant(&self, stamp: u64) -> Option<Instant> {
+        stamp.checked_sub(1).map(|nanos| self.epoch + Duration::from_nanos(nanos))
     }
 
     /// A request's headers arrived (the service was called): in progress until the guard is dropped.
     pub(crate) fn request_started(self: &Arc<Self>) -> RequestGuard {
-        {
-            let mut state = self.state();
-            state.active += 1;
-            state.started += 1;
-            state.idle_since = None;
-            state.head_since = None;
-        }
-        self.changed.notify_one();
+        self.active.fetch_add(1, Relaxed);
+        self.started.store(true, Relaxed);
+        self.idle_since.store(0, Relaxed);
+        self.head_since.store(0, Relaxed);
         RequestGuard(self.clone())
     }
 
     fn bytes_read(&self) {
-        if !self.h1 {
-            return;
-        }
-        let mut state = self.state();
-        if state.active == 0 && state.head_since.is_none() {
-            state.head_since = Some(Instant::now());
-            drop(state);
-            self.changed.notify_one();
+        if self.h1 && self.active.load(Relaxed) == 0 && self.head_since.load(Relaxed) == 0 {
+            self.head_since.store(self.stamp(), Relaxed);
         }
     }
 
     fn has_started(&self) -> bool {
-        self.state().started > 0
+        self.started.load(Relaxed)
     }
 
-    /// The next deadline of a connection past its first request, and what happens then.
-    fn next_deadline(&self, idle_timeout: Duration, header_timeout: Duration) -> Option<(Instant, Expiry)> {
-        let state = self.state();
-        if state.active > 0 {
-            None
-        } else if let Some(since) = state.head_since {
-            Some((since + header_timeout, Expiry::Headers))
-        } else {
-            state.idle_since.map(|since| (since + idle_timeout, Expiry::Idle))
+    /// For a connection past its first request: the deadline that has passed, or when to look again. No deadline
+    /// can fall due before that: a request in progress has none, and whatever starts after `now` (the end of a
+    /// request, the first byte of the next one's headers) has its deadline at least a timeout after `now`.
+    fn next_check(&self, now: Instant, idle_timeout: Duration, header_timeout: Duration) -> Check {
+        let due = |since: u64, timeout: Duration, expiry: Expiry| {
+            let at = self.instant(since)? + timeout;
+            Some(if at <= now { Check::Expired(expiry) } else { Check::At(at) })
+        };
+        let soonest_new = if self.h1 { header_timeout.min(idle_timeout) } else { idle_timeout };
+        let later = now + soonest_new;
+        if self.active.load(Relaxed) > 0 {
+            return Check::At(later);
+        }
+        if let Some(check) = due(self.head_since.load(Relaxed), header_timeout, Expiry::Headers) {
+            return check;
+        }
+        match due(self.idle_since.load(Relaxed), idle_timeout, Expiry::Idle) {
+            Some(Check::At(at)) => Check::At(at.min(later)),
+            Some(expired) => expired,
+            None => Check::At(later),
         }
     }
 }
@@ -116,14 +132,10 @@ pub(crate) struct RequestGuard(Arc<Activity>);
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
-        {
-            let mut state = self.0.state();
-            state.active -= 1;
-            if state.active == 0 {
-                state.idle_since = Some(Instant::now());
-            }
+        let activity = &self.0;
+        if activity.active.fetch_sub(1, Relaxed) == 1 {
+            activity.idle_since.store(activity.stamp(), Relaxed);
         }
-        self.0.changed.notify_one();
     }
 }
 
@@ -131,6 +143,15 @@ impl Drop for RequestGuard {
 enum Expiry {
     Idle,
     Headers,
+}
+
+/// What [`drive`] does next about a connection's deadlines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// A deadline has passed.
+    Expired(Expiry),
+    /// Look again then.
+    At(Instant),
 }
 
 /// The transport under hyper, telling [`Activity`] when bytes arrive.
@@ -211,12 +232,22 @@ pub(crate) async fn drive<C>(
             tracing::debug!(%peer, kind = kind.as_str(), error = %e, "connection ended with an error");
         }
     };
-    // Until the first request: whatever the stage, the one deadline from the accept.
-    while !activity.has_started() {
+    // `false` once the server is gone (its run ended): then drain, as at the end of the delay.
+    let mut stage_known = true;
+    // Until the first request: whatever the stage, the one deadline from the accept. A change of stage is acted on
+    // at once if the first request has come.
+    let first_request_by = tokio::time::sleep_until(limits.first_request_by);
+    let mut first_request_by = std::pin::pin!(first_request_by);
+    loop {
         tokio::select! {
             result = conn.as_mut() => return ended(result),
-            () = activity.changed.notified() => {}
-            () = tokio::time::sleep_until(limits.first_request_by) => {
+            changed = stage.changed(), if stage_known => {
+                stage_known = changed.is_ok();
+                if activity.has_started() {
+                    break;
+                }
+            }
+            () = first_request_by.as_mut() => {
                 if activity.has_started() {
                     break;
                 }
@@ -227,44 +258,32 @@ pub(crate) async fn drive<C>(
         }
     }
     let mut closing = false;
-    let mut stage_known = true;
     loop {
         let now = *stage.borrow_and_update();
-        if !closing && (now == Stage::Drain || (limits.h2 && now == Stage::Delay)) {
+        if !closing && (!stage_known || now == Stage::Drain || (limits.h2 && now == Stage::Delay)) {
             conn.as_mut().graceful_shutdown();
             closing = true;
         }
-        let deadline = if closing { None } else { activity.next_deadline(limits.idle_timeout, limits.header_timeout) };
-        let (at, expiry) = deadline.unwrap_or((Instant::now(), Expiry::Idle));
-        tokio::select! {
-            result = conn.as_mut() => return ended(result),
-            () = activity.changed.notified() => {}
-            changed = stage.changed(), if stage_known && !closing => {
-                // The server is gone (its run ended): drain as at the end of the delay.
-                if changed.is_err() {
-                    stage_known = false;
+        let mut look_again = None;
+        if !closing {
+            match activity.next_check(Instant::now(), limits.idle_timeout, limits.header_timeout) {
+                Check::At(at) => look_again = Some(at),
+                Check::Expired(Expiry::Idle) => {
+                    tracing::debug!(%peer, "idle timeout; closing the connection");
                     conn.as_mut().graceful_shutdown();
                     closing = true;
                 }
-            }
-            () = tokio::time::sleep_until(at), if deadline.is_some() => {
-                // A request may have started meanwhile: act only on a deadline that still holds.
-                let still = activity.next_deadline(limits.idle_timeout, limits.header_timeout);
-                if still.is_some_and(|(at, e)| e == expiry && at <= Instant::now()) {
-                    match expiry {
-                        Expiry::Idle => {
-                            tracing::debug!(%peer, "idle timeout; closing the connection");
-                            conn.as_mut().graceful_shutdown();
-                            closing = true;
-                        }
-                        Expiry::Headers => {
-                            metrics.connection_error(ConnectionError::Timeout);
-                            tracing::debug!(%peer, "request headers not within the header read timeout; closed");
-                            return;
-                        }
-                    }
+                Check::Expired(Expiry::Headers) => {
+                    metrics.connection_error(ConnectionError::Timeout);
+                    tracing::debug!(%peer, "request headers not within the header read timeout; closed");
+                    return;
                 }
             }
+        }
+        tokio::select! {
+            result = conn.as_mut() => return ended(result),
+            changed = stage.changed(), if stage_known && !closing => stage_known = changed.is_ok(),
+            () = tokio::time::sleep_until(look_again.unwrap_or_else(Instant::now)), if look_again.is_some() => {}
         }
     }
 }
@@ -293,25 +312,54 @@ fn classify(error: &(dyn StdError + 'static), h2: bool) -> ConnectionError {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn deadlines_follow_the_requests() {
+    #[tokio::test(start_paused = true)]
+    async fn deadlines_follow_the_requests_and_are_never_looked_at_late() {
         let activity = Activity::new(true);
         let (idle, headers) = (Duration::from_secs(100), Duration::from_secs(5));
+        let check = || activity.next_check(Instant::now(), idle, headers);
         assert!(!activity.has_started());
-        assert_eq!(activity.next_deadline(idle, headers), None, "before the first request: the first deadline");
         let guard = activity.request_started();
         activity.bytes_read(); // the body: no new request
-        assert_eq!(activity.next_deadline(idle, headers), None, "a request in progress has no deadline");
+        assert!(activity.has_started());
+        assert_eq!(check(), Check::At(Instant::now() + headers), "in progress: no deadline, a look later");
+        tokio::time::advance(Duration::from_secs(7)).await;
         drop(guard);
-        let (at, expiry) = activity.next_deadline(idle, headers).unwrap();
-        assert_eq!(expiry, Expiry::Idle);
-        assert!(at > Instant::now() + Duration::from_secs(90));
+        let ended = Instant::now();
+        assert_eq!(check(), Check::At(ended + headers), "idle: the next request's headers may start any moment");
+        tokio::time::advance(Duration::from_secs(2)).await;
         activity.bytes_read(); // the next request's first bytes
-        let (at, expiry) = activity.next_deadline(idle, headers).unwrap();
-        assert_eq!(expiry, Expiry::Headers);
-        assert!(at <= Instant::now() + headers);
+        let head = Instant::now();
+        assert_eq!(check(), Check::At(head + headers), "the headers' deadline, to the tick");
+        tokio::time::advance(headers).await;
+        assert_eq!(check(), Check::Expired(Expiry::Headers));
         let _guard = activity.request_started();
-        assert!(activity.has_started() && activity.next_deadline(idle, headers).is_none());
+        assert_eq!(check(), Check::At(Instant::now() + headers));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_expires_at_the_idle_timeout_and_http2_looks_only_then() {
+        let (idle, headers) = (Duration::from_secs(100), Duration::from_secs(5));
+        for h1 in [true, false] {
+            let activity = Activity::new(h1);
+            drop(activity.request_started());
+            let ended = Instant::now();
+            let mut looks = 0;
+            loop {
+                match activity.next_check(Instant::now(), idle, headers) {
+                    Check::At(at) => {
+                        assert!(at <= ended + idle, "h1={h1}: looked past the idle deadline");
+                        tokio::time::advance(at - Instant::now()).await;
+                        looks += 1;
+                    }
+                    Check::Expired(expiry) => {
+                        assert_eq!(expiry, Expiry::Idle);
+                        break;
+                    }
+                }
+            }
+            assert_eq!(Instant::now(), ended + idle, "h1={h1}: expired exactly at the idle timeout");
+            assert_eq!(looks, if h1 { 20 } else { 1 }, "h1={h1}: HTTP/1.1 looks every header timeout for headers");
+        }
     }
 
     #[test]
