@@ -582,6 +582,32 @@ async fn keep_alive_connections_outlive_the_header_timeout_and_close_at_the_idle
     assert!(took < Duration::from_millis(1200), "slow headers cut after {took:?}, not the header timeout");
 }
 
+/// An idle timeout shorter than the header read timeout is kept from the first request on: the connection's driver
+/// does not wait for the first request's deadline to pass before it looks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_timeout_shorter_than_the_header_timeout_closes_at_the_idle_timeout() {
+    let server = start(|c, _| {
+        c.header_read_timeout = Duration::from_secs(4);
+        c.idle_timeout = Duration::from_millis(400);
+    })
+    .await;
+    for h2 in [false, true] {
+        let mut conn = Conn::open(server.addr, &server.ca_pem, h2).await;
+        assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK);
+        let idle_since = Instant::now();
+        let closed = || match &conn {
+            Conn::H1(s) => s.is_closed(),
+            Conn::H2(s) => s.is_closed(),
+        };
+        while !closed() {
+            assert!(idle_since.elapsed() < Duration::from_secs(3), "h2={h2}: kept past the idle timeout");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let idle = idle_since.elapsed();
+        assert!(idle >= Duration::from_millis(300), "h2={h2}: closed after {idle:?}, before the idle timeout");
+    }
+}
+
 /// Large bodies that stall after their headers cannot take more memory than the in-flight body budget: the
 /// bodies that fit hold their bytes, the others wait and get 503 with `Retry-After`, and a small review is
 /// answered meanwhile.

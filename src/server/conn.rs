@@ -235,9 +235,11 @@ pub(crate) async fn drive<C>(
     // `false` once the server is gone (its run ended): then drain, as at the end of the delay.
     let mut stage_known = true;
     // Until the first request: whatever the stage, the one deadline from the accept. A change of stage is acted on
-    // at once if the first request has come.
-    let first_request_by = tokio::time::sleep_until(limits.first_request_by);
-    let mut first_request_by = std::pin::pin!(first_request_by);
+    // at once if the first request has come, and so is an idle timeout shorter than the header timeout (the first
+    // look is no later than an idle timeout from now).
+    let first_look = limits.first_request_by.min(Instant::now() + limits.idle_timeout);
+    let look = tokio::time::sleep_until(first_look);
+    let mut look = std::pin::pin!(look);
     loop {
         tokio::select! {
             result = conn.as_mut() => return ended(result),
@@ -247,9 +249,13 @@ pub(crate) async fn drive<C>(
                     break;
                 }
             }
-            () = first_request_by.as_mut() => {
+            () = look.as_mut() => {
                 if activity.has_started() {
                     break;
+                }
+                if Instant::now() < limits.first_request_by {
+                    look.as_mut().reset(limits.first_request_by);
+                    continue;
                 }
                 metrics.connection_error(ConnectionError::Timeout);
                 tracing::debug!(%peer, "no request within the header read timeout of the accept; closed");
