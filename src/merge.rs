@@ -18,7 +18,8 @@
 //! is completed without overriding what they set. Operations apply in order, so within a list the recursions
 //! (which use the pod's original indices) are written before the insertions (which shift them).
 
-use simd_json::prelude::*;
+// The traits by name, not the prelude's glob: its `ArrayTrait` turns every `Vec::iter` into a boxed iterator.
+use simd_json::prelude::{TypedScalarValue, ValueAsScalar, ValueIntoString};
 use simd_json::tape::{Array, Value};
 
 use crate::patch::{OpHead, PatchWriter, Pointer, Sink};

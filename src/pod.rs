@@ -1,6 +1,7 @@
 //! A read-only view of the Pod inside a review, over the tape.
 
-use simd_json::prelude::*;
+// The traits by name, not the prelude's glob: its `ArrayTrait` turns every `Vec::iter` into a boxed iterator.
+use simd_json::prelude::{ValueAsScalar, ValueIntoString};
 use simd_json::tape::{Array, Value};
 
 use crate::template::schema::CONTAINER_LISTS;

@@ -7,7 +7,8 @@
 
 mod duplicate_keys;
 
-use simd_json::prelude::*;
+// The traits by name, not the prelude's glob: its `ArrayTrait` turns every `Vec::iter` into a boxed iterator.
+use simd_json::prelude::{TypedScalarValue, ValueAsScalar, ValueIntoString};
 use simd_json::tape::{Node, Value};
 
 /// The maximum nesting depth accepted in a request body. A Pod is about 10 levels deep and its `managedFields`

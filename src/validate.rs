@@ -5,7 +5,8 @@
 //! missing, named by what it adds (`container proxy`, `volume data`, `annotation sidecar-injector.io/status`)
 //! rather than by its JSON Pointer. Only pods that fail validation get here, so this may allocate.
 
-use simd_json::prelude::*;
+// The traits by name, not the prelude's glob: its `ArrayTrait` turns every `Vec::iter` into a boxed iterator.
+use simd_json::prelude::ValueIntoString;
 
 use crate::merge::{Added, Observer, Step};
 use crate::pod::PodView;
