@@ -45,9 +45,11 @@ pub(crate) enum Stage {
 }
 
 /// What the requests of one connection have done, written by the service (each request's start and end) and the
-/// transport (bytes read), read by [`drive`] when it looks. Atomics, not a lock: HTTP/2 requests run on tasks of
-/// their own. (HTTP/1.1's all run inside the connection's future, on [`drive`]'s task, so it reads them in order;
-/// an HTTP/2 request that starts just as the idle deadline passes may meet the GOAWAY, which lets it finish.)
+/// transport (bytes read), read by [`drive`] when it looks. Atomics, not a lock: an HTTP/2 request ends on a task
+/// of its own. Everything else happens inside the connection's future, on [`drive`]'s task: hyper calls the service
+/// (a request starts, clearing the idle and header instants) and reads there, and HTTP/1.1 runs the whole request
+/// there. So [`drive`] never reads an instant older than the last start, and at worst sees a request's end late,
+/// which only delays its look.
 pub(crate) struct Activity {
     /// The instants below are nanoseconds since this one, plus one (0: none).
     epoch: Instant,
