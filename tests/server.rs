@@ -553,16 +553,8 @@ async fn keep_alive_connections_outlive_the_header_timeout_and_close_at_the_idle
         assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK);
         tokio::time::sleep(Duration::from_millis(800)).await;
         assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK, "h2={h2}: idle 800 ms, past the header timeout");
-        let idle_since = Instant::now();
-        let closed = || match &conn {
-            Conn::H1(s) => s.is_closed(),
-            Conn::H2(s) => s.is_closed(),
-        };
-        while !closed() {
-            assert!(idle_since.elapsed() < Duration::from_secs(5), "h2={h2}: an idle connection was kept");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let idle = idle_since.elapsed();
+        let idle = conn.closed_within(Duration::from_secs(5)).await;
+        let idle = idle.unwrap_or_else(|| panic!("h2={h2}: an idle connection was kept"));
         assert!(idle >= Duration::from_millis(1300), "h2={h2}: closed after {idle:?} idle, before the idle timeout");
     }
     // The headers of a later request still have the header read timeout, from their first byte.
@@ -594,16 +586,8 @@ async fn an_idle_timeout_shorter_than_the_header_timeout_closes_at_the_idle_time
     for h2 in [false, true] {
         let mut conn = Conn::open(server.addr, &server.ca_pem, h2).await;
         assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK);
-        let idle_since = Instant::now();
-        let closed = || match &conn {
-            Conn::H1(s) => s.is_closed(),
-            Conn::H2(s) => s.is_closed(),
-        };
-        while !closed() {
-            assert!(idle_since.elapsed() < Duration::from_secs(3), "h2={h2}: kept past the idle timeout");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let idle = idle_since.elapsed();
+        let idle = conn.closed_within(Duration::from_secs(3)).await;
+        let idle = idle.unwrap_or_else(|| panic!("h2={h2}: kept past the idle timeout"));
         assert!(idle >= Duration::from_millis(300), "h2={h2}: closed after {idle:?}, before the idle timeout");
     }
 }

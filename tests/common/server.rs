@@ -122,6 +122,23 @@ pub enum Conn {
 }
 
 impl Conn {
+    /// Waits, from now, until the server has closed the connection: how long that took, or `None` after
+    /// `patience`.
+    pub async fn closed_within(&self, patience: Duration) -> Option<Duration> {
+        let started = std::time::Instant::now();
+        let closed = || match self {
+            Conn::H1(s) => s.is_closed(),
+            Conn::H2(s) => s.is_closed(),
+        };
+        while !closed() {
+            if started.elapsed() >= patience {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Some(started.elapsed())
+    }
+
     pub async fn open(addr: SocketAddr, ca_pem: &[u8], h2: bool) -> Conn {
         let alpn: &[u8] = if h2 { b"h2" } else { b"http/1.1" };
         Self::open_with(addr, client_config(ca_pem, alpn, None)).await.unwrap()
