@@ -56,9 +56,13 @@ impl BodyBudget {
 
     async fn take(&self, bytes: usize, wait: Duration) -> Option<SemaphorePermit<'_>> {
         let n = u32::try_from(bytes).ok().filter(|_| bytes <= self.total)?;
-        // The common case, when the bytes are free: no timer, no waiter list (its lock), one atomic operation.
-        if let Ok(permit) = self.bytes.try_acquire_many(n) {
+        let try_take = || {
+            let permit = self.bytes.try_acquire_many(n).ok()?;
             self.metrics.inflight_body_bytes(bytes as f64);
+            Some(permit)
+        };
+        // The common case, when the bytes are free: no timer, no waiter list (its lock), one atomic operation.
+        if let Some(permit) = try_take() {
             return Some(permit);
         }
         let _waiting = Waiting::register(&self.waiting);
@@ -68,8 +72,7 @@ impl BodyBudget {
             let released = self.released.notified();
             let mut released = std::pin::pin!(released);
             released.as_mut().enable();
-            if let Ok(permit) = self.bytes.try_acquire_many(n) {
-                self.metrics.inflight_body_bytes(bytes as f64);
+            if let Some(permit) = try_take() {
                 return Some(permit);
             }
             tokio::time::timeout_at(deadline, released).await.ok()?;
