@@ -39,8 +39,9 @@ impl FromStr for BodySpec {
 /// How a generated pod is named (`--generate-name`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Naming {
-    /// A new name on every request, as for pods created one by one: no two requests share a pod context, so the
-    /// injector renders the template's per-pod leaves every time (its worst case).
+    /// A new name on every request, as for pods created one by one, the rest of the pod the same: a template that
+    /// reads the name renders its per-pod leaves every time (the built-in one reads it only for a pod without an
+    /// `app` label, which the generated pods have).
     Unique,
     /// As a ReplicaSet creates pods: `generateName`, no name yet, the `pod-template-hash` label and the owner
     /// reference, the same in every request (the usual case in a cluster; the injector renders the per-pod

@@ -176,8 +176,9 @@ pub struct RunArgs {
     pub bodies: bodies::BodySpec,
 
     /// With a size for --bodies: send the pod as a ReplicaSet creates it (`generateName`, no name yet, the same
-    /// in every request), the usual case in a cluster, instead of a new pod name per request (the injector's
-    /// worst case: it renders the template's per-pod values every time).
+    /// in every request), the usual case in a cluster, instead of a new pod name per request (pods created one by
+    /// one; a template that reads the name renders its per-pod values every time, the built-in one reads it only
+    /// for pods without an `app` label). `--bodies corpus` sends distinct pods, rendered anew.
     #[arg(long)]
     pub generate_name: bool,
 

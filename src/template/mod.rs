@@ -16,7 +16,9 @@
 
 mod checks;
 mod combine;
+mod leaf_cache;
 mod overrides;
+mod pod_context;
 mod render;
 pub(crate) mod schema;
 mod set;
@@ -34,11 +36,11 @@ use crate::validation::KubeVersion;
 
 use checks::LeafCheck;
 pub(crate) use checks::dry_run;
+pub(crate) use leaf_cache::LeafCache;
 pub(crate) use overrides::OverrideSpec;
-pub(crate) use render::{
-    ContainerEntries, LeafCache, Overrides, PodContext, Port, Reads, RenderError, Renderer, StrEntries,
-};
+pub(crate) use pod_context::{ContainerEntries, PodContext, Port, Reads, StrEntries};
 use render::{LeafKind, is_template};
+pub(crate) use render::{Overrides, RenderError, Renderer};
 use schema::Place;
 pub use set::{SelectError, Selection, SetSources, TemplateSet};
 use tree::TNode;

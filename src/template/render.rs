@@ -10,22 +10,24 @@
 //! Per request, all the pod-dependent leaves are rendered by one evaluation of one template that joins them with a
 //! separator byte JSON never leaves raw in its output, so the cost of setting up an evaluation is paid once.
 //!
-//! Rendering is a pure function of the pod context, and the pods of one controller (a Deployment scaling up, a
-//! Job's workers) share it: same labels, service account, namespace and `generateName`, no name yet. So each
-//! thread remembers the last few contexts and their output ([`LeafCache`]); a repeat costs a comparison, not an
-//! evaluation. The cache key is the context itself (every string of it, length-prefixed), so it cannot miss a
-//! field the templates read.
+//! Rendering is a pure function of what the leaves read of the pod, and the pods of one controller give the same
+//! answers to what templates usually read (labels, service account, namespace). So each thread remembers the last
+//! few renders, each with the record of what it read ([`LeafCache`], [`Dependencies`]): a pod that gives the same
+//! answers costs a comparison, not an evaluation.
 //!
-//! On a miss the context reaches minijinja as one owned object ([`PodObject`]) whose fields and labels are looked
-//! up when an expression reads them, rather than as a minijinja map built from every field and label: the
-//! default template reads two of them.
+//! The pod reaches minijinja as one owned object ([`PodObject`]) whose fields and labels are looked up when an
+//! expression reads them, and noted as read, rather than as a minijinja map built from every field and label: the
+//! default template reads a few of them.
 
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use minijinja::value::{Enumerator, Object, ObjectRepr, Serde};
+use minijinja::value::Serde;
 use minijinja::{AutoEscape, Environment, Output, State, UndefinedBehavior, Value};
+
+use super::leaf_cache::LeafCache;
+use super::pod_context::{ContainerEntries, PodContext, PodObject, Reads, StrEntries, encode_containers};
 
 /// Names a template may use: the pod being admitted and the template's `values`.
 const KNOWN_VARIABLES: [&str; 2] = ["pod", "values"];
@@ -105,260 +107,6 @@ pub(crate) struct Renderer {
 
 /// Validated per-pod overrides: `(key of values, value)`.
 pub(crate) type Overrides = [(String, serde_json::Value)];
-
-/// The pod as templates see it: `pod.name`, `pod.generateName`, `pod.namespace`, `pod.serviceAccountName`,
-/// `pod.labels`, `pod.annotations` and `pod.containers`.
-#[derive(Debug)]
-pub(crate) struct PodContext<'a, M: StrEntries, C: ContainerEntries> {
-    pub name: &'a str,
-    pub generate_name: &'a str,
-    pub namespace: &'a str,
-    pub service_account_name: &'a str,
-    pub labels: M,
-    pub annotations: M,
-    pub containers: C,
-}
-
-/// A string-to-string map of the pod (its labels or annotations), read in the pod's order.
-pub(crate) trait StrEntries {
-    fn entries(&self) -> impl Iterator<Item = (&str, &str)>;
-}
-
-impl StrEntries for std::collections::BTreeMap<&str, &str> {
-    fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.iter().map(|(k, v)| (*k, *v))
-    }
-}
-
-/// A port of one of the pod's containers, as templates see it: `pod.containers[i].ports[j]`, with `name` when
-/// the port has one and `protocol` as the API server defaults it (`TCP`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Port<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub name: Option<&'a str>,
-    pub container_port: i64,
-    pub protocol: &'a str,
-}
-
-/// The pod's own containers (`spec.containers`, as the pod was sent), each name with its ports, in the pod's
-/// order.
-pub(crate) trait ContainerEntries {
-    fn entries(&self) -> impl Iterator<Item = (&str, impl Iterator<Item = Port<'_>>)>;
-}
-
-/// A list of containers written out, for sample pods and tests.
-impl ContainerEntries for Vec<(&str, Vec<Port<'_>>)> {
-    fn entries(&self) -> impl Iterator<Item = (&str, impl Iterator<Item = Port<'_>>)> {
-        self.iter().map(|(name, ports)| {
-            let ports =
-                ports.iter().map(|p| Port { name: p.name, container_port: p.container_port, protocol: p.protocol });
-            (*name, ports)
-        })
-    }
-}
-
-/// The names templates use for the fields of [`PodContext`]: the four strings, then the two maps, then the
-/// containers. A field's index is its bit in [`Reads`].
-const POD_FIELDS: [&str; 7] =
-    ["name", "generateName", "namespace", "serviceAccountName", "labels", "annotations", "containers"];
-
-/// Which fields of the pod a renderer's leaves read, one bit per [`POD_FIELDS`] entry: what its cache key holds,
-/// and which parts of the pod the engine hands it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Reads(u8);
-
-impl Reads {
-    const LABELS: u8 = 1 << 4;
-    const ANNOTATIONS: u8 = 1 << 5;
-    const CONTAINERS: u8 = 1 << 6;
-
-    /// The fields a leaf reads through the variable `var` (`pod.labels.app`, `pod`), as minijinja names it.
-    fn of(var: &str) -> Reads {
-        if var == "pod" {
-            // The whole pod (printed, iterated, or read by subscript, which is not tracked by name).
-            return Reads(u8::MAX);
-        }
-        let Some(rest) = var.strip_prefix("pod.") else { return Reads(0) };
-        let field = rest.split('.').next().unwrap_or(rest);
-        // A name that is not a field (a method, say) may read anything: key on everything rather than miss.
-        Reads(POD_FIELDS.iter().position(|f| *f == field).map_or(u8::MAX, |i| 1 << i))
-    }
-
-    fn field(self, index: usize) -> bool {
-        self.0 & (1 << index) != 0
-    }
-
-    pub(crate) fn union(self, other: Reads) -> Reads {
-        Reads(self.0 | other.0)
-    }
-
-    pub(crate) fn labels(self) -> bool {
-        self.0 & Self::LABELS != 0
-    }
-
-    pub(crate) fn annotations(self) -> bool {
-        self.0 & Self::ANNOTATIONS != 0
-    }
-
-    pub(crate) fn containers(self) -> bool {
-        self.0 & Self::CONTAINERS != 0
-    }
-}
-
-impl<M: StrEntries, C: ContainerEntries> PodContext<'_, M, C> {
-    fn scalars(&self) -> [&str; 4] {
-        [self.name, self.generate_name, self.namespace, self.service_account_name]
-    }
-
-    /// Appends the strings of the fields in `reads` to `key`, each preceded by its length, and each map or
-    /// list followed by a length no string has: for one renderer (whose `reads` never changes), equal keys mean
-    /// contexts that render the same.
-    fn write_key(&self, reads: Reads, key: &mut Vec<u8>) {
-        fn put(key: &mut Vec<u8>, text: &str) {
-            key.extend_from_slice(&text.len().to_le_bytes());
-            key.extend_from_slice(text.as_bytes());
-        }
-        fn end(key: &mut Vec<u8>) {
-            key.extend_from_slice(&usize::MAX.to_le_bytes());
-        }
-        for (index, text) in self.scalars().into_iter().enumerate() {
-            if reads.field(index) {
-                put(key, text);
-            }
-        }
-        for (read, map) in [(reads.labels(), &self.labels), (reads.annotations(), &self.annotations)] {
-            if read {
-                for (k, v) in map.entries() {
-                    put(key, k);
-                    put(key, v);
-                }
-                end(key);
-            }
-        }
-        if reads.containers() {
-            for (name, ports) in self.containers.entries() {
-                put(key, name);
-                for port in ports {
-                    put(key, port.name.unwrap_or_default());
-                    key.extend_from_slice(&port.container_port.to_le_bytes());
-                    put(key, port.protocol);
-                }
-                end(key);
-            }
-            end(key);
-        }
-    }
-
-    /// The context as minijinja sees it: one owned copy of its strings, read on demand; of the maps and the
-    /// containers, only those in `reads` (the others empty: a renderer never reads them).
-    fn to_value(&self, reads: Reads) -> Value {
-        let mut text = String::with_capacity(self.scalars().iter().map(|s| s.len()).sum());
-        let mut copy = |part: &str| {
-            let start = text.len();
-            text.push_str(part);
-            start..text.len()
-        };
-        let fields = self.scalars().map(&mut copy);
-        let map =
-            |read: bool, m: &M| Value::from_object(if read { StrMapObject::new(m) } else { StrMapObject::empty() });
-        let labels = map(reads.labels(), &self.labels);
-        let annotations = map(reads.annotations(), &self.annotations);
-        let containers = if reads.containers() { containers_value(&self.containers) } else { Value::from(()) };
-        Value::from_object(PodObject { text, fields, labels, annotations, containers })
-    }
-}
-
-/// `pod.containers`: a list of `{name, ports}`.
-fn containers_value(containers: &impl ContainerEntries) -> Value {
-    #[derive(serde::Serialize)]
-    struct Container<'a> {
-        name: &'a str,
-        ports: Vec<Port<'a>>,
-    }
-    let list: Vec<Container<'_>> =
-        containers.entries().map(|(name, ports)| Container { name, ports: ports.collect() }).collect();
-    Value::from(Serde(list))
-}
-
-/// [`PodContext`] as a minijinja map: `text` holds the four strings at `fields` (in [`POD_FIELDS`] order).
-#[derive(Debug)]
-struct PodObject {
-    text: String,
-    fields: [Range<usize>; 4],
-    labels: Value,
-    annotations: Value,
-    containers: Value,
-}
-
-impl Object for PodObject {
-    fn repr(self: &Arc<Self>) -> ObjectRepr {
-        ObjectRepr::Map
-    }
-
-    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
-        match key.as_str()? {
-            "labels" => Some(self.labels.clone()),
-            "annotations" => Some(self.annotations.clone()),
-            "containers" => Some(self.containers.clone()),
-            name => {
-                let scalar = POD_FIELDS[..self.fields.len()].iter().position(|field| *field == name)?;
-                Some(Value::from(&self.text[self.fields[scalar].clone()]))
-            }
-        }
-    }
-
-    fn enumerate(self: &Arc<Self>) -> Enumerator {
-        Enumerator::Str(&POD_FIELDS)
-    }
-}
-
-/// A pod's labels or annotations as a minijinja map, in the pod's order; a key is looked up by a linear scan,
-/// which for the handful of entries a pod has is faster than building a hash map.
-#[derive(Debug)]
-struct StrMapObject {
-    text: String,
-    entries: Vec<(Range<usize>, Range<usize>)>,
-}
-
-impl StrMapObject {
-    fn empty() -> Self {
-        StrMapObject { text: String::new(), entries: Vec::new() }
-    }
-
-    fn new(map: &impl StrEntries) -> Self {
-        let size = map.entries().map(|(k, v)| k.len() + v.len()).sum();
-        let mut object = StrMapObject { text: String::with_capacity(size), entries: Vec::new() };
-        for (key, value) in map.entries() {
-            let start = object.text.len();
-            object.text.push_str(key);
-            let middle = object.text.len();
-            object.text.push_str(value);
-            object.entries.push((start..middle, middle..object.text.len()));
-        }
-        object
-    }
-}
-
-impl Object for StrMapObject {
-    fn repr(self: &Arc<Self>) -> ObjectRepr {
-        ObjectRepr::Map
-    }
-
-    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
-        let key = key.as_str()?;
-        let (_, value) = self.entries.iter().find(|(k, _)| &self.text[k.clone()] == key)?;
-        Some(Value::from(&self.text[value.clone()]))
-    }
-
-    fn enumerate(self: &Arc<Self>) -> Enumerator {
-        Enumerator::Values(self.entries.iter().map(|(k, _)| Value::from(&self.text[k.clone()])).collect())
-    }
-
-    fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
-        Some(self.entries.len())
-    }
-}
 
 /// Does `source` use template syntax at all?
 pub(crate) fn is_template(source: &str) -> bool {
@@ -490,22 +238,24 @@ impl Renderer {
             // Only override-only leaves, and no override: their output was rendered at load.
             return self.render(pod, overrides, buf, ranges);
         }
-        cache.key.clear();
-        pod.write_key(self.reads, &mut cache.key);
+        cache.overrides.clear();
         if !overrides.is_empty() {
-            serde_json::to_writer(&mut cache.key, overrides).expect("JSON values always serialise");
+            serde_json::to_writer(&mut cache.overrides, overrides).expect("JSON values always serialise");
         }
-        let (base, first) = (buf.len(), ranges.len());
-        if let Some(hit) = cache.entries.iter_mut().find(|e| e.renderer == self.id && e.key == cache.key) {
-            hit.referenced = true;
-            buf.extend_from_slice(&hit.rendered);
-            ranges.extend(hit.ranges.iter().map(|r| r.start + base..r.end + base));
+        cache.containers.clear();
+        if self.reads.containers() {
+            encode_containers(&pod.containers, &mut cache.containers);
+        }
+        if cache.answer(self.id, pod, buf, ranges) {
             return Ok(());
         }
-        self.render(pod, overrides, buf, ranges)?;
-        if cache.key.len() <= LeafCache::MAX_KEY {
-            cache.remember(self.id, &buf[base..], &ranges[first..], base);
+        let (base, first) = (buf.len(), ranges.len());
+        let seen = self.render_noting_reads(pod, overrides, buf, ranges)?;
+        match seen {
+            Some(seen) => cache.dependencies.record(&seen, pod, &cache.containers),
+            None => cache.dependencies.clear(),
         }
+        cache.remember(self.id, &buf[base..], &ranges[first..], base);
         Ok(())
     }
 
@@ -518,14 +268,35 @@ impl Renderer {
         buf: &mut Vec<u8>,
         ranges: &mut Vec<Range<usize>>,
     ) -> Result<(), RenderError> {
+        self.render_noting_reads(pod, overrides, buf, ranges).map(drop)
+    }
+
+    /// [`Renderer::render`], which also returns the pod as the leaves saw it, with what they read of it noted;
+    /// `None` when no leaf was evaluated (so none read anything).
+    fn render_noting_reads<M: StrEntries, C: ContainerEntries>(
+        &self,
+        pod: &PodContext<'_, M, C>,
+        overrides: &Overrides,
+        buf: &mut Vec<u8>,
+        ranges: &mut Vec<Range<usize>>,
+    ) -> Result<Option<Arc<PodObject>>, RenderError> {
         if self.leaves.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let first = ranges.len();
         ranges.resize(first + self.leaves.len(), 0..0);
         let mine = &mut ranges[first..];
-        let values = self.values_with(overrides);
-        let ctx = minijinja::context! { pod => pod.to_value(self.reads), values => values };
+        let overridden = values_overridden(&self.overridable, overrides);
+        if self.pod_slots.is_empty() && !overridden {
+            // Only override-only leaves, and no override of them: rendered at load.
+            let start = buf.len();
+            buf.extend_from_slice(self.override_defaults.as_bytes());
+            split_in_place(buf, start, &self.override_slots, mine)?;
+            return Ok(None);
+        }
+        let seen = pod.to_object(self.reads);
+        let ctx =
+            minijinja::context! { pod => Value::from_dyn_object(seen.clone()), values => self.values_with(overrides) };
         if !self.pod_slots.is_empty() {
             let start = buf.len();
             self.render_group(POD_LEAVES, &ctx, buf)?;
@@ -533,14 +304,14 @@ impl Renderer {
         }
         if !self.override_slots.is_empty() {
             let start = buf.len();
-            if values_overridden(&self.overridable, overrides) {
+            if overridden {
                 self.render_group(OVERRIDE_LEAVES, &ctx, buf)?;
             } else {
                 buf.extend_from_slice(self.override_defaults.as_bytes());
             }
             split_in_place(buf, start, &self.override_slots, mine)?;
         }
-        Ok(())
+        Ok(Some(seen))
     }
 
     /// Appends the output of the joined template `group` (its leaves' JSON, separated) to `buf`; on failure `buf`
@@ -602,65 +373,6 @@ fn split_in_place(buf: &[u8], start: usize, slots: &[usize], ranges: &mut [Range
     }
 }
 
-/// The rendered leaves of the last few pod contexts seen by one thread. Failures are not cached: they are rare,
-/// and a warning must name the failing field every time.
-#[derive(Debug, Default)]
-pub(crate) struct LeafCache {
-    entries: Vec<CachedRender>,
-    /// The entry the next miss replaces (round robin).
-    next: usize,
-    /// The current request's key, kept to reuse its allocation.
-    key: Vec<u8>,
-}
-
-#[derive(Debug)]
-struct CachedRender {
-    /// Answered a request since the replacement hand last passed it: kept for one more round.
-    referenced: bool,
-    renderer: u64,
-    key: Vec<u8>,
-    rendered: Vec<u8>,
-    ranges: Vec<Range<usize>>,
-}
-
-impl LeafCache {
-    /// Entries per thread: enough for the controllers that create pods at the same time, each pod taking one
-    /// per renderer of its template (the template's parts and the injector's own).
-    const ENTRIES: usize = 16;
-    /// Contexts larger than this (huge annotations) are not worth keeping.
-    const MAX_KEY: usize = 4096;
-
-    /// Keeps `rendered` and its `ranges` (which start at `base` in the caller's buffer) under the current key.
-    fn remember(&mut self, renderer: u64, rendered: &[u8], ranges: &[Range<usize>], base: usize) {
-        let relative = ranges.iter().map(|r| r.start - base..r.end - base);
-        if self.entries.len() < Self::ENTRIES {
-            let entry = CachedRender {
-                referenced: false,
-                renderer,
-                key: self.key.clone(),
-                rendered: rendered.to_vec(),
-                ranges: relative.collect(),
-            };
-            return self.entries.push(entry);
-        }
-        // A full cache overwrites an entry in place, reusing its buffers (a stream of new pods allocates nothing
-        // here): the next one the hand reaches that has not answered a request since it last passed (the clock
-        // algorithm), so a stream of one-off pods does not push out the entries that keep answering, such as
-        // those of a renderer that reads only what a Deployment's pods share.
-        while std::mem::take(&mut self.entries[self.next].referenced) {
-            self.next = (self.next + 1) % Self::ENTRIES;
-        }
-        let entry = &mut self.entries[self.next];
-        entry.renderer = renderer;
-        entry.key.clone_from(&self.key);
-        entry.rendered.clear();
-        entry.rendered.extend_from_slice(rendered);
-        entry.ranges.clear();
-        entry.ranges.extend(relative);
-        self.next = (self.next + 1) % Self::ENTRIES;
-    }
-}
-
 /// A leaf that failed to render for a particular pod.
 #[derive(Debug, Clone)]
 pub(crate) struct RenderError {
@@ -702,6 +414,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::template::Port;
 
     type Containers = Vec<(&'static str, Vec<Port<'static>>)>;
     type Context<'a> = PodContext<'a, BTreeMap<&'a str, &'a str>, Containers>;
@@ -899,7 +612,7 @@ mod tests {
             let name = format!("pod-{i}");
             assert_eq!(render(&PodContext { name: &name, ..pod() }, &r), format!("we\"b\\\n\u{2028}-{name}"));
         }
-        assert_eq!(cache.entries.len(), LeafCache::ENTRIES);
+        assert_eq!(cache.renderers().count(), LeafCache::ENTRIES);
     }
 
     #[test]
@@ -940,32 +653,94 @@ mod tests {
         assert_eq!(slots, [b"\"web\"".as_slice(), b"\"web,worker\"", b"\"9090/UDP\"", b"1"]);
     }
 
+    /// Renders slot 0 for each pod through one cache: the outputs, and how many entries the cache then holds
+    /// (a hit adds none).
+    fn through_one_cache(r: &Renderer, pods: &[Context<'_>]) -> (Vec<String>, usize) {
+        let mut cache = LeafCache::default();
+        let outputs = pods.iter().map(|pod| first_slot_cached(r, pod, &mut cache)).collect();
+        (outputs, cache.renderers().count())
+    }
+
     #[test]
-    fn the_cache_key_holds_exactly_what_the_leaves_read() {
-        // Reads only the containers: pods that differ in name and labels share one entry...
+    fn the_cache_keys_on_what_a_render_read() {
+        // Reads only the containers: pods that differ in name and labels share one entry; a pod whose containers
+        // differ, in a name or a port, has its own.
         let mut r = Renderer::new(&serde_json::json!({}));
-        r.add_leaf("{{ pod.containers[0].name }}").unwrap();
-        let key = |pod: &Context<'_>| {
-            let mut key = Vec::new();
-            pod.write_key(r.reads(), &mut key);
-            key
-        };
-        let first = pod();
-        let other_pod = PodContext { name: "web-2", labels: BTreeMap::new(), ..pod() };
-        assert_eq!(key(&first), key(&other_pod));
-        // ...and a pod whose containers differ, in a name or a port, has a key of its own.
-        let renamed = PodContext { containers: vec![("api", Vec::new())], ..pod() };
-        assert_ne!(key(&first), key(&renamed));
+        r.add_leaf("{{ pod.containers[0].name }}-{{ pod.containers[0].ports | length }}").unwrap();
         let mut moved = pod();
         moved.containers[0].1[0].container_port = 8081;
-        assert_ne!(key(&first), key(&moved));
-        // A template that reads nothing of the containers keys on none of them.
-        let mut by_name = Renderer::new(&serde_json::json!({}));
-        by_name.add_leaf("{{ pod.name }}").unwrap();
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        first.write_key(by_name.reads(), &mut a);
-        renamed.write_key(by_name.reads(), &mut b);
-        assert_eq!(a, b);
+        let unnamed_port =
+            PodContext { containers: vec![("web", vec![Port { name: None, ..pod().containers[0].1[0] }])], ..pod() };
+        let pods = [
+            pod(),
+            PodContext { name: "web-2", labels: BTreeMap::new(), ..pod() },
+            PodContext { containers: vec![("api", Vec::new())], ..pod() },
+            moved,
+            unnamed_port,
+            pod(),
+        ];
+        let (outputs, entries) = through_one_cache(&r, &pods);
+        assert_eq!(outputs, ["web-1", "web-1", "api-0", "web-1", "web-1", "web-1"]);
+        assert_eq!(entries, 4, "one entry per distinct container list");
+
+        // Reads the name only when no `app` label names the service: with the label, every name shares one entry.
+        let mut r = Renderer::new(&serde_json::json!({}));
+        r.add_leaf("{{ pod.labels.app | default(none) or pod.name }}").unwrap();
+        let app = |value| [("app", value), ("pod-name", "unique")].into_iter().collect::<BTreeMap<_, _>>();
+        let unlabelled = BTreeMap::new;
+        let pods = [
+            PodContext { name: "a", labels: app("shop"), ..pod() },
+            PodContext { name: "b", labels: app("shop"), ..pod() },
+            PodContext { name: "c", labels: [("app", "shop")].into_iter().collect(), ..pod() },
+            // Without the label the name is read: one entry each, and never the entry of a labelled pod.
+            PodContext { name: "a", labels: unlabelled(), ..pod() },
+            PodContext { name: "b", labels: unlabelled(), ..pod() },
+            PodContext { name: "a", labels: unlabelled(), ..pod() },
+            // A label that was absent is now present: not the unlabelled pod's entry.
+            PodContext { name: "a", labels: app("cart"), ..pod() },
+            // An empty value is falsy: the name again.
+            PodContext { name: "a", labels: app(""), ..pod() },
+        ];
+        let (outputs, entries) = through_one_cache(&r, &pods);
+        assert_eq!(outputs, ["shop", "shop", "shop", "a", "b", "a", "cart", "a"]);
+        assert_eq!(entries, 5);
+
+        // Iterating a map reads all of it, in order.
+        let mut r = Renderer::new(&serde_json::json!({}));
+        r.add_leaf("{% for k, v in pod.labels | items %}{{ k }}={{ v }},{% endfor %}").unwrap();
+        #[derive(Default)]
+        struct Ordered(Vec<(&'static str, &'static str)>);
+        impl StrEntries for Ordered {
+            fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+                self.0.iter().copied()
+            }
+        }
+        let mut cache = LeafCache::default();
+        let mut render = |labels: Vec<(&'static str, &'static str)>| {
+            let pod = PodContext { labels: Ordered(labels), annotations: Ordered(Vec::new()), ..pod_with() };
+            let (mut buf, mut ranges) = (Vec::new(), Vec::new());
+            r.render_cached(&pod, &[], &mut cache, &mut buf, &mut ranges).unwrap();
+            serde_json::from_slice::<String>(&buf[ranges[0].clone()]).unwrap()
+        };
+        assert_eq!(render(vec![("a", "1"), ("b", "2")]), "a=1,b=2,");
+        assert_eq!(render(vec![("b", "2"), ("a", "1")]), "b=2,a=1,");
+        assert_eq!(render(vec![("a", "1"), ("b", "2")]), "a=1,b=2,");
+        assert_eq!(render(vec![("a", "1")]), "a=1,");
+        assert_eq!(cache.renderers().count(), 3);
+    }
+
+    /// `pod()`'s scalars and containers, with maps of another type.
+    fn pod_with<M: StrEntries + Default>() -> PodContext<'static, M, Containers> {
+        let PodContext { name, generate_name, namespace, service_account_name, containers, .. } = pod();
+        PodContext {
+            name,
+            generate_name,
+            namespace,
+            service_account_name,
+            labels: M::default(),
+            annotations: M::default(),
+            containers,
+        }
     }
 
     #[test]
@@ -975,7 +750,7 @@ mod tests {
         let mut by_name = Renderer::new(&serde_json::json!({}));
         by_name.add_leaf("{{ pod.name }}").unwrap();
         let mut cache = LeafCache::default();
-        let shared_entry = |cache: &LeafCache| cache.entries.iter().position(|e| e.renderer == shared.id);
+        let shared_entry = |cache: &LeafCache| cache.renderers().position(|r| r == shared.id);
         for i in 0..4 * LeafCache::ENTRIES {
             let name = format!("pod-{i}");
             let pod = PodContext { name: &name, ..pod() };
