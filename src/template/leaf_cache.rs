@@ -19,6 +19,8 @@ pub(crate) struct LeafCache {
     /// The current pod's containers, encoded for comparison (empty unless the renderer may read them), kept to
     /// reuse its allocation.
     pub(super) containers: Vec<u8>,
+    /// A pod's answers to a cached render's questions, kept to reuse its allocation.
+    answers: Vec<u8>,
     /// What the current render read, kept to reuse its allocation.
     pub(super) dependencies: Dependencies,
 }
@@ -50,11 +52,28 @@ impl LeafCache {
         buf: &mut Vec<u8>,
         ranges: &mut Vec<Range<usize>>,
     ) -> bool {
-        let (overrides, containers) = (&self.overrides, &self.containers);
-        let hit = self
-            .entries
-            .iter_mut()
-            .find(|e| e.renderer == renderer && e.overrides == *overrides && e.dependencies.hold_for(pod, containers));
+        let LeafCache { entries, overrides, containers, answers, .. } = self;
+        // The pod's answers to the questions of the last shape seen, and their fingerprint (`None`: it cannot
+        // answer them alike).
+        let mut asked: Option<(u64, Option<u64>)> = None;
+        let hit = entries.iter_mut().find(|e| {
+            // Lengths first: most pods override nothing, and comparing two empty buffers still calls `memcmp`.
+            let same_overrides =
+                e.overrides.len() == overrides.len() && (overrides.is_empty() || e.overrides == *overrides);
+            if e.renderer != renderer || !same_overrides {
+                return false;
+            }
+            let shape = e.dependencies.shape();
+            let fingerprint = match asked {
+                Some((asked_shape, fingerprint)) if asked_shape == shape => fingerprint,
+                _ => {
+                    let fingerprint = e.dependencies.answers_of(pod, containers, answers);
+                    asked = Some((shape, fingerprint));
+                    fingerprint
+                }
+            };
+            fingerprint.is_some_and(|fingerprint| e.dependencies.holds_for(answers, fingerprint))
+        });
         let Some(hit) = hit else { return false };
         hit.referenced = true;
         let base = buf.len();

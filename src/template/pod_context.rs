@@ -267,7 +267,9 @@ impl Object for StrMapObject {
         let Some(index) = self.entries.iter().position(|(k, _)| &self.text[k.clone()] == key) else {
             let slot = self.absent_len.fetch_add(1, Ordering::Relaxed);
             if let Some(hash) = self.absent.get(slot) {
-                hash.store(key_hash(key), Ordering::Relaxed);
+                // A pod with another key of the same hash is taken to have this one: a needless miss, never a
+                // wrong hit.
+                hash.store(hash_bytes(key.as_bytes()), Ordering::Relaxed);
             }
             return None;
         };
@@ -288,15 +290,6 @@ impl Object for StrMapObject {
         self.whole.store(true, Ordering::Relaxed);
         Some(self.entries.len())
     }
-}
-
-/// The hash an absent key is remembered by. A pod with another key of the same hash is taken to have the key:
-/// a needless miss, never a wrong hit.
-fn key_hash(key: &str) -> u64 {
-    // SipHash with fixed keys: the same in every thread of the process.
-    let mut hasher = std::hash::DefaultHasher::new();
-    hasher.write(key.as_bytes());
-    hasher.finish()
 }
 
 /// The two maps of a pod, as a record names them.
@@ -329,30 +322,46 @@ mod record {
 }
 
 /// What a render read of its pod and the answers it got, as bytes (a sequence of [`record`]s): a cached render
-/// answers a pod that gives the same answers ([`Dependencies::hold_for`]).
+/// answers a pod that gives the same answers. Kept with two hashes: `shape`, of the questions alone (which fields,
+/// which keys), and `fingerprint`, of the whole record. A lookup writes a pod's answers to one shape's questions
+/// once ([`Dependencies::answers_of`]) and compares them with every entry of that shape by fingerprint, and by
+/// bytes only when the fingerprints agree: most entries of a renderer share a shape, so a miss costs one walk of
+/// the pod, not one per entry.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Dependencies(Vec<u8>);
+pub(crate) struct Dependencies {
+    record: Vec<u8>,
+    shape: u64,
+    fingerprint: u64,
+}
 
 impl Clone for Dependencies {
     fn clone(&self) -> Self {
-        Dependencies(self.0.clone())
+        Dependencies { record: self.record.clone(), shape: self.shape, fingerprint: self.fingerprint }
     }
 
     /// Reuses this one's allocation (a cache entry overwritten in place).
     fn clone_from(&mut self, source: &Self) {
-        self.0.clone_from(&source.0);
+        self.record.clone_from(&source.record);
+        self.shape = source.shape;
+        self.fingerprint = source.fingerprint;
     }
 }
 
 impl Dependencies {
     /// Size of the record in bytes.
     pub(crate) fn len(&self) -> usize {
-        self.0.len()
+        self.record.len()
+    }
+
+    /// The hash of the questions alone: records of one shape ask the same things of a pod.
+    pub(crate) fn shape(&self) -> u64 {
+        self.shape
     }
 
     /// Nothing read: what a render that evaluated nothing depends on.
     pub(crate) fn clear(&mut self) {
-        self.0.clear();
+        self.record.clear();
+        self.seal();
     }
 
     /// Replaces the record with what `object` (made from `pod` by [`PodContext::to_object`]) was read of;
@@ -363,7 +372,7 @@ impl Dependencies {
         pod: &PodContext<'_, M, C>,
         containers: &[u8],
     ) {
-        let out = &mut self.0;
+        let out = &mut self.record;
         out.clear();
         let read = object.read.load(Ordering::Relaxed);
         for (index, value) in pod.scalars().into_iter().enumerate() {
@@ -396,164 +405,198 @@ impl Dependencies {
             out.push(record::CONTAINERS);
             put_bytes(out, containers);
         }
+        self.seal();
     }
 
-    /// Does `pod` (with its `containers` encoded) give every answer recorded? Allocates nothing.
-    pub(crate) fn hold_for<M: StrEntries, C: ContainerEntries>(
+    /// Computes the two hashes of the record as written.
+    fn seal(&mut self) {
+        let mut shape = std::hash::DefaultHasher::new();
+        let mut records = Records(&self.record);
+        // A record this module wrote always reads back; a short one would only make a shape no pod matches.
+        while let Some(kind) = records.byte() {
+            shape.write_u8(kind);
+            match kind {
+                record::FIELD => {
+                    shape.write_u8(records.byte().unwrap_or(u8::MAX));
+                    records.bytes();
+                }
+                record::ENTRY => {
+                    shape.write_u8(records.byte().unwrap_or(u8::MAX));
+                    shape.write(records.bytes().unwrap_or_default());
+                    records.bytes();
+                }
+                record::ABSENT => {
+                    shape.write_u8(records.byte().unwrap_or(u8::MAX));
+                    shape.write_u64(records.u64().unwrap_or_default());
+                }
+                record::WHOLE_MAP => {
+                    shape.write_u8(records.byte().unwrap_or(u8::MAX));
+                    records.skip_map();
+                }
+                _ => {
+                    records.bytes();
+                }
+            }
+        }
+        self.shape = shape.finish();
+        self.fingerprint = hash_bytes(&self.record);
+    }
+
+    /// Writes `pod`'s answers to this record's questions to `answers` (cleared first), exactly as [`record`] would
+    /// have written them: a record of the same shape holds for the pod if and only if its bytes equal these.
+    /// Returns their fingerprint, or `None` when the pod cannot answer alike (a key looked up is absent, or a key
+    /// found absent is present): no record of this shape holds for it.
+    ///
+    /// [`record`]: Dependencies::record
+    pub(crate) fn answers_of<M: StrEntries, C: ContainerEntries>(
         &self,
         pod: &PodContext<'_, M, C>,
         containers: &[u8],
-    ) -> bool {
-        let mut expect = Expect { rest: &self.0, matches: true };
-        while let Some(kind) = expect.byte() {
+        answers: &mut Vec<u8>,
+    ) -> Option<u64> {
+        answers.clear();
+        let mut records = Records(&self.record);
+        while let Some(kind) = records.byte() {
+            answers.push(kind);
             match kind {
                 record::FIELD => {
-                    let Some(value) = expect.byte().and_then(|i| pod.scalars().get(usize::from(i)).copied()) else {
-                        return false;
-                    };
-                    put_str(&mut expect, value);
+                    let index = records.byte()?;
+                    records.bytes()?;
+                    answers.push(index);
+                    put_str(answers, pod.scalars().get(usize::from(index))?);
                 }
                 record::ENTRY => {
-                    let (Some(id), Some(key)) = (expect.map_id(), expect.str()) else { return false };
-                    let Some((_, value)) = pod.map(id).entries().find(|(k, _)| *k == key) else { return false };
-                    put_str(&mut expect, value);
+                    let id = records.byte()?;
+                    let key = records.bytes()?;
+                    records.bytes()?;
+                    let (_, value) = pod.map(MapId::of(id)?).entries().find(|(k, _)| k.as_bytes() == key)?;
+                    answers.push(id);
+                    put_bytes(answers, key);
+                    put_str(answers, value);
                 }
                 record::ABSENT => {
-                    let (Some(id), Some(hash)) = (expect.map_id(), expect.u64()) else { return false };
-                    if pod.map(id).entries().any(|(key, _)| key_hash(key) == hash) {
-                        return false;
+                    let id = records.byte()?;
+                    let hash = records.u64()?;
+                    if pod.map(MapId::of(id)?).entries().any(|(key, _)| hash_bytes(key.as_bytes()) == hash) {
+                        return None;
                     }
+                    answers.push(id);
+                    answers.extend_from_slice(&hash.to_le_bytes());
                 }
                 record::WHOLE_MAP => {
-                    let Some(id) = expect.map_id() else { return false };
-                    encode_map(pod.map(id), &mut expect);
+                    let id = records.byte()?;
+                    records.skip_map()?;
+                    answers.push(id);
+                    encode_map(pod.map(MapId::of(id)?), answers);
                 }
-                record::CONTAINERS => put_bytes(&mut expect, containers),
-                _ => return false,
-            }
-            if !expect.matches {
-                return false;
+                record::CONTAINERS => {
+                    records.bytes()?;
+                    put_bytes(answers, containers);
+                }
+                _ => return None,
             }
         }
-        true
+        Some(hash_bytes(answers))
+    }
+
+    /// Do `answers`, with their `fingerprint` (from [`Dependencies::answers_of`] on a record of this shape), equal
+    /// this record's?
+    pub(crate) fn holds_for(&self, answers: &[u8], fingerprint: u64) -> bool {
+        self.fingerprint == fingerprint && self.record == answers
     }
 }
 
-/// Where a record's operands are written: a buffer, or [`Expect`], which checks them against a written record.
-/// One encoding serves both, so a record is read back exactly as it was written.
-pub(crate) trait Sink {
-    fn put(&mut self, bytes: &[u8]);
+/// A reader of the records: each method takes one operand, `None` past the end.
+struct Records<'a>(&'a [u8]);
 
-    /// A length or a number: compared as a number, so a string of another length is told apart without
-    /// comparing bytes.
-    fn put_u64(&mut self, n: u64);
-}
-
-impl Sink for Vec<u8> {
-    fn put(&mut self, bytes: &[u8]) {
-        self.extend_from_slice(bytes);
-    }
-
-    fn put_u64(&mut self, n: u64) {
-        self.extend_from_slice(&n.to_le_bytes());
-    }
-}
-
-/// The unread rest of the records, which each `put` must match.
-struct Expect<'a> {
-    rest: &'a [u8],
-    /// False from the first `put` that did not match (or ran past the end).
-    matches: bool,
-}
-
-impl<'a> Expect<'a> {
+impl<'a> Records<'a> {
     fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.rest.len() < n {
-            self.matches = false;
+        if self.0.len() < n {
+            self.0 = &[];
             return None;
         }
-        let (head, tail) = self.rest.split_at(n);
-        self.rest = tail;
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
         Some(head)
     }
 
-    /// The next byte; `None` at the end.
     fn byte(&mut self) -> Option<u8> {
-        let (first, tail) = self.rest.split_first()?;
-        self.rest = tail;
-        Some(*first)
-    }
-
-    fn map_id(&mut self) -> Option<MapId> {
-        self.byte().and_then(MapId::of)
+        self.take(1).map(|b| b[0])
     }
 
     fn u64(&mut self) -> Option<u64> {
         self.take(8).map(|b| u64::from_le_bytes(b.try_into().expect("took 8 bytes")))
     }
 
-    fn str(&mut self) -> Option<&'a str> {
+    /// Bytes preceded by their length ([`put_bytes`]).
+    fn bytes(&mut self) -> Option<&'a [u8]> {
         let len = usize::try_from(self.u64()?).ok()?;
-        std::str::from_utf8(self.take(len)?).ok()
+        self.take(len)
+    }
+
+    /// A map as [`encode_map`] writes it.
+    fn skip_map(&mut self) -> Option<()> {
+        loop {
+            let len = self.u64()?;
+            if len == u64::MAX {
+                return Some(());
+            }
+            self.take(usize::try_from(len).ok()?)?;
+            self.bytes()?;
+        }
     }
 }
 
-impl Sink for Expect<'_> {
-    fn put(&mut self, bytes: &[u8]) {
-        if self.matches && self.take(bytes.len()) != Some(bytes) {
-            self.matches = false;
-        }
-    }
-
-    fn put_u64(&mut self, n: u64) {
-        if self.matches && self.u64() != Some(n) {
-            self.matches = false;
-        }
-    }
+/// The hash of absent keys and of records: SipHash with fixed keys, the same in every thread of the process.
+fn hash_bytes(bytes: &[u8]) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    hasher.write(bytes);
+    hasher.finish()
 }
 
 /// A string, preceded by its length.
-fn put_str(sink: &mut impl Sink, text: &str) {
-    put_bytes(sink, text.as_bytes());
+fn put_str(out: &mut Vec<u8>, text: &str) {
+    put_bytes(out, text.as_bytes());
 }
 
 /// Bytes, preceded by their length.
-fn put_bytes(sink: &mut impl Sink, bytes: &[u8]) {
-    sink.put_u64(bytes.len() as u64);
-    sink.put(bytes);
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    out.extend_from_slice(bytes);
 }
 
 /// The end of a map or a list: a length no string has.
-fn put_end(sink: &mut impl Sink) {
-    sink.put_u64(u64::MAX);
+fn put_end(out: &mut Vec<u8>) {
+    out.extend_from_slice(&u64::MAX.to_le_bytes());
 }
 
-fn encode_map(map: &impl StrEntries, sink: &mut impl Sink) {
+fn encode_map(map: &impl StrEntries, out: &mut Vec<u8>) {
     for (key, value) in map.entries() {
-        put_str(sink, key);
-        put_str(sink, value);
+        put_str(out, key);
+        put_str(out, value);
     }
-    put_end(sink);
+    put_end(out);
 }
 
 /// The pod's containers as a render that read them depends on: written once per request by the cache (walking
-/// them on the tape costs more than comparing the bytes, and every cached render that read them is compared).
-pub(crate) fn encode_containers(containers: &impl ContainerEntries, sink: &mut impl Sink) {
+/// them on the tape costs more than comparing the bytes).
+pub(crate) fn encode_containers(containers: &impl ContainerEntries, out: &mut Vec<u8>) {
     for (name, ports) in containers.entries() {
-        put_str(sink, name);
+        put_str(out, name);
         for port in ports {
             // A port without a name and one named "" read differently (`name` is absent from the first).
             match port.name {
                 Some(name) => {
-                    sink.put(&[1]);
-                    put_str(sink, name);
+                    out.push(1);
+                    put_str(out, name);
                 }
-                None => sink.put(&[0]),
+                None => out.push(0),
             }
-            sink.put_u64(port.container_port as u64);
-            put_str(sink, port.protocol);
+            // The number's bits: only compared.
+            out.extend_from_slice(&port.container_port.to_le_bytes());
+            put_str(out, port.protocol);
         }
-        put_end(sink);
+        put_end(out);
     }
-    put_end(sink);
+    put_end(out);
 }
