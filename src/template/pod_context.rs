@@ -327,7 +327,7 @@ mod record {
 /// once ([`Dependencies::answers_of`]) and compares them with every entry of that shape by fingerprint, and by
 /// bytes only when the fingerprints agree: most entries of a renderer share a shape, so a miss costs one walk of
 /// the pod, not one per entry.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub(crate) struct Dependencies {
     record: Vec<u8>,
     shape: u64,

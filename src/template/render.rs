@@ -287,31 +287,28 @@ impl Renderer {
         ranges.resize(first + self.leaves.len(), 0..0);
         let mine = &mut ranges[first..];
         let overridden = values_overridden(&self.overridable, overrides);
-        if self.pod_slots.is_empty() && !overridden {
-            // Only override-only leaves, and no override of them: rendered at load.
+        // An evaluation only when some leaf needs one: the override-only leaves without an override of theirs were
+        // rendered at load.
+        let evaluation = (!self.pod_slots.is_empty() || overridden).then(|| {
+            let seen = pod.to_object(self.reads);
+            let values = self.values_with(overrides);
+            let ctx = minijinja::context! { pod => Value::from_dyn_object(seen.clone()), values => values };
+            (seen, ctx)
+        });
+        if let (false, Some((_, ctx))) = (self.pod_slots.is_empty(), &evaluation) {
             let start = buf.len();
-            buf.extend_from_slice(self.override_defaults.as_bytes());
-            split_in_place(buf, start, &self.override_slots, mine)?;
-            return Ok(None);
-        }
-        let seen = pod.to_object(self.reads);
-        let ctx =
-            minijinja::context! { pod => Value::from_dyn_object(seen.clone()), values => self.values_with(overrides) };
-        if !self.pod_slots.is_empty() {
-            let start = buf.len();
-            self.render_group(POD_LEAVES, &ctx, buf)?;
+            self.render_group(POD_LEAVES, ctx, buf)?;
             split_in_place(buf, start, &self.pod_slots, mine)?;
         }
         if !self.override_slots.is_empty() {
             let start = buf.len();
-            if overridden {
-                self.render_group(OVERRIDE_LEAVES, &ctx, buf)?;
-            } else {
-                buf.extend_from_slice(self.override_defaults.as_bytes());
+            match &evaluation {
+                Some((_, ctx)) if overridden => self.render_group(OVERRIDE_LEAVES, ctx, buf)?,
+                _ => buf.extend_from_slice(self.override_defaults.as_bytes()),
             }
             split_in_place(buf, start, &self.override_slots, mine)?;
         }
-        Ok(Some(seen))
+        Ok(evaluation.map(|(seen, _)| seen))
     }
 
     /// Appends the output of the joined template `group` (its leaves' JSON, separated) to `buf`; on failure `buf`
