@@ -40,11 +40,13 @@ pub enum SkipReason {
     PodResources,
     /// The pod names a template the set does not have (or a combination that cannot be assembled).
     UnknownTemplate,
+    /// The pod names a template that needs a newer Kubernetes than the injector is set for.
+    TemplateUnavailable,
 }
 
 impl SkipReason {
     /// Every reason, for registering metrics up front.
-    pub const ALL: [SkipReason; 13] = [
+    pub const ALL: [SkipReason; 14] = [
         SkipReason::NotAPod,
         SkipReason::NotCreate,
         SkipReason::Subresource,
@@ -58,6 +60,7 @@ impl SkipReason {
         SkipReason::RenderFailed,
         SkipReason::PodResources,
         SkipReason::UnknownTemplate,
+        SkipReason::TemplateUnavailable,
     ];
 
     /// A short, stable name for metrics and logs.
@@ -76,6 +79,7 @@ impl SkipReason {
             SkipReason::RenderFailed => "render-failed",
             SkipReason::PodResources => "pod-resources",
             SkipReason::UnknownTemplate => "unknown-template",
+            SkipReason::TemplateUnavailable => "template-unavailable",
         }
     }
 
@@ -95,6 +99,9 @@ impl SkipReason {
             SkipReason::RenderFailed => "a template expression failed to render for this pod",
             SkipReason::PodResources => "the pod's pod-level resources (spec.resources) cannot hold the sidecar",
             SkipReason::UnknownTemplate => "the pod names a template that the injector does not have",
+            SkipReason::TemplateUnavailable => {
+                "the pod names a template that needs a newer Kubernetes than the injector is set for"
+            }
         }
     }
 }

@@ -682,7 +682,14 @@ impl Engine {
     }
 
     fn unknown_template(&self, pod: &PodView<'_, '_>, error: SelectError) -> Failure {
+        let (reason, policy) = match &error {
+            SelectError::Unavailable { template, .. } => {
+                (SkipReason::TemplateUnavailable, template.on_error.unwrap_or(self.settings.on_error))
+            }
+            _ => (SkipReason::UnknownTemplate, self.settings.on_unknown_template),
+        };
         let problem = match error {
+            SelectError::Unavailable { .. } => error.to_string(),
             SelectError::Unknown(names) => {
                 format!("no template named {} (known: {})", names.join(", "), self.set.names())
             }
@@ -690,8 +697,8 @@ impl Engine {
             SelectError::Combination(reason) => format!("the templates cannot be combined: {reason}"),
         };
         Failure {
-            reason: SkipReason::UnknownTemplate,
-            policy: self.settings.on_unknown_template,
+            reason,
+            policy,
             message: format!(
                 "pod {} asks for {}={:?}: {problem}",
                 pod.display_name(),

@@ -328,3 +328,41 @@ fn certs_with_a_revision_adds_its_component_and_the_ca_bundle_of_its_webhooks() 
     assert!(String::from_utf8_lossy(&output.stderr).contains("no component"), "{output:?}");
     assert!(!absent.exists());
 }
+
+/// `certs --kubernetes-version` for a cluster older than the base needs: the overlay tells the injector the version
+/// and patches out what that version lacks, one `remove` of matchConditions per webhook (the revisions' too); a
+/// version the manifests cannot serve is refused before anything is written.
+#[test]
+fn certs_for_an_older_cluster_patches_out_what_it_lacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/base");
+    let out = dir.path().join("old");
+    let args = ["certs", "--out", out.to_str().unwrap(), "--base", base, "--revision", "canary"];
+    let output = run(&[&args[..], &["--kubernetes-version", "1.22"]].concat(), "");
+    assert_eq!(code(&output), 0, "{}", String::from_utf8_lossy(&output.stderr));
+    let kustomization = std::fs::read_to_string(out.join("kustomization.yaml")).unwrap();
+    for expected in [
+        "value: --kubernetes-version=1.22}",
+        "/spec/template/spec/containers/0/lifecycle}",
+        "value: --shutdown-delay=7s}",
+        "{op: remove, path: /webhooks/0/matchConditions}",
+        "{op: remove, path: /webhooks/1/matchConditions}",
+        "/spec/unhealthyPodEvictionPolicy}",
+        "value: autoscaling/v2beta2}",
+    ] {
+        assert!(kustomization.contains(expected), "{expected}:\n{kustomization}");
+    }
+    assert!(!kustomization.contains("policy/v1beta1"), "1.22 has policy/v1:\n{kustomization}");
+    // Without the flag, nothing of it.
+    let current = dir.path().join("current");
+    let output = run(&["certs", "--out", current.to_str().unwrap(), "--base", base], "");
+    assert_eq!(code(&output), 0);
+    let kustomization = std::fs::read_to_string(current.join("kustomization.yaml")).unwrap();
+    assert!(!kustomization.contains("kubernetes-version") && !kustomization.contains("op:"), "{kustomization}");
+    // Too old for admissionregistration.k8s.io/v1.
+    let absent = dir.path().join("absent");
+    let output = run(&["certs", "--out", absent.to_str().unwrap(), "--base", base, "--kubernetes-version", "1.15"], "");
+    assert_eq!(code(&output), 2);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("need Kubernetes 1.16"), "{output:?}");
+    assert!(!absent.exists());
+}

@@ -253,3 +253,84 @@ fn overriding_a_value_with_its_default_gives_the_same_patch_as_not_overriding_it
     assert!(outcome.warnings.is_empty());
     assert_eq!(a.unwrap(), b.unwrap());
 }
+
+/// A template that needs a newer Kubernetes than the injector is set for is left out of the set, not a reason to
+/// refuse the set: pods that ask for it are answered per its `onError` (a warning and no patch, or a refusal), and
+/// the same files compile whole at the newer version. The default template may not need a newer version.
+#[test]
+fn a_template_for_a_newer_kubernetes_is_left_out_and_pods_asking_for_it_follow_its_on_error() {
+    // A native sidecar, which the API server before 1.29 refuses: compiled at 1.20 it would fail the set.
+    let native = r#"
+minKubernetesVersion: "1.29"
+pod:
+  spec:
+    initContainers:
+      - { name: agent, image: "agent:1", restartPolicy: Always }
+"#;
+    let strict = format!("onError: deny\n{native}");
+    let old = Settings { kubernetes_version: "1.20".parse().unwrap(), ..Settings::default() };
+    let set = TemplateSet::compile(
+        sources(&[("default", MESH), ("native", native), ("strict", &strict)], Some(VALUES)),
+        "default",
+        &old,
+    )
+    .unwrap();
+    let left_out: Vec<&str> = set.unavailable().iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(left_out, ["native", "strict"]);
+    assert_eq!(set.names(), "default");
+    let engine = Engine::new(set, &old);
+
+    let (outcome, response, patch) = answer(&engine, &review(&pod(json!({"sidecar-injector.io/template": "native"}))));
+    assert_eq!(patch, None);
+    assert_eq!(response["response"]["allowed"], true);
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::TemplateUnavailable));
+    let warning = response["response"]["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.contains("template `native` needs Kubernetes 1.29 (its minKubernetesVersion)")
+            && warning.contains("1.20"),
+        "{warning}"
+    );
+    // In a combination too.
+    let (outcome, ..) = answer(&engine, &review(&pod(json!({"sidecar-injector.io/template": "default,native"}))));
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::TemplateUnavailable));
+    // `onError: deny` refuses.
+    let (outcome, response, _) = answer(&engine, &review(&pod(json!({"sidecar-injector.io/template": "strict"}))));
+    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::TemplateUnavailable));
+    assert_eq!(response["response"]["allowed"], false);
+    // Pods that name no template still get the default.
+    let (_, _, patch) = answer(&engine, &review(&pod(json!({}))));
+    assert!(patch.is_some());
+
+    // At 1.29 the same files compile whole, and the native sidecar is injected.
+    let new = Settings { kubernetes_version: "1.29".parse().unwrap(), ..Settings::default() };
+    let set =
+        TemplateSet::compile(sources(&[("default", MESH), ("native", native)], Some(VALUES)), "default", &new).unwrap();
+    assert!(set.unavailable().is_empty());
+    let engine = Engine::new(set, &new);
+    let asked = pod(json!({"sidecar-injector.io/template": "native"}));
+    let (_, _, patch) = answer(&engine, &review(&asked));
+    let injected = apply(&asked, &patch.unwrap());
+    assert_eq!(injected["spec"]["initContainers"][0]["name"], "agent");
+
+    // The default template may not be left out; an unquoted version is refused at its line.
+    let error = TemplateSet::compile(sources(&[("default", native)], None), "default", &old).unwrap_err().to_string();
+    assert!(error.contains("the default template `default` needs Kubernetes 1.29"), "{error}");
+    let unquoted = native.replace("\"1.29\"", "1.30");
+    let error =
+        TemplateSet::compile(sources(&[("default", &unquoted)], None), "default", &new).unwrap_err().to_string();
+    assert!(error.contains("default.yaml:2: `minKubernetesVersion` must be a Kubernetes version in quotes"), "{error}");
+}
+
+/// The shipped templates serve at every version the README supports: 1.20 (what tests/cluster.rs deploys, the
+/// templates that need 1.29 left out) and the version the injector assumes by default (all of them).
+#[test]
+fn the_shipped_templates_load_at_1_20_and_at_the_default_version() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/templates");
+    for (version, unavailable) in [("1.20", vec!["native-sidecar", "restricted"]), ("1.29", vec![])] {
+        let settings = Settings { kubernetes_version: version.parse().unwrap(), ..Settings::default() };
+        let set = TemplateSet::load_dir(std::path::Path::new(dir), "default", &settings)
+            .unwrap_or_else(|e| panic!("templates/ at {version}: {e}"));
+        let left_out: Vec<&str> = set.unavailable().iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(left_out, unavailable, "at {version}");
+    }
+}

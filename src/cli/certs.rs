@@ -13,6 +13,7 @@ use clap::Args;
 
 use super::CliError;
 use crate::pki::Authority;
+use crate::validation::KubeVersion;
 
 /// The names `manifests/` gives the webhook's objects.
 pub mod names {
@@ -69,6 +70,73 @@ pub struct CertsArgs {
     /// (manifests/revision-canary for `canary`) and gives its webhooks the caBundle too.
     #[arg(long = "revision", value_name = "NAME")]
     pub revisions: Vec<String>,
+
+    /// The cluster's Kubernetes version (1.20, v1.27.3), for clusters older than the base needs (1.30): the
+    /// overlay then patches out what that version lacks and runs the injector with the same
+    /// --kubernetes-version [default: a cluster of 1.30 or later, the base as written].
+    #[arg(long, value_name = "VERSION")]
+    pub kubernetes_version: Option<KubeVersion>,
+}
+
+/// The oldest Kubernetes the manifests can be made to run on: `admissionregistration.k8s.io/v1`.
+const OLDEST_SUPPORTED_MINOR: u32 = 16;
+
+/// What the base uses that older clusters lack, newest first: the first minor version that has it, why, and the
+/// kustomize patch an overlay for an older cluster applies (`{webhooks}` stands for one `remove` per webhook of a
+/// configuration). docs/operations.md ("Older clusters") lists the same; a test applies them to a 1.20 cluster.
+const OLDER_CLUSTERS: &[(u32, &str, &str)] = &[
+    (
+        30,
+        "the preStop `sleep` action needs 1.30: the injector waits itself instead (--shutdown-delay=7s)",
+        "  - target: {kind: Deployment, name: sidecar-injector}\n    patch: |-\n      - {op: remove, path: \
+         /spec/template/spec/containers/0/lifecycle}\n      - {op: add, path: /spec/template/spec/containers/0/args/-, \
+         value: --shutdown-delay=7s}\n",
+    ),
+    (
+        28,
+        "CEL matchConditions need 1.28: the API server calls the webhooks for opted-out pods too, which the injector \
+         skips",
+        "  - target: {kind: MutatingWebhookConfiguration}\n    patch: |-\n{webhooks}  - target: {kind: \
+         ValidatingWebhookConfiguration}\n    patch: |-\n{webhooks}",
+    ),
+    (
+        27,
+        "the PodDisruptionBudget's unhealthyPodEvictionPolicy needs 1.27",
+        "  - target: {kind: PodDisruptionBudget, name: sidecar-injector}\n    patch: |-\n      - {op: remove, path: \
+         /spec/unhealthyPodEvictionPolicy}\n",
+    ),
+    (
+        23,
+        "autoscaling/v2 needs 1.23: the HorizontalPodAutoscaler as autoscaling/v2beta2 (the same fields)",
+        "  - target: {kind: HorizontalPodAutoscaler, name: sidecar-injector}\n    patch: |-\n      - {op: replace, \
+         path: /apiVersion, value: autoscaling/v2beta2}\n",
+    ),
+    (
+        21,
+        "policy/v1 needs 1.21: the PodDisruptionBudget as policy/v1beta1 (the same fields)",
+        "  - target: {kind: PodDisruptionBudget, name: sidecar-injector}\n    patch: |-\n      - {op: replace, path: \
+         /apiVersion, value: policy/v1beta1}\n",
+    ),
+];
+
+/// The overlay's patches for a cluster of `version`: each of [`OLDER_CLUSTERS`] it lacks, and the injector told
+/// the version (so that it does not inject what the cluster cannot run, native sidecars before 1.29).
+fn older_cluster_patches(version: KubeVersion, webhooks: usize) -> String {
+    let mut text = format!(
+        "  # Kubernetes {version} (`certs --kubernetes-version {version}`): the injector is told the version, and what \
+         the\n  # base uses that {version} lacks is patched out.\n  - target: {{kind: Deployment, name: sidecar-injector}}\n    \
+         patch: |-\n      - {{op: add, path: /spec/template/spec/containers/0/args/-, value: \
+         --kubernetes-version={version}}}\n"
+    );
+    let removals: String =
+        (0..webhooks).map(|i| format!("      - {{op: remove, path: /webhooks/{i}/matchConditions}}\n")).collect();
+    for (since, why, patch) in OLDER_CLUSTERS {
+        if !version.at_least(*since) {
+            text.push_str(&format!("  # {why}\n"));
+            text.push_str(&patch.replace("{webhooks}", &removals));
+        }
+    }
+    text
 }
 
 /// A new CA is valid for ten years; the serving certificates it signs are renewed far more often.
@@ -82,6 +150,14 @@ pub fn run(args: &CertsArgs) -> Result<(), CliError> {
         return Err(CliError::Config(format!("--out {}: not a directory", out.display())));
     }
     let base = base_reference(&args.base, out)?;
+    if let Some(version) = args.kubernetes_version
+        && !version.at_least(OLDEST_SUPPORTED_MINOR)
+    {
+        return Err(CliError::Config(format!(
+            "--kubernetes-version {version}: the webhook configurations need Kubernetes 1.{OLDEST_SUPPORTED_MINOR} or \
+             later (admissionregistration.k8s.io/v1)"
+        )));
+    }
     let components = args
         .revisions
         .iter()
@@ -128,7 +204,8 @@ pub fn run(args: &CertsArgs) -> Result<(), CliError> {
         "# Written by `sidecar-injector certs`: private keys stay out of git.\n*.key\n",
         false,
     )?;
-    let overlay = kustomization(&base, &components, namespace, args.image.as_deref());
+    let older = args.kubernetes_version.map(|v| older_cluster_patches(v, 1 + args.revisions.len()));
+    let overlay = kustomization(&base, &components, namespace, args.image.as_deref(), older.as_deref());
     write(&out.join("kustomization.yaml"), &overlay, false)?;
     if service != names::SERVICE || namespace != names::NAMESPACE {
         eprintln!(
@@ -175,8 +252,14 @@ fn ca_bundle_patch(ca_pem: &str, revisions: &[String]) -> String {
 }
 
 /// The overlay: the base, the revisions' components, the TLS Secret from the files beside it, the caBundle patch,
-/// and the image.
-fn kustomization(base: &str, components: &[String], namespace: &str, image: Option<&str>) -> String {
+/// the patches for an older cluster, and the image.
+fn kustomization(
+    base: &str,
+    components: &[String],
+    namespace: &str,
+    image: Option<&str>,
+    older_cluster: Option<&str>,
+) -> String {
     let mut text = format!(
         r#"# Generated by `sidecar-injector certs`. Deploy with `kubectl apply -k` on this directory.
 apiVersion: kustomize.config.k8s.io/v1beta1
@@ -196,6 +279,7 @@ patches:
 "#,
         secret = names::TLS_SECRET,
     );
+    text.push_str(older_cluster.unwrap_or(""));
     if !components.is_empty() {
         text.push_str("components:\n");
         for component in components {

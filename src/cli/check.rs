@@ -134,6 +134,12 @@ fn summary(label: &str, set: &TemplateSet, version: crate::validation::KubeVersi
         }
         text.push_str(&pod_security_lines(template));
     }
+    for template in set.unavailable() {
+        text.push_str(&format!(
+            "  {}: left out: needs Kubernetes {} (minKubernetesVersion); pods that ask for it are not injected\n",
+            template.name, template.needs
+        ));
+    }
     for file in set.ignored() {
         text.push_str(&format!("  ignored (not NAME.yaml): {file}\n"));
     }

@@ -187,8 +187,15 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         .build()
         .map_err(|e| CliError::Config(format!("cannot start the runtime: {e}")))?;
     let config = args.config();
-    let describe =
-        |e: &crate::Engine| format!("{} (set {}: {})", e.settings().revision, e.set().hash(), e.set().names());
+    let describe = |e: &crate::Engine| {
+        let left_out = e.set().unavailable_summary();
+        let left_out = if left_out.is_empty() {
+            left_out
+        } else {
+            format!("; left out for {}: {left_out}", e.settings().kubernetes_version)
+        };
+        format!("{} (set {}: {}{left_out})", e.settings().revision, e.set().hash(), e.set().names())
+    };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         workers,

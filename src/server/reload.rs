@@ -175,6 +175,7 @@ impl Reloader {
     fn publish(&self, engine: Engine) {
         let set = engine.set();
         let names = set.names();
+        let left_out = set.unavailable_summary();
         let hash = set.hash().to_owned();
         if !set.ignored().is_empty() {
             tracing::warn!(files = ?set.ignored(), "files in the template directory that are not templates were ignored");
@@ -184,7 +185,8 @@ impl Reloader {
         self.state.refused.store(None);
         self.metrics.template_reload(true);
         self.metrics.template_set(generation, &hash);
-        tracing::info!(generation, set = %hash, templates = %names, "templates reloaded");
+        tracing::info!(generation, set = %hash, templates = %names, left_out = %left_out,
+            "templates reloaded");
     }
 
     fn refuse(&self, error: &TemplateError) {

@@ -42,7 +42,7 @@ pub(crate) use pod_context::{ContainerEntries, PodContext, Port, Reads, StrEntri
 use render::{LeafKind, is_template};
 pub(crate) use render::{Overrides, RenderError, Renderer};
 use schema::Place;
-pub use set::{SelectError, Selection, SetSources, TemplateSet};
+pub use set::{SelectError, Selection, SetSources, TemplateSet, Unavailable};
 use tree::TNode;
 use yaml::{PathSeg, YNode, YValue, display_path};
 
@@ -53,7 +53,7 @@ pub const BUILTIN_NAME: &str = "default";
 /// The default annotation prefix.
 pub const DEFAULT_PREFIX: &str = "sidecar-injector.io/";
 
-const TOP_LEVEL_KEYS: [&str; 9] = [
+const TOP_LEVEL_KEYS: [&str; 10] = [
     "values",
     "pod",
     "containerDefaults",
@@ -63,6 +63,7 @@ const TOP_LEVEL_KEYS: [&str; 9] = [
     "onError",
     "validation",
     "overrides",
+    "minKubernetesVersion",
 ];
 
 /// Why a template (or a set of them) was refused.
@@ -750,6 +751,9 @@ struct PartSettings {
     on_error: Option<Policy>,
     /// `validation`: `deny` or `warn`; the server's setting when absent.
     validation: Option<Validation>,
+    /// `minKubernetesVersion`: the oldest Kubernetes the template is for. Below it the template is not compiled:
+    /// a set loads without it, and pods that ask for it are answered per `onError`.
+    min_version: Option<KubeVersion>,
 }
 
 impl PartSettings {
@@ -767,6 +771,8 @@ impl PartSettings {
         let policy = |n: &YNode| n.as_str().and_then(Policy::parse);
         let jobs = |n: &YNode| n.as_str().and_then(JobPolicy::parse);
         let validation = |n: &YNode| n.as_str().and_then(Validation::parse);
+        // Quoted: YAML reads 1.30 unquoted as the number 1.3.
+        let version = |n: &YNode| n.as_str().and_then(|text| text.parse::<KubeVersion>().ok());
         Ok(PartSettings {
             init_position: setting(root, "initContainerPosition", "`first` or `last`", position, invalid)?
                 .unwrap_or(InitPosition::First),
@@ -775,6 +781,13 @@ impl PartSettings {
             jobs: setting(root, "jobs", "`native-sidecar`, `skip` or `inject`", jobs, invalid)?.unwrap_or_default(),
             on_error: setting(root, "onError", "`allow` or `deny`", policy, invalid)?,
             validation: setting(root, "validation", "`deny` or `warn`", validation, invalid)?,
+            min_version: setting(
+                root,
+                "minKubernetesVersion",
+                "a Kubernetes version in quotes, such as \"1.29\" (unquoted, 1.30 is the number 1.3)",
+                version,
+                invalid,
+            )?,
         })
     }
 
@@ -802,6 +815,7 @@ impl PartSettings {
                 .unwrap_or(JobPolicy::Inject),
             on_error,
             validation,
+            min_version: parts.iter().filter_map(|p| p.settings.min_version).max(),
         }
     }
 }
@@ -820,6 +834,21 @@ fn setting<T>(
 }
 
 impl Part {
+    /// The oldest Kubernetes version the template is for (`minKubernetesVersion`), when it says.
+    pub(crate) fn min_kubernetes_version(&self) -> Option<KubeVersion> {
+        self.settings.min_version
+    }
+
+    /// What a pod that asks for this template gets when it cannot be injected (`onError`), when it says.
+    pub(crate) fn on_error(&self) -> Option<Policy> {
+        self.settings.on_error
+    }
+
+    /// The template's name (its file's stem).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Parses one template file. `shared` is the set's shared values file, as `(source, values)`, which
     /// overrides the template's own `values` key by key.
     pub(crate) fn parse(

@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use super::{BUILTIN_NAME, BUILTIN_SOURCE, Part, Template, TemplateError, set_hash, yaml};
+use super::{BUILTIN_NAME, BUILTIN_SOURCE, Part, Policy, Template, TemplateError, set_hash, yaml};
 use crate::Settings;
+use crate::validation::KubeVersion;
 
 /// The name of the shared values file (with a `.yaml` or `.yml` extension).
 pub const VALUES_FILE: &str = "values";
@@ -93,6 +94,9 @@ pub struct TemplateSet {
     /// What the set was compiled with, for the combinations compiled later.
     settings: Settings,
     ignored: Vec<String>,
+    /// Templates that need a newer Kubernetes than the set is compiled for (`minKubernetesVersion`): not
+    /// compiled; a pod that asks for one is answered per its `onError`.
+    unavailable: Vec<Unavailable>,
     /// Combinations pods asked for, compiled on first use, published lock-free; they live as long as the set.
     combinations: ArcSwap<Vec<Arc<Template>>>,
 }
@@ -134,12 +138,32 @@ impl std::ops::Deref for Selection<'_> {
     }
 }
 
+/// A template of the set that needs a newer Kubernetes than the set is compiled for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    /// The template's name.
+    pub name: String,
+    /// Its `minKubernetesVersion`.
+    pub needs: KubeVersion,
+    /// Its `onError`, for the pods that ask for it.
+    pub on_error: Option<Policy>,
+}
+
 /// Why a pod's template annotation could not be honoured.
 #[derive(Debug, thiserror::Error)]
 pub enum SelectError {
     /// These names are not in the set.
     #[error("no template named {}", .0.join(", "))]
     Unknown(Vec<String>),
+    /// The template needs a newer Kubernetes than the injector is set for.
+    #[error("template `{}` needs Kubernetes {} (its minKubernetesVersion) and this injector is set for {set_for} \
+             (--kubernetes-version)", .template.name, .template.needs)]
+    Unavailable {
+        /// The template.
+        template: Unavailable,
+        /// The injector's `--kubernetes-version`.
+        set_for: KubeVersion,
+    },
     /// The combination asks for too many templates.
     #[error("{requested} templates requested; at most {MAX_TEMPLATES_PER_POD} can be combined")]
     TooMany {
@@ -199,12 +223,24 @@ impl TemplateSet {
         let shared = shared.as_ref().map(|(source, values)| (*source, values));
         let mut parts = Vec::with_capacity(sources.templates.len());
         let mut templates = Vec::with_capacity(sources.templates.len());
+        let mut unavailable = Vec::new();
         let mut errors = Vec::new();
         for (name, file, source) in &sources.templates {
-            match Part::parse(name, file, source, shared, prefix)
-                .and_then(|part| Template::assemble(&[&part], &hash, settings).map(|t| (part, t)))
-            {
-                Ok((part, template)) => {
+            let part = match Part::parse(name, file, source, shared, prefix) {
+                Ok(part) => part,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            // A template for a newer Kubernetes is parsed (its syntax is still checked) but not compiled: its
+            // checks would apply rules this version does not have.
+            if let Some(needs) = part.min_kubernetes_version().filter(|v| *v > settings.kubernetes_version) {
+                unavailable.push(Unavailable { name: part.name().to_owned(), needs, on_error: part.on_error() });
+                continue;
+            }
+            match Template::assemble(&[&part], &hash, settings) {
+                Ok(template) => {
                     parts.push(part);
                     templates.push(template);
                 }
@@ -213,6 +249,13 @@ impl TemplateSet {
         }
         if !errors.is_empty() {
             return Err(several(errors));
+        }
+        if let Some(template) = unavailable.iter().find(|u| u.name == default) {
+            return Err(directory(format!(
+                "the default template `{default}` needs Kubernetes {} (its minKubernetesVersion) and the injector is \
+                 set for {} (--kubernetes-version): every pod would go without the sidecar",
+                template.needs, settings.kubernetes_version
+            )));
         }
         let Some(default) = parts.iter().position(|p| p.name == default) else {
             let found = parts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
@@ -227,6 +270,7 @@ impl TemplateSet {
             hash,
             settings: settings.clone(),
             ignored: sources.ignored,
+            unavailable,
             combinations: ArcSwap::from_pointee(Vec::new()),
         })
     }
@@ -256,6 +300,16 @@ impl TemplateSet {
         &self.ignored
     }
 
+    /// The templates that need a newer Kubernetes than the set is compiled for, by name.
+    pub fn unavailable(&self) -> &[Unavailable] {
+        &self.unavailable
+    }
+
+    /// The templates left out for the Kubernetes version, for logs: `native-sidecar (needs 1.29)`; empty if none.
+    pub fn unavailable_summary(&self) -> String {
+        self.unavailable.iter().map(|u| format!("{} (needs {})", u.name, u.needs)).collect::<Vec<_>>().join(", ")
+    }
+
     /// The template(s) a pod's template annotation names (`a` or `a,b`), or the default without one.
     pub fn select(&self, annotation: Option<&str>) -> Result<Selection<'_>, SelectError> {
         let index = |name: &str| self.templates.iter().position(|t| t.name() == name);
@@ -264,7 +318,7 @@ impl TemplateSet {
         if !requested.contains(',') {
             return match requested {
                 "" => Ok(Selection::One(&self.templates[self.default])),
-                one => index(one).map(|i| Selection::One(&self.templates[i])).ok_or_else(|| unknown(&[one])),
+                one => index(one).map(|i| Selection::One(&self.templates[i])).ok_or_else(|| self.missing(&[one])),
             };
         }
         let mut names: Vec<&str> = Vec::new();
@@ -275,7 +329,9 @@ impl TemplateSet {
         }
         match names.as_slice() {
             [] => return Ok(Selection::One(&self.templates[self.default])),
-            [one] => return index(one).map(|i| Selection::One(&self.templates[i])).ok_or_else(|| unknown(&names)),
+            [one] => {
+                return index(one).map(|i| Selection::One(&self.templates[i])).ok_or_else(|| self.missing(&names));
+            }
             many if many.len() > MAX_TEMPLATES_PER_POD => {
                 return Err(SelectError::TooMany { requested: many.len() });
             }
@@ -283,7 +339,7 @@ impl TemplateSet {
         }
         let missing: Vec<&str> = names.iter().copied().filter(|n| index(n).is_none()).collect();
         if !missing.is_empty() {
-            return Err(unknown(&missing));
+            return Err(self.missing(&missing));
         }
         let key = names.join(",");
         if let Some(found) = self.combinations.load().iter().find(|t| t.name() == key) {
@@ -308,8 +364,15 @@ impl TemplateSet {
     }
 }
 
-fn unknown(names: &[&str]) -> SelectError {
-    SelectError::Unknown(names.iter().map(|n| (*n).to_owned()).collect())
+impl TemplateSet {
+    /// Why `names`, none of them in the set, cannot be selected: the first that needs a newer Kubernetes, or else
+    /// all of them unknown.
+    fn missing(&self, names: &[&str]) -> SelectError {
+        if let Some(template) = names.iter().find_map(|n| self.unavailable.iter().find(|u| u.name == *n)) {
+            return SelectError::Unavailable { template: template.clone(), set_for: self.settings.kubernetes_version };
+        }
+        SelectError::Unknown(names.iter().map(|n| (*n).to_owned()).collect())
+    }
 }
 
 fn several(mut errors: Vec<TemplateError>) -> TemplateError {

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # A real kube-apiserver (and etcd) on 127.0.0.1 for the e2e suite (tests/e2e.rs).
 #
-#   tests/e2e/apiserver.sh build          build kube-apiserver 1.20.2 from Debian's source once (about 9 minutes on
-#                                         2 cores), into $E2E_CACHE (default ~/.cache/sidecar-injector-e2e); reused
+#   tests/e2e/apiserver.sh build          build kube-apiserver 1.20.2, and the node's kubelet, kube-controller-manager,
+#                                         kube-scheduler and kube-proxy, from Debian's source once (17 to 20 minutes
+#                                         on 2 cores), into $E2E_CACHE (default ~/.cache/sidecar-injector-e2e); reused
 #                                         when present. Installs Debian's golang-go, etcd-server.
 #   tests/e2e/apiserver.sh start DIR      start etcd and kube-apiserver with certificates generated in DIR, wait for
-#                                         /readyz, write DIR/kubeconfig and DIR/env (the ports, the PIDs)
+#                                         /readyz, write DIR/kubeconfig and DIR/env (the ports, the PIDs);
+#                                         SERVICE_CIDR and APISERVER_EXTRA_ARGS (word-split) are for cluster.sh
 #   tests/e2e/apiserver.sh stop DIR       stop both by PID
 set -euo pipefail
 
@@ -14,9 +16,15 @@ APISERVER="$CACHE/kube-apiserver"
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
+# Everything the e2e suite runs from Kubernetes, built from one Debian source tree: the API server for the bare
+# API server tests, and the node's binaries for the cluster tests (tests/e2e/cluster.sh).
+BINARIES="kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy"
+
 build() {
-  if [ -x "$APISERVER" ]; then
-    echo "kube-apiserver: cached at $APISERVER"
+  local missing=""
+  for bin in $BINARIES; do [ -x "$CACHE/$bin" ] || missing="$missing $bin"; done
+  if [ -z "$missing" ]; then
+    echo "kubernetes $(cat "$CACHE/source-version" 2>/dev/null || echo '?'): cached in $CACHE"
     return
   fi
   # Debian's packages: the Go toolchain, reflect2 1.0.2 (the vendored 1.0.1 breaks with Go 1.18+), etcd.
@@ -26,17 +34,24 @@ build() {
   as_root apt-get update -qq
   as_root apt-get install -y -qq --no-install-recommends golang-go golang-github-modern-go-reflect2-dev \
     etcd-server dpkg-dev rsync openssl curl python3 >/dev/null
+  mkdir -p "$CACHE"
   local work="$CACHE/src"
   rm -rf "$work" && mkdir -p "$work"
   (cd "$work" && apt-get source -qq --download-only kubernetes >/dev/null && dpkg-source -x --skip-patches ./*.dsc k8s >/dev/null)
-  local src="$work/k8s"
+  local src="$work/k8s" what=""
   rm -rf "$src/vendor/github.com/modern-go/reflect2"
   cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 "$src/vendor/github.com/modern-go/reflect2"
-  (cd "$src" && GOFLAGS=-mod=vendor GOTOOLCHAIN=local KUBE_GIT_VERSION=v1.20.2 make WHAT=cmd/kube-apiserver >"$CACHE/build.log" 2>&1) \
-    || { tail -30 "$CACHE/build.log"; exit 1; }
-  cp "$src/_output/bin/kube-apiserver" "$APISERVER"
+  for bin in $BINARIES; do what="$what cmd/$bin"; done
+  # One make for all five: they share most packages, so the node's four cost ~4 minutes on top of the API server.
+  # CGO_ENABLED=0: static binaries (the kubelet too), so they run on any machine of this kind.
+  (cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=vendor GOTOOLCHAIN=local KUBE_GIT_VERSION=v1.20.2 \
+    make WHAT="${what# }" >"$CACHE/build.log" 2>&1) || { tail -30 "$CACHE/build.log"; exit 1; }
+  for bin in $BINARIES; do cp "$src/_output/bin/$bin" "$CACHE/$bin"; done
+  # The pause container's source, for the node's sandbox image (tests/e2e/cluster.sh builds it with gcc).
+  cp "$src/build/pause/linux/pause.c" "$CACHE/pause.c"
+  (cd "$work" && ls ./*.dsc | sed 's/.*_//; s/\.dsc$//') > "$CACHE/source-version"
   rm -rf "$work"
-  echo "kube-apiserver: built into $APISERVER"
+  echo "kubernetes $(cat "$CACHE/source-version"): built into $CACHE"
 }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -76,9 +91,9 @@ start() {
     --advertise-address 127.0.0.1 --tls-cert-file "$dir/apiserver.crt" --tls-private-key-file "$dir/apiserver.key" \
     --client-ca-file "$dir/ca.crt" --authorization-mode RBAC \
     --service-account-key-file "$dir/sa.pub" --service-account-signing-key-file "$dir/sa.key" \
-    --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.0.0.0/24 \
+    --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range "${SERVICE_CIDR:-10.0.0.0/24}" \
     --enable-admission-plugins MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
-    --disable-admission-plugins ServiceAccount >"$dir/apiserver.log" 2>&1 &
+    --disable-admission-plugins ServiceAccount ${APISERVER_EXTRA_ARGS:-} >"$dir/apiserver.log" 2>&1 &
   echo "APISERVER_PID=$!" >> "$dir/env"
   echo "APISERVER_PORT=$port" >> "$dir/env"
   cat > "$dir/kubeconfig" <<KUBECONFIG
