@@ -117,6 +117,12 @@ pub enum Stage {
     Respond,
 }
 
+/// How long after a template first reaches this replica (a ConfigMap edit that adds it) `/validate` admits,
+/// with a warning, a pod that no replica injected with it: the kubelet updates each pod's ConfigMap volume on its
+/// own sync (every minute by default, plus its cache's delay), so for about that long another replica may answer
+/// the mutating call without the template. docs/operations.md, "Changing templates in a running cluster".
+pub const TEMPLATE_ROLLOUT_GRACE: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Engine settings that are not part of a template.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -249,6 +255,12 @@ impl Engine {
     /// The template set this engine injects from.
     pub fn set(&self) -> &TemplateSet {
         &self.set
+    }
+
+    /// For an engine replacing `previous` (a reload): which of its templates are new to this process, and since
+    /// when ([`TemplateSet::note_arrivals`]).
+    pub fn note_arrivals(&mut self, previous: &Engine, now: std::time::Instant) {
+        self.set.note_arrivals(&previous.set, now);
     }
 
     /// The template of pods that do not name one.
@@ -542,6 +554,19 @@ impl Engine {
             template.hash(),
             validate::one_line(&outcome.missing)
         );
+        // A pod no replica injected, asking for a template this replica learned moments ago: the mutating call
+        // may have met a replica that does not have it yet. Two replicas that disagree during a rollout must not
+        // refuse a pod; `status` lists it as missing the sidecar.
+        let uninjected = pod.annotation(&self.keys.status).is_none();
+        if uninjected && self.set.arrived_within(template.name(), TEMPLATE_ROLLOUT_GRACE) {
+            outcome.warnings.push(format!(
+                "{message} (admitted: template {} reached this replica less than {}s ago, so the replica that \
+                 answered the mutating call may not have had it yet)",
+                template.name(),
+                TEMPLATE_ROLLOUT_GRACE.as_secs()
+            ));
+            return Decision::Allow(Verdict::Incomplete { missing, refused: false });
+        }
         match template.validation().unwrap_or(self.settings.validation) {
             Validation::Deny => {
                 outcome.message = Some(message);

@@ -366,3 +366,42 @@ fn certs_for_an_older_cluster_patches_out_what_it_lacks() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("need Kubernetes 1.16"), "{output:?}");
     assert!(!absent.exists());
 }
+
+/// Re-running `certs` on its overlay without `--image` or `--kubernetes-version` (the README's renewal step) keeps
+/// what the first run was told, and says so; giving them again changes them.
+#[test]
+fn certs_run_again_keeps_the_image_and_version_of_its_overlay() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/base");
+    let out = dir.path().join("overlay");
+    let out = out.to_str().unwrap();
+    let first = [
+        "certs",
+        "--out",
+        out,
+        "--base",
+        base,
+        "--image",
+        "registry.example:5000/injector:1.2",
+        "--kubernetes-version",
+        "1.27",
+    ];
+    assert_eq!(code(&run(&first, "")), 0);
+    let written = std::fs::read_to_string(dir.path().join("overlay/kustomization.yaml")).unwrap();
+    let output = run(&["certs", "--out", out, "--base", base], "");
+    assert_eq!(code(&output), 0, "{}", String::from_utf8_lossy(&output.stderr));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("keeping the image registry.example:5000/injector:1.2"), "{stderr}");
+    assert!(stderr.contains("keeping --kubernetes-version 1.27"), "{stderr}");
+    let again = std::fs::read_to_string(dir.path().join("overlay/kustomization.yaml")).unwrap();
+    assert_eq!(again, written, "the renewal wrote the same overlay");
+    // Told anew, it changes.
+    let output = run(
+        &["certs", "--out", out, "--base", base, "--image", "injector@sha256:abc", "--kubernetes-version", "1.30"],
+        "",
+    );
+    assert_eq!(code(&output), 0);
+    let changed = std::fs::read_to_string(dir.path().join("overlay/kustomization.yaml")).unwrap();
+    assert!(changed.contains("digest: \"sha256:abc\"") && changed.contains("--kubernetes-version=1.30"), "{changed}");
+    assert!(!changed.contains("shutdown-delay"), "1.30 has the sleep action: {changed}");
+}

@@ -218,3 +218,63 @@ fn validation_answers_in_the_version_asked() {
     assert_eq!(response["apiVersion"], "admission.k8s.io/v1beta1");
     assert_eq!(response["response"]["allowed"], false);
 }
+
+/// While a ConfigMap edit that adds a template rolls through the replicas, the mutating call may meet a replica
+/// that does not have the template yet (the pod is admitted uninjected) and the validating call one that does: a
+/// template that reached this replica by a reload less than the grace ago does not make it refuse such a pod (a
+/// warning says why). Templates it started with, an older arrival, and a pod some replica did inject are judged
+/// as always.
+#[test]
+fn a_template_that_just_arrived_does_not_refuse_pods_no_replica_injected() {
+    use std::time::{Duration, Instant};
+    let settings = Settings::default();
+    let default = TemplateSet::builtin(&settings).unwrap();
+    let compile = |templates: &[(&str, &str)]| {
+        let sources = sidecar_injector::SetSources {
+            origin: "test".into(),
+            templates: templates.iter().map(|(n, s)| (n.to_string(), format!("{n}.yaml"), s.to_string())).collect(),
+            values: None,
+            ignored: Vec::new(),
+        };
+        Engine::new(TemplateSet::compile(sources, "default", &settings).unwrap(), &settings)
+    };
+    let agent = "pod:\n  spec:\n    containers:\n      - {name: agent, image: \"agent:1\"}\n";
+    let source = sidecar_injector::template::BUILTIN_SOURCE;
+    let before = Engine::new(default, &settings);
+    let asks = {
+        let mut pod = app_pod();
+        pod["metadata"]["annotations"] = json!({"sidecar-injector.io/template": "agent"});
+        pod
+    };
+
+    // The reload that brought `agent` happened just now: admitted, with the reason.
+    let mut after = compile(&[("default", source), ("agent", agent)]);
+    after.note_arrivals(&before, Instant::now());
+    let (outcome, response) = validate(&after, &asks);
+    assert_eq!(outcome.verdict, Verdict::Incomplete { missing: 3, refused: false }, "{response}");
+    assert_eq!(response["response"]["allowed"], true);
+    let warning = response["response"]["warnings"][0].as_str().unwrap();
+    assert!(warning.contains("reached this replica less than 120s ago"), "{warning}");
+    // The default template was there before the reload: a pod without it is refused as always.
+    let (outcome, _) = validate(&after, &app_pod());
+    assert!(matches!(outcome.verdict, Verdict::Incomplete { refused: true, .. }), "{:?}", outcome.verdict);
+    // A pod that a replica injected and something stripped is refused even during the grace.
+    let mut stripped = injected(&after, &asks);
+    stripped["spec"]["containers"].as_array_mut().unwrap().retain(|c| c["name"] != "agent");
+    let (outcome, _) = validate(&after, &stripped);
+    assert!(matches!(outcome.verdict, Verdict::Incomplete { refused: true, .. }), "{:?}", outcome.verdict);
+
+    // Past the grace (the reload three minutes ago), refused; a later reload keeps the first arrival.
+    let long_ago = Instant::now().checked_sub(Duration::from_secs(180)).expect("the machine is up for 3 minutes");
+    let mut settled = compile(&[("default", source), ("agent", agent)]);
+    settled.note_arrivals(&before, long_ago);
+    let mut again = compile(&[("default", source), ("agent", agent)]);
+    again.note_arrivals(&settled, Instant::now());
+    for engine in [&settled, &again] {
+        let (outcome, response) = validate(engine, &asks);
+        assert!(matches!(outcome.verdict, Verdict::Incomplete { refused: true, .. }), "{response}");
+    }
+    // A template the process started with is never in its grace.
+    let (outcome, _) = validate(&compile(&[("default", source), ("agent", agent)]), &asks);
+    assert!(matches!(outcome.verdict, Verdict::Incomplete { refused: true, .. }));
+}

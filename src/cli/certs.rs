@@ -204,9 +204,21 @@ pub fn run(args: &CertsArgs) -> Result<(), CliError> {
         "# Written by `sidecar-injector certs`: private keys stay out of git.\n*.key\n",
         false,
     )?;
-    let older = args.kubernetes_version.map(|v| older_cluster_patches(v, 1 + args.revisions.len()));
-    let overlay = kustomization(&base, &components, namespace, args.image.as_deref(), older.as_deref());
+    // Run again on its overlay (the README's renewal step), what the last run was told is kept unless told anew.
+    let previous = Previous::read(&out.join("kustomization.yaml"));
+    let image = args.image.clone().or_else(|| previous.image.clone());
+    let version = args.kubernetes_version.or(previous.kubernetes_version);
+    let older = version.map(|v| older_cluster_patches(v, 1 + args.revisions.len()));
+    let overlay = kustomization(&base, &components, namespace, image.as_deref(), older.as_deref());
     write(&out.join("kustomization.yaml"), &overlay, false)?;
+    if let (None, Some(image)) = (&args.image, &previous.image) {
+        eprintln!("sidecar-injector: keeping the image {image} of the existing overlay (--image changes it)");
+    }
+    if let (None, Some(version)) = (args.kubernetes_version, previous.kubernetes_version) {
+        eprintln!(
+            "sidecar-injector: keeping --kubernetes-version {version} of the existing overlay (give another to change it)"
+        );
+    }
     if service != names::SERVICE || namespace != names::NAMESPACE {
         eprintln!(
             "sidecar-injector: note: the base deploys Service {} in namespace {}; give the overlay a matching name \
@@ -223,6 +235,38 @@ pub fn run(args: &CertsArgs) -> Result<(), CliError> {
         out.display()
     );
     Ok(())
+}
+
+/// What an overlay written by an earlier run says that a run without the same flags would otherwise drop.
+#[derive(Debug, Default)]
+struct Previous {
+    /// `--image`: the `images:` entry for the base's image, as a reference.
+    image: Option<String>,
+    /// `--kubernetes-version`: the version its serve argument names.
+    kubernetes_version: Option<KubeVersion>,
+}
+
+impl Previous {
+    /// Reads the overlay at `path`; nothing when there is none or it is not one of ours.
+    fn read(path: &Path) -> Previous {
+        let Ok(text) = std::fs::read_to_string(path) else { return Previous::default() };
+        let Ok(overlay) = serde_saphyr::from_str::<serde_json::Value>(&text) else { return Previous::default() };
+        let image =
+            overlay["images"].as_array().into_iter().flatten().find(|i| i["name"] == names::IMAGE).and_then(|i| {
+                let name = i["newName"].as_str().unwrap_or(names::IMAGE);
+                match (i["newTag"].as_str(), i["digest"].as_str()) {
+                    (_, Some(digest)) => Some(format!("{name}@{digest}")),
+                    (Some(tag), None) => Some(format!("{name}:{tag}")),
+                    (None, None) => i["newName"].as_str().map(str::to_owned),
+                }
+            });
+        let kubernetes_version = text
+            .split("value: --kubernetes-version=")
+            .nth(1)
+            .and_then(|rest| rest.split(['}', '\n']).next())
+            .and_then(|v| v.trim().parse().ok());
+        Previous { image, kubernetes_version }
+    }
 }
 
 /// The strategic-merge patches that give every webhook, mutating and validating, the CA bundle: the base's and

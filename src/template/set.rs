@@ -8,6 +8,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
@@ -97,6 +98,9 @@ pub struct TemplateSet {
     /// Templates that need a newer Kubernetes than the set is compiled for (`minKubernetesVersion`): not
     /// compiled; a pod that asks for one is answered per its `onError`.
     unavailable: Vec<Unavailable>,
+    /// When each template's name first reached this process by a reload (`templates[i]`); `None` for those it
+    /// started with. See [`TemplateSet::arrived_within`].
+    arrivals: Vec<Option<Instant>>,
     /// Combinations pods asked for, compiled on first use, published lock-free; they live as long as the set.
     combinations: ArcSwap<Vec<Arc<Template>>>,
 }
@@ -264,6 +268,7 @@ impl TemplateSet {
             )));
         };
         Ok(TemplateSet {
+            arrivals: vec![None; templates.len()],
             parts,
             templates,
             default,
@@ -303,6 +308,28 @@ impl TemplateSet {
     /// The templates that need a newer Kubernetes than the set is compiled for, by name.
     pub fn unavailable(&self) -> &[Unavailable] {
         &self.unavailable
+    }
+
+    /// Records, for a set replacing `previous` in this process, when each template arrived: a name `previous`
+    /// did not have arrives now; the others keep their arrival.
+    pub fn note_arrivals(&mut self, previous: &TemplateSet, now: Instant) {
+        for (template, arrival) in self.templates.iter().zip(self.arrivals.iter_mut()) {
+            *arrival = match previous.templates.iter().position(|t| t.name() == template.name()) {
+                Some(i) => previous.arrivals[i],
+                None => Some(now),
+            };
+        }
+    }
+
+    /// Did one of the templates named `names` (`a` or `a,b`) reach this process by a reload less than `grace`
+    /// ago? While a ConfigMap edit rolls through the replicas (the kubelet updates each pod's volume within about
+    /// a minute), another replica may not have such a template yet, so a pod without it may have been admitted by
+    /// a replica that could not inject it.
+    pub fn arrived_within(&self, names: &str, grace: Duration) -> bool {
+        names.split(',').any(|name| {
+            let index = self.templates.iter().position(|t| t.name() == name.trim());
+            index.and_then(|i| self.arrivals[i]).is_some_and(|arrived| arrived.elapsed() < grace)
+        })
     }
 
     /// The templates left out for the Kubernetes version, for logs: `native-sidecar (needs 1.29)`; empty if none.
