@@ -613,6 +613,64 @@ fn check_certificate_rotation(cluster: &Cluster) {
     assert!(failures.is_empty(), "admissions failed during the rotation: {failures:#?}");
 }
 
+/// Pods created (server-side dry runs, five a second, in an injected namespace) while `disrupt` runs on another
+/// thread: how many got the sidecar, how many were admitted without it, and the refusals.
+fn pods_during(cluster: &Cluster, rounds: usize, disrupt: impl FnOnce() + Send) -> (usize, usize, Vec<String>) {
+    std::thread::scope(|scope| {
+        let creating = scope.spawn(|| {
+            let (mut injected, mut missing, mut refused) = (0, 0, Vec::new());
+            for round in 0..rounds {
+                match dry_run_pod(cluster, "rollout", &format!("disruption-{round}"), "demo") {
+                    Ok(pod) if names(&pod, "containers").contains(&"demo-sidecar") => injected += 1,
+                    Ok(_) => missing += 1,
+                    Err(e) => refused.push(e),
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            (injected, missing, refused)
+        });
+        std::thread::sleep(Duration::from_secs(2));
+        disrupt();
+        creating.join().unwrap()
+    })
+}
+
+/// Disruption with the shipped policies (the mutating webhook fails open, the validating one decides): a rolling
+/// restart of the injector loses nothing; a replica killed outright never lets a pod run without its sidecar, and
+/// the pods refused while the API server still routes to the dead replica (its endpoint stays until its readiness
+/// probe fails) are counted and printed.
+fn check_disruption(cluster: &Cluster) {
+    let (injected, missing, refused) = pods_during(cluster, 150, || {
+        cluster.kubectl_ok(&["-n", "sidecar-injector", "rollout", "restart", "deployment/sidecar-injector"]);
+        cluster.kubectl_ok(&[
+            "-n",
+            "sidecar-injector",
+            "rollout",
+            "status",
+            "deployment/sidecar-injector",
+            "--timeout=120s",
+        ]);
+    });
+    eprintln!("rollout restart: {injected} pods injected, {missing} without the sidecar, {} refused", refused.len());
+    assert_eq!((missing, refused.len()), (0, 0), "a rolling restart lost pods: {refused:#?}");
+    check_the_injector_runs_as_shipped(cluster);
+
+    let (injected, missing, refused) = pods_during(cluster, 100, || {
+        let output = Command::new("pkill").args(["-KILL", "-o", "-f", "^/sidecar-injector serve"]).output().unwrap();
+        assert!(output.status.success(), "no injector process to kill: {}", text(&output));
+    });
+    eprintln!("one replica killed: {injected} pods injected, {missing} without the sidecar, {} refused", refused.len());
+    assert_eq!(missing, 0, "a pod ran without its sidecar");
+    assert!(refused.len() <= 10, "refused for longer than the dead replica's endpoint lives: {refused:#?}");
+    for refusal in &refused {
+        assert!(refusal.contains("failed calling webhook"), "refused for another reason: {refusal}");
+    }
+    wait_for(Duration::from_secs(60), "the killed replica back", || {
+        let deployment = cluster.json(&["-n", "sidecar-injector", "get", "deployment", "sidecar-injector"]);
+        (deployment["status"]["readyReplicas"] == 2).then_some(())
+    });
+}
+
 /// The API server's own view of our calls: p50 and p99 of `apiserver_admission_webhook_admission_duration_seconds`
 /// for each of our webhooks, from its `/metrics` (bucket bounds, so an upper estimate).
 fn webhook_latency(cluster: &Cluster) -> Vec<String> {
@@ -641,6 +699,19 @@ fn webhook_latency(cluster: &Cluster) -> Vec<String> {
         lines.push(format!("{webhook}: {total} calls, p50 <= {} s, p99 <= {} s", quantile(0.5), quantile(0.99)));
     }
     lines
+}
+
+/// The median wall time of `n` pod creations (server-side dry runs, kubectl included), in milliseconds.
+fn creation_median_ms(cluster: &Cluster, n: usize, label: &str) -> u128 {
+    let mut times: Vec<u128> = (0..n)
+        .map(|i| {
+            let start = Instant::now();
+            dry_run_pod(cluster, "rollout", &format!("{label}-{i}"), "demo").unwrap();
+            start.elapsed().as_millis()
+        })
+        .collect();
+    times.sort_unstable();
+    times[n / 2]
 }
 
 #[test]
@@ -688,10 +759,17 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     check_a_broken_edit_is_refused_and_the_fix_recovers(&cluster);
     check_the_drift_report(&cluster);
     check_certificate_rotation(&cluster);
+    check_disruption(&cluster);
     eprintln!("template edit to the first pod with the new version: {propagation} s");
     for line in webhook_latency(&cluster) {
         eprintln!("as the API server saw our calls: {line}");
     }
+    let with = creation_median_ms(&cluster, 30, "with-webhooks");
+    cluster.kubectl_ok(&["delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "sidecar-injector"]);
+    let without = creation_median_ms(&cluster, 30, "without-webhooks");
+    eprintln!(
+        "pod creation (dry run, kubectl included), median of 30: {with} ms with our webhooks, {without} ms without"
+    );
     check_nothing_was_pulled(&cluster);
 
     let changed = cluster.down();
