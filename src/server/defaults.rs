@@ -55,6 +55,22 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// `--h2-max-concurrent-streams`: concurrent streams per HTTP/2 connection.
 pub const DEFAULT_H2_MAX_CONCURRENT_STREAMS: u32 = 256;
 
+/// `--write-timeout`: a connection whose peer takes none of its answers for this long is closed: a write to its
+/// socket blocked (it does not read), or answers waiting for an HTTP/2 flow-control window it does not grant. Such a
+/// peer would otherwise hold a connection slot, and the memory of the answers, for ever. Longer than any honest
+/// pause: the API server reads an answer as soon as it arrives, and gives up on the call after at most 30 s.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// After a connection's last answer, what the peer still sends is read and dropped for at most this long before the
+/// socket is closed (closing it with unread bytes sends a reset, which can destroy the answer). A peer that has
+/// its answer closes at once; this bounds one that does not. Not a flag.
+pub const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// ... and at most this many bytes: the rest of a body refused early (413) up to four times the default
+/// `--max-body-bytes`. Read from the socket under TLS, nothing decrypted, into the connection's read-ahead buffer:
+/// it costs no memory. Not a flag.
+pub const LINGER_BYTES: usize = 16 * 1024 * 1024;
+
 /// `--shutdown-delay`: after the signal, keep accepting this long while endpoints are removed.
 pub const DEFAULT_SHUTDOWN_DELAY: Duration = Duration::from_secs(2);
 

@@ -88,6 +88,9 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// Concurrent streams per HTTP/2 connection.
     pub h2_max_concurrent_streams: u32,
+    /// A connection whose peer takes none of its answers for this long (a write blocked, or HTTP/2 answers waiting
+    /// for a flow-control window) is closed.
+    pub write_timeout: Duration,
     /// After the shutdown signal, keep accepting this long (while `/readyz` says 503) so that endpoints are
     /// removed before the listener closes.
     pub shutdown_delay: Duration,
@@ -117,6 +120,7 @@ impl Default for ServeConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             h2_max_concurrent_streams: DEFAULT_H2_MAX_CONCURRENT_STREAMS,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
             shutdown_delay: DEFAULT_SHUTDOWN_DELAY,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             templates: Vec::new(),
@@ -308,7 +312,8 @@ impl Server {
 
         let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
         let (stage, _) = watch::channel(conn::Stage::Serving);
-        let connections = Connections { shared: shared.clone(), acceptor: tls.acceptor(), h1, h2, stage };
+        let open = Arc::new(OpenConnections::default());
+        let connections = Connections { shared: shared.clone(), acceptor: tls.acceptor(), h1, h2, stage, open };
         tracing::info!(
             listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             metrics = %admin_addr,
@@ -355,12 +360,52 @@ struct Connections {
     h2: auto::Builder<TokioExecutor>,
     /// The server's stage, which every connection watches (holding a receiver until it ends).
     stage: watch::Sender<conn::Stage>,
+    /// The connections past their TLS handshake, to find the oldest idle one.
+    open: Arc<OpenConnections>,
+}
+
+/// The connections being served (past the TLS handshake), each by its [`conn::Activity`]. Touched when a
+/// connection starts and ends, and at the connection limit; never by a request.
+#[derive(Default)]
+struct OpenConnections {
+    next: std::sync::atomic::AtomicU64,
+    all: std::sync::Mutex<std::collections::HashMap<u64, Arc<conn::Activity>>>,
+}
+
+impl OpenConnections {
+    /// Adds `activity` until the returned guard is dropped.
+    fn register(self: &Arc<Self>, activity: Arc<conn::Activity>) -> Registered {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.all.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, activity);
+        Registered { open: self.clone(), id }
+    }
+
+    /// The connection idle the longest, if one is.
+    fn oldest_idle(&self) -> Option<Arc<conn::Activity>> {
+        let all = self.all.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let oldest = all.values().filter_map(|a| Some((a.idle_since()?, a))).min_by_key(|(since, _)| *since);
+        oldest.map(|(_, activity)| activity.clone())
+    }
+}
+
+/// A connection in [`OpenConnections`] until dropped.
+struct Registered {
+    open: Arc<OpenConnections>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.open.all.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.id);
+    }
 }
 
 impl Connections {
     /// Accepts and serves connections until `stop` completes (then `true`; `false` if the permits were closed,
     /// which nothing does). A permit is taken before accepting, so excess connections wait in the kernel's
-    /// backlog rather than being accepted and dropped.
+    /// backlog rather than being accepted and dropped. At the limit, a connection that arrives is accepted and the
+    /// oldest idle keep-alive connection is asked to close to make room for it; it waits for a permit up to
+    /// `--header-read-timeout` and is closed if none frees (every slot busy with requests or first requests).
     async fn accept_until(
         &self,
         listener: &TcpListener,
@@ -369,16 +414,46 @@ impl Connections {
     ) -> bool {
         let mut stop = std::pin::pin!(stop);
         loop {
-            let permit = tokio::select! {
-                permit = permits.clone().acquire_owned() => permit,
-                () = &mut stop => return true,
+            let free = match permits.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(tokio::sync::TryAcquireError::Closed) => return false,
+                Err(tokio::sync::TryAcquireError::NoPermits) => None,
             };
-            let Ok(permit) = permit else { return false };
+            let permit = match free {
+                Some(permit) => permit,
+                None => tokio::select! {
+                    permit = permits.clone().acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => return false,
+                    },
+                    (tcp, peer) = accept_next("webhook", || listener.accept()) => {
+                        self.make_room(tcp, peer, permits).await;
+                        continue;
+                    }
+                    () = &mut stop => return true,
+                },
+            };
             let (tcp, peer) = tokio::select! {
                 accepted = accept_next("webhook", || listener.accept()) => accepted,
                 () = &mut stop => return true,
             };
             self.spawn(tcp, peer, permit);
+        }
+    }
+
+    /// A connection accepted with every slot taken: asks the oldest idle keep-alive connection to close, and serves
+    /// this one once a slot frees, within `--header-read-timeout`; else closes it.
+    async fn make_room(&self, tcp: tokio::net::TcpStream, peer: SocketAddr, permits: &Arc<Semaphore>) {
+        if let Some(oldest) = self.open.oldest_idle() {
+            oldest.evict();
+        }
+        let wait = self.shared.config.header_read_timeout;
+        match tokio::time::timeout(wait, permits.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => self.spawn(tcp, peer, permit),
+            _ => {
+                self.shared.metrics.connection_error(telemetry::ConnectionError::Timeout);
+                tracing::debug!(%peer, "every connection busy for the header read timeout; refused");
+            }
         }
     }
 
@@ -390,6 +465,7 @@ impl Connections {
         // buffer as large as a TLS record takes a whole request in one (the writes pass straight through).
         let tcp = tokio::io::BufReader::with_capacity(READ_AHEAD, tcp);
         let (shared, acceptor, stage) = (self.shared.clone(), self.acceptor.clone(), self.stage.subscribe());
+        let open = self.open.clone();
         let (h1, h2) = (self.h1.clone(), self.h2.clone());
         let first_request_by = tokio::time::Instant::now() + shared.config.header_read_timeout;
         tokio::spawn(async move {
@@ -413,27 +489,36 @@ impl Connections {
             shared.metrics.handshake_done();
             let is_h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
             let activity = conn::Activity::new(!is_h2);
-            let io = TokioIo::new(conn::Watched::new(stream, activity.clone()));
+            let registered = open.register(activity.clone());
+            let (give_back, mut given_back) = tokio::sync::oneshot::channel();
+            let io = TokioIo::new(conn::Watched::new(stream, activity.clone(), give_back));
             let service = {
                 let (shared, activity) = (shared.clone(), activity.clone());
                 hyper::service::service_fn(move |req| {
                     let request = activity.request_started();
-                    let shared = shared.clone();
-                    async move {
-                        let _request = request;
-                        handler::handle(shared, req).await
-                    }
+                    handler::handle(shared.clone(), req, request)
                 })
             };
             let builder = if is_h2 { &h2 } else { &h1 };
-            let limits = conn::Limits {
-                first_request_by,
-                header_timeout: shared.config.header_read_timeout,
-                idle_timeout: shared.config.idle_timeout,
-                h2: is_h2,
+            let config = &shared.config;
+            let timeouts = conn::Timeouts {
+                idle: config.idle_timeout,
+                header: config.header_read_timeout,
+                write: config.write_timeout,
             };
+            let limits = conn::Limits { first_request_by, timeouts, h2: is_h2 };
+            // Held while the connection lingers, so that a shutdown waits for it too.
+            let lingering = stage.clone();
             let connection = builder.serve_connection(io, service);
-            conn::drive(connection, &activity, limits, stage, &shared.metrics, peer).await;
+            let ended = conn::drive(connection, &activity, limits, stage, &shared.metrics, peer).await;
+            drop(registered);
+            // The transport comes back when hyper drops it, which it has with the connection.
+            if let (conn::Ended::Finished, Ok(stream)) = (ended, given_back.try_recv()) {
+                let bounds = conn::LingerBounds { bytes: LINGER_BYTES, time: LINGER_TIME };
+                let drained = conn::linger(stream, bounds).await;
+                tracing::trace!(%peer, drained, "closed after lingering");
+            }
+            drop(lingering);
         });
     }
 }

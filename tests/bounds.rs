@@ -1,0 +1,232 @@
+//! The server's bounds against peers that misbehave or are merely unlucky, over real sockets: no answer written is
+//! reset away, no peer can hold a connection slot by not reading, and an idle keep-alive connection gives its slot
+//! to a new one at the limit.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::server::*;
+use hyper::StatusCode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const REVIEW: &[u8] = include_bytes!("data/pod-create.json");
+
+/// An HTTP/2 connection spoken with the `h2` crate (what hyper's client hides: the stream's reset reason, the
+/// flow-control window), and the task driving it, which ends when the server closes the connection.
+async fn h2_client(
+    server: &Running,
+    window: u32,
+) -> (h2::client::SendRequest<Bytes>, tokio::task::JoinHandle<Result<(), h2::Error>>) {
+    let tls = tls_connect(server.addr, client_config(&server.ca_pem, b"h2", None)).await.unwrap();
+    let (client, connection) =
+        h2::client::Builder::new().initial_window_size(window).handshake::<_, Bytes>(tls).await.unwrap();
+    (client, tokio::spawn(connection))
+}
+
+fn h2_post(path: &str, length: usize) -> hyper::Request<()> {
+    hyper::Request::post(format!("https://localhost{path}"))
+        .header("content-type", "application/json")
+        .header("content-length", length)
+        .body(())
+        .unwrap()
+}
+
+/// Over HTTP/2, a body refused from its Content-Length (413) or still arriving at the request deadline (408) is
+/// answered on its stream: the answer arrives whole, then the stream is reset with NO_ERROR (stop sending), not
+/// cancelled in place of the answer. The connection goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_refusal_over_http2_is_an_answer_on_its_stream_not_a_reset() {
+    let server = start(|c, _| c.max_body_bytes = 64 * 1024).await;
+    let (client, _connection) = h2_client(&server, 65_535).await;
+    for (path, length, status) in [
+        ("/mutate", 8 * 1024 * 1024, StatusCode::PAYLOAD_TOO_LARGE),
+        ("/mutate?timeout=300ms", 1000, StatusCode::REQUEST_TIMEOUT),
+    ] {
+        let mut client = client.clone().ready().await.unwrap();
+        let (response, mut send) = client.send_request(h2_post(path, length), false).unwrap();
+        // Part of the body, never the end of it.
+        send.send_data(Bytes::from(vec![b' '; 512]), false).unwrap();
+        let response = tokio::time::timeout(Duration::from_secs(3), response)
+            .await
+            .unwrap_or_else(|_| panic!("{path}: no answer"))
+            .unwrap_or_else(|e| panic!("{path}: the stream was reset instead of answered: {e:?}"));
+        assert_eq!(response.status(), status, "{path}");
+        let mut body = response.into_body();
+        let mut text = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap_or_else(|e| panic!("{path}: the answer's body was cut: {e:?}"));
+            body.flow_control().release_capacity(chunk.len()).unwrap();
+            text.extend_from_slice(&chunk);
+        }
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.ends_with('\n') && text.lines().count() == 1, "{path}: {text:?}");
+        // The stream is then reset with NO_ERROR: the client stops sending.
+        let stopped = tokio::time::timeout(Duration::from_secs(2), std::future::poll_fn(|cx| send.poll_reset(cx)))
+            .await
+            .unwrap_or_else(|_| panic!("{path}: the client was not told to stop sending"));
+        assert_eq!(stopped.unwrap(), h2::Reason::NO_ERROR, "{path}");
+    }
+    // The connection still serves.
+    let mut client = client.ready().await.unwrap();
+    let (response, mut send) = client.send_request(h2_post("/mutate", REVIEW.len()), false).unwrap();
+    send.send_data(Bytes::from_static(REVIEW), true).unwrap();
+    assert_eq!(response.await.unwrap().status(), StatusCode::OK);
+}
+
+/// The head of an HTTP/1.1 review announcing `length` body bytes.
+fn h1_head(length: usize) -> String {
+    format!("POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n")
+}
+
+/// A client that writes its whole body before it reads (as a simple client does) gets the 413 that was answered
+/// from the Content-Length: the server half-closes and reads what is still coming instead of closing the socket
+/// on unread bytes (which answers them with a reset: the client's write fails and the answer may be lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_413_over_http1_survives_the_rest_of_the_body() {
+    let server = start(|c, _| c.max_body_bytes = 1024).await;
+    // More than the kernel buffers on both sides can hold, less than the server drains (LINGER_BYTES).
+    let length = 12 * 1024 * 1024;
+    let mut tls = tls_connect(server.addr, client_config(&server.ca_pem, b"http/1.1", None)).await.unwrap();
+    let started = Instant::now();
+    tls.write_all(h1_head(length).as_bytes()).await.unwrap();
+    let chunk = vec![b' '; 64 * 1024];
+    for sent in (0..length).step_by(chunk.len()) {
+        if let Err(e) = tls.write_all(&chunk).await {
+            panic!("the body was refused with {e} after {sent} bytes: the connection was reset");
+        }
+    }
+    tls.flush().await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut answer))
+        .await
+        .expect("the connection was not closed after the answer")
+        .expect("the answer ended in a reset, not a close");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("larger than the limit of 1024 bytes"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+}
+
+/// During the shutdown delay, a client that pipelines a request behind the one the server answers with
+/// `Connection: close` (it had not seen the close yet) gets its answer and a clean close, and what it still sends is
+/// read, not answered with a reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_answer_before_a_close_at_shutdown_is_not_reset_away() {
+    let mut server = start(|c, _| {
+        c.shutdown_delay = Duration::from_secs(3);
+        c.shutdown_timeout = Duration::from_secs(6);
+    })
+    .await;
+    let mut tls = tls_connect(server.addr, client_config(&server.ca_pem, b"http/1.1", None)).await.unwrap();
+    server.stop.take().unwrap().send(()).unwrap();
+    let until = Instant::now() + Duration::from_secs(2);
+    while admin_get(server.metrics, "/readyz").await.0 != 503 {
+        assert!(Instant::now() < until, "the shutdown did not begin");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut pipelined = h1_head(REVIEW.len()).into_bytes();
+    pipelined.extend_from_slice(REVIEW);
+    let twice = [pipelined.clone(), pipelined].concat();
+    tls.write_all(&twice).await.unwrap();
+    tls.flush().await.unwrap();
+    // The first is answered with `Connection: close`; the second, already sent, is read and dropped, and so is what
+    // the client sends before it sees the close.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..5 {
+        tls.write_all(&twice).await.expect("a write after the last answer was reset");
+        tls.flush().await.expect("a write after the last answer was reset");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(3), tls.read_to_end(&mut answer)).await;
+    closed.expect("not closed").expect("closed with a reset");
+    let answer = String::from_utf8_lossy(&answer).to_lowercase();
+    assert!(answer.starts_with("http/1.1 200") && answer.contains("connection: close"), "{answer}");
+    assert_eq!(answer.matches("http/1.1 ").count(), 1, "one answer, then the close: {answer}");
+    tokio::time::timeout(Duration::from_secs(8), &mut server.done).await.expect("run() did not return").unwrap();
+}
+
+/// An HTTP/2 client that grants no flow-control window (SETTINGS_INITIAL_WINDOW_SIZE 0) gets its answers' headers
+/// but never their bodies: with the answers waiting and none sent for the write timeout, the connection is closed.
+/// Two such clients fill both connection slots; a legitimate review waits for them no longer than that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_taking_no_answers_is_closed_at_the_write_timeout_and_frees_its_slot() {
+    let write_timeout = Duration::from_secs(1);
+    let server = start(|c, _| {
+        c.max_connections = 2;
+        c.write_timeout = write_timeout;
+    })
+    .await;
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let (client, connection) = h2_client(&server, 0).await;
+        let mut waiting = Vec::new();
+        for _ in 0..8 {
+            let mut client = client.clone().ready().await.unwrap();
+            let (response, mut send) = client.send_request(h2_post("/mutate", REVIEW.len()), false).unwrap();
+            send.send_data(Bytes::from_static(REVIEW), true).unwrap();
+            waiting.push(response);
+        }
+        // The answers are ready: their headers arrive, their bodies cannot (kept: dropping one resets its stream).
+        let mut answers = Vec::new();
+        for response in waiting {
+            let response = tokio::time::timeout(Duration::from_secs(2), response).await.expect("no headers").unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            answers.push(response);
+        }
+        stalled.push((client, answers, connection, Instant::now()));
+    }
+    let started = Instant::now();
+    let review = async {
+        let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+        conn.review(REVIEW).await.0
+    };
+    let status = tokio::time::timeout(Duration::from_secs(5), review).await.expect("a review was locked out");
+    assert_eq!(status, StatusCode::OK);
+    let waited = started.elapsed();
+    assert!(waited < write_timeout + Duration::from_secs(1), "a review waited {waited:?} for a slot");
+    for (i, (_client, _answers, connection, since)) in stalled.into_iter().enumerate() {
+        tokio::time::timeout(Duration::from_secs(3), connection)
+            .await
+            .expect("a stalled reader was kept")
+            .unwrap()
+            .ok();
+        let held = since.elapsed();
+        assert!(held >= write_timeout - Duration::from_millis(100), "stalled reader {i} closed after {held:?}");
+    }
+    let metrics = admin_get(server.metrics, "/metrics").await.1;
+    assert!(counter(&metrics, r#"sidecar_injector_connection_errors_total{kind="timeout"}"#) >= 2.0, "{metrics}");
+}
+
+/// At the connection limit, a new connection gets the slot of the oldest idle keep-alive connection, which is
+/// closed (HTTP/1.1) or sent a GOAWAY (HTTP/2); the other idle one is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_limit_the_oldest_idle_connection_makes_room_for_a_new_one() {
+    let server = start(|c, _| {
+        c.max_connections = 2;
+        c.header_read_timeout = Duration::from_secs(3);
+    })
+    .await;
+    for oldest_h2 in [false, true] {
+        let mut oldest = Conn::open(server.addr, &server.ca_pem, oldest_h2).await;
+        assert_eq!(oldest.review(REVIEW).await.0, StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut younger = Conn::open(server.addr, &server.ca_pem, !oldest_h2).await;
+        assert_eq!(younger.review(REVIEW).await.0, StatusCode::OK);
+        let started = Instant::now();
+        let review = async {
+            let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+            conn.review(REVIEW).await.0
+        };
+        let status = tokio::time::timeout(Duration::from_secs(5), review).await.expect("the new connection waited");
+        assert_eq!(status, StatusCode::OK);
+        let waited = started.elapsed();
+        assert!(waited < Duration::from_secs(1), "oldest h2={oldest_h2}: answered after {waited:?}");
+        oldest.closed_within(Duration::from_secs(1)).await.expect("the oldest idle connection was kept");
+        assert_eq!(younger.review(REVIEW).await.0, StatusCode::OK, "the younger one is kept");
+        drop(younger);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
