@@ -230,3 +230,146 @@ async fn at_the_limit_the_oldest_idle_connection_makes_room_for_a_new_one() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
+
+/// The worst a connection can hold under the settings, in KiB, beside the body budget: docs/operations.md,
+/// "Memory", written out. The read-ahead and TLS buffers; then HTTP/1.1's read and write buffers and an answer, or
+/// HTTP/2's connection window of unread bodies, a header block and a frame being read, and per stream its state
+/// and an answer waiting to be sent.
+fn connection_bound_kib(streams: u64) -> u64 {
+    const READ_AHEAD: u64 = 17;
+    const TLS: u64 = 100;
+    const H1_BUFFERS: u64 = 2 * 32;
+    const H2_WINDOW_HEADERS_FRAME: u64 = 64 + 16 + 16;
+    const ANSWER: u64 = 8;
+    const STREAM_AND_ANSWER: u64 = 20;
+    READ_AHEAD + TLS + (H1_BUFFERS + ANSWER).max(H2_WINDOW_HEADERS_FRAME + streams * STREAM_AND_ANSWER)
+}
+
+/// The server's memory under connections that each hold as much as the settings let them: HTTP/2 connections
+/// whose answers wait for a window they never grant, HTTP/1.1 connections with large headers on the way, large
+/// bodies stalled beside a full body budget, over HTTP/1.1 and HTTP/2. The resident set of the server process
+/// stays within the documented arithmetic, and a legitimate client is served meanwhile: a review within 1 s, and
+/// every stream of an HTTP/2 connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_stays_within_the_documented_bound_under_connections_holding_all_they_may() {
+    const ATTACKERS: usize = 64;
+    const STREAMS: usize = 4;
+    const BUDGET: usize = 4 * 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let (max_connections, streams, budget) = ((ATTACKERS + 2).to_string(), STREAMS.to_string(), BUDGET.to_string());
+    let server = Process::spawn_with(
+        dir.path(),
+        &[
+            "--max-connections",
+            &max_connections,
+            "--h2-max-concurrent-streams",
+            &streams,
+            "--max-body-bytes",
+            "1048576",
+            "--max-inflight-body-bytes",
+            &budget,
+            "--workers",
+            "2",
+            "--header-read-timeout",
+            "10s",
+            "--write-timeout",
+            "15s",
+        ],
+    );
+    let running = Running::attach(server.addr, server.metrics, server.ca.clone());
+    let mut legit = Conn::open(running.addr, &running.ca_pem, false).await;
+    assert_eq!(legit.review(REVIEW).await.0, StatusCode::OK);
+    let idle = server.memory_kib("VmRSS");
+
+    let mut held = Vec::new();
+    for i in 0..ATTACKERS {
+        match i / (ATTACKERS / 4) {
+            // Answers waiting for a window never granted.
+            0 => {
+                let (client, connection) = h2_client(&running, 0).await;
+                let mut answers = Vec::new();
+                for _ in 0..STREAMS {
+                    let mut client = client.clone().ready().await.unwrap();
+                    let (response, mut send) = client.send_request(h2_post("/mutate", REVIEW.len()), false).unwrap();
+                    send.send_data(Bytes::from_static(REVIEW), true).unwrap();
+                    answers.push(response);
+                }
+                held.push(Box::new((client, connection, answers)) as Box<dyn std::any::Any + Send>);
+            }
+            // Headers of 30 KiB, unfinished.
+            1 => {
+                let mut tls =
+                    tls_connect(running.addr, client_config(&running.ca_pem, b"http/1.1", None)).await.unwrap();
+                let head = format!("POST /mutate HTTP/1.1\r\nHost: x\r\nX-Pad: {}", "a".repeat(30 * 1024));
+                tls.write_all(head.as_bytes()).await.unwrap();
+                tls.flush().await.unwrap();
+                held.push(Box::new(tls));
+            }
+            // A large body stalled after 256 KiB: the budget holds what fits, the rest wait, then get 503.
+            2 => {
+                let mut tls =
+                    tls_connect(running.addr, client_config(&running.ca_pem, b"http/1.1", None)).await.unwrap();
+                tls.write_all(h1_head(1024 * 1024).as_bytes()).await.unwrap();
+                tls.write_all(&vec![b' '; 256 * 1024]).await.unwrap();
+                tls.flush().await.unwrap();
+                held.push(Box::new(tls));
+            }
+            // HTTP/2 bodies, as much as the windows take, while their handlers wait for the budget.
+            _ => {
+                let (client, connection) = h2_client(&running, 65_535).await;
+                let mut sends = Vec::new();
+                for _ in 0..4 {
+                    let mut client = client.clone().ready().await.unwrap();
+                    let (response, mut send) = client.send_request(h2_post("/mutate", 1024 * 1024), false).unwrap();
+                    send.reserve_capacity(1024 * 1024);
+                    send.send_data(Bytes::from(vec![b' '; 1024 * 1024]), false).unwrap();
+                    sends.push((response, send));
+                }
+                held.push(Box::new((client, connection, sends)));
+            }
+        }
+    }
+    // Meanwhile, a legitimate client is served: over HTTP/1.1 at once, over HTTP/2 every stream.
+    let started = Instant::now();
+    assert_eq!(legit.review(REVIEW).await.0, StatusCode::OK);
+    assert!(started.elapsed() < Duration::from_secs(1), "a review took {:?}", started.elapsed());
+    let (h2, _connection) = h2_client(&running, 65_535).await;
+    // One stream first, so that the server's SETTINGS (its stream limit) are in before the client opens more.
+    let (response, mut send) = h2.clone().ready().await.unwrap().send_request(h2_post("/mutate", 0), true).unwrap();
+    send.send_data(Bytes::new(), true).ok();
+    assert_eq!(response.await.unwrap().status(), StatusCode::BAD_REQUEST, "an empty review");
+    let streams: Vec<_> = (0..STREAMS * 2)
+        .map(|_| {
+            let h2 = h2.clone();
+            tokio::spawn(async move {
+                let mut h2 = h2.ready().await?;
+                let (response, mut send) = h2.send_request(h2_post("/mutate", REVIEW.len()), false)?;
+                send.send_data(Bytes::from_static(REVIEW), true)?;
+                let response = response.await?;
+                let status = response.status();
+                let mut body = response.into_body();
+                while let Some(chunk) = body.data().await {
+                    body.flow_control().release_capacity(chunk?.len())?;
+                }
+                Ok::<_, h2::Error>(status)
+            })
+        })
+        .collect();
+    for stream in streams {
+        let status = tokio::time::timeout(Duration::from_secs(5), stream).await.expect("a stream hung").unwrap();
+        assert_eq!(status.expect("a stream was lost"), StatusCode::OK);
+    }
+    let mut peak = 0;
+    for _ in 0..10 {
+        peak = peak.max(server.memory_kib("VmRSS"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let bound = (BUDGET / 1024) as u64 + ATTACKERS as u64 * connection_bound_kib(STREAMS as u64);
+    let held_kib = peak.saturating_sub(idle);
+    eprintln!(
+        "idle {idle} KiB, peak {peak} KiB: {held_kib} KiB for {ATTACKERS} connections ({} KiB each), bound {bound} KiB",
+        held_kib / ATTACKERS as u64
+    );
+    assert!(held_kib <= bound, "{held_kib} KiB held, over the bound of {bound} KiB");
+    drop(held);
+}

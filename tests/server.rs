@@ -783,61 +783,6 @@ async fn a_shutdown_under_keep_alive_load_loses_no_request() {
     assert!(total.0 > 50, "{total:?}");
 }
 
-/// `sidecar-injector serve` running on free ports, killed when dropped.
-struct Process {
-    child: std::process::Child,
-    addr: std::net::SocketAddr,
-    metrics: std::net::SocketAddr,
-    ca: Vec<u8>,
-    /// The log lines after the one that announced the addresses, until the process ends.
-    log: Option<std::thread::JoinHandle<Vec<String>>>,
-}
-
-impl Process {
-    fn spawn(dir: &Path) -> Process {
-        use std::io::BufRead;
-        let ca = dir.join("ca.pem");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--dev-ca-file"])
-            .arg(&ca)
-            .env_remove("SIDECAR_INJECTOR_LOG")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Killed when dropped, should the log not announce the addresses.
-        let unbound = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
-        let mut process = Process { child, addr: unbound, metrics: unbound, ca: Vec::new(), log: None };
-        let mut lines = std::io::BufReader::new(process.child.stderr.take().unwrap()).lines();
-        let field = |line: &str, name: &str| -> std::net::SocketAddr {
-            let at = line.find(&format!(" {name}=")).unwrap_or_else(|| panic!("no {name} in {line}")) + name.len() + 2;
-            line[at..].split_whitespace().next().unwrap().parse().unwrap()
-        };
-        loop {
-            let line = lines.next().expect("the server stopped before serving").unwrap();
-            if line.contains(" serving listen=") {
-                (process.addr, process.metrics) = (field(&line, "listen"), field(&line, "metrics"));
-                process.ca = std::fs::read(ca).unwrap();
-                process.log = Some(std::thread::spawn(move || lines.map_while(Result::ok).collect()));
-                return process;
-            }
-        }
-    }
-
-    /// Kills the process and returns the rest of its log.
-    fn kill(&mut self) -> Vec<String> {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.log.take().map(|log| log.join().unwrap()).unwrap_or_default()
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// An HTTP/2 frame's bytes.
 fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let mut frame = (payload.len() as u32).to_be_bytes()[1..].to_vec();

@@ -301,12 +301,16 @@ impl Server {
         let mut h1 = auto::Builder::new(TokioExecutor::new()).http1_only();
         // hyper's header read timeout is off: `conn` keeps the headers' deadline (hyper's also ran while a
         // connection was idle, closing keep-alive connections after the header timeout).
-        h1.http1().timer(TokioTimer::new()).header_read_timeout(None).keep_alive(true);
+        h1.http1().timer(TokioTimer::new()).header_read_timeout(None).keep_alive(true).max_buf_size(H1_MAX_BUF_SIZE);
         let mut h2 = auto::Builder::new(TokioExecutor::new()).http2_only();
         h2.http2()
             .timer(TokioTimer::new())
             .max_concurrent_streams(config.h2_max_concurrent_streams)
             .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESET_STREAMS)
+            .initial_stream_window_size(H2_STREAM_WINDOW)
+            .initial_connection_window_size(H2_CONNECTION_WINDOW)
+            .max_send_buf_size(H2_MAX_SEND_BUF_SIZE)
+            .max_header_list_size(H2_MAX_HEADER_LIST_SIZE)
             .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
             .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT);
 
