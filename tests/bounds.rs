@@ -373,3 +373,35 @@ async fn memory_stays_within_the_documented_bound_under_connections_holding_all_
     assert!(held_kib <= bound, "{held_kib} KiB held, over the bound of {bound} KiB");
     drop(held);
 }
+
+/// Reads until the peer closes the connection (or fails it); how long that took, or `None` after `patience`.
+async fn closed_within(stream: &mut (impl tokio::io::AsyncRead + Unpin), patience: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let mut buf = vec![0; 4096];
+    tokio::time::timeout(patience, async { while let Ok(1..) = stream.read(&mut buf).await {} })
+        .await
+        .ok()
+        .map(|()| started.elapsed())
+}
+
+/// The admin listener holds at most `ADMIN_MAX_CONNECTIONS`: connections beyond them close the oldest ones at once
+/// (not after the header timeout), and a probe arriving with every one taken by silent clients is answered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_holds_a_bounded_number_of_connections_and_a_probe_always_gets_through() {
+    use sidecar_injector::server::defaults::ADMIN_MAX_CONNECTIONS;
+    let server = start(|_, _| {}).await;
+    let mut silent = Vec::new();
+    for _ in 0..ADMIN_MAX_CONNECTIONS + 8 {
+        silent.push(tokio::net::TcpStream::connect(server.metrics).await.unwrap());
+    }
+    for (i, oldest) in silent.iter_mut().take(8).enumerate() {
+        closed_within(oldest, Duration::from_secs(1)).await.unwrap_or_else(|| panic!("silent connection {i} kept"));
+    }
+    for (i, newer) in silent.iter_mut().skip(8).enumerate() {
+        let closed = closed_within(newer, Duration::from_millis(10)).await;
+        assert!(closed.is_none(), "connection {} closed, with only the limit open", i + 8);
+    }
+    let started = Instant::now();
+    assert_eq!(admin_get(server.metrics, "/healthz").await, (200, "ok\n".to_owned()));
+    assert!(started.elapsed() < Duration::from_millis(500), "a probe waited {:?}", started.elapsed());
+}

@@ -42,7 +42,7 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// `--max-inflight-body-bytes`: request body bytes held in memory at once, over every connection and stream
 /// (32 MiB: eight bodies of the largest size, or thousands of typical 6 KiB reviews). With the shipped pod's
 /// 384 MiB limit: about 22 MiB idle, this budget, the engine's working memory for the reviews being processed (one
-/// per worker, up to ~65 MiB each) and 256 connections each holding all it may (~373 KiB) add up to about 277 MiB;
+/// per worker, up to ~65 MiB each) and 256 connections each holding all it may (~373 KiB) and the admin listener add up to about 280 MiB;
 /// the arithmetic is in docs/operations.md.
 pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 32 * 1024 * 1024;
 
@@ -96,6 +96,21 @@ pub const H2_MAX_SEND_BUF_SIZE: usize = 16 * 1024;
 /// HTTP/2: the largest header block a request may send (SETTINGS_MAX_HEADER_LIST_SIZE), decoded one at a time per
 /// connection. hyper's default, written here because the memory arithmetic counts it. Not a flag.
 pub const H2_MAX_HEADER_LIST_SIZE: u32 = 16 * 1024;
+
+/// The admin listener (`--metrics-listen`): connections open at once. Kubelet probes and a scraper or two are
+/// all that should talk to it (the NetworkPolicy of `manifests/base` admits no one else); with every one taken, the
+/// oldest is closed for the newcomer, so that a probe always gets through. Not a flag.
+pub const ADMIN_MAX_CONNECTIONS: usize = 32;
+
+/// The admin listener: time allowed for a request's headers, and for an idle keep-alive connection (hyper's header
+/// timer runs while a connection waits for its next request). A probe or a scraper sends its headers at once; one
+/// that trickles them (slowloris) must not hold a connection for long. Not a flag.
+pub const ADMIN_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The admin listener: an admin connection is closed gracefully after this long, then given
+/// [`ADMIN_HEADER_READ_TIMEOUT`] to finish its answer: a client that does not read its answers cannot hold one. A
+/// scraper opens a new connection, which costs nothing here. Not a flag.
+pub const ADMIN_CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
 
 /// `--shutdown-delay`: after the signal, keep accepting this long while endpoints are removed.
 pub const DEFAULT_SHUTDOWN_DELAY: Duration = Duration::from_secs(2);
