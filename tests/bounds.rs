@@ -405,3 +405,41 @@ async fn the_admin_listener_holds_a_bounded_number_of_connections_and_a_probe_al
     assert_eq!(admin_get(server.metrics, "/healthz").await, (200, "ok\n".to_owned()));
     assert!(started.elapsed() < Duration::from_millis(500), "a probe waited {:?}", started.elapsed());
 }
+
+/// A connection that arrives with every slot busy (none idle to close) waits for one; the shutdown signal coming
+/// meanwhile is acted on at once (readiness 503) and does not drop it: it is served in the slot that frees during
+/// the shutdown delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_waiting_for_a_slot_when_the_signal_comes_is_served_in_the_delay() {
+    let mut server = start(|c, _| {
+        c.max_connections = 1;
+        c.header_read_timeout = Duration::from_secs(3);
+        c.shutdown_delay = Duration::from_secs(2);
+        c.shutdown_timeout = Duration::from_secs(5);
+    })
+    .await;
+    // The only slot, busy: a request whose body is still coming.
+    let mut busy = tls_connect(server.addr, client_config(&server.ca_pem, b"http/1.1", None)).await.unwrap();
+    busy.write_all(h1_head(REVIEW.len()).as_bytes()).await.unwrap();
+    busy.write_all(&REVIEW[..100]).await.unwrap();
+    busy.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (addr, ca) = (server.addr, server.ca_pem.clone());
+    let late = tokio::spawn(async move {
+        let mut conn = Conn::open_with(addr, client_config(&ca, b"http/1.1", None)).await?;
+        conn.send(post("/mutate?timeout=10s", "application/json", REVIEW)).await.map(|(status, _)| status)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.stop.take().unwrap().send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(admin_get(server.metrics, "/readyz").await.0, 503, "the waiting connection held up the shutdown");
+    // The busy request ends (answered with `Connection: close`): its slot goes to the waiting connection.
+    busy.write_all(&REVIEW[100..]).await.unwrap();
+    let mut answer = Vec::new();
+    busy.read_to_end(&mut answer).await.unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
+    drop(busy); // as a client does once the server has closed: the server stops lingering
+    let answered = tokio::time::timeout(Duration::from_secs(3), late).await.expect("the waiting connection hung");
+    assert_eq!(answered.unwrap(), Ok(StatusCode::OK));
+    tokio::time::timeout(Duration::from_secs(6), &mut server.done).await.expect("run() did not return").unwrap();
+}

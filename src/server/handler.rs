@@ -115,8 +115,8 @@ async fn respond(shared: &Shared, req: &hyper::http::request::Parts, body: &mut 
         match accepted {
             Ok((revision, endpoint)) => read_and_review(shared, revision, body, endpoint).await,
             Err((reason, status, message)) => {
-                // Read what was sent before answering: on HTTP/2 an unread body makes the answer arrive as a
-                // stream reset, which clients report instead of the status.
+                // Read what was sent (up to the limit): an HTTP/1.1 connection whose request body is left unread
+                // is closed after the answer; read, it serves the client's next request.
                 discard(body, config.max_body_bytes).await;
                 let mut answer = refuse(shared, reason, status, message);
                 if reason == ErrorReason::Method {

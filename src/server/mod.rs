@@ -26,7 +26,7 @@ use arc_swap::ArcSwap;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{AcquireError, Semaphore, watch};
 
 use crate::Engine;
 use defaults::*;
@@ -326,16 +326,23 @@ impl Server {
             "serving"
         );
 
-        if connections.accept_until(&listener, &permits, shutdown).await {
+        let mut waiting = None;
+        if connections.accept_until(&listener, &permits, &mut waiting, shutdown).await {
             shared.shutting_down.store(true, Ordering::SeqCst);
             connections.stage.send_replace(conn::Stage::Delay);
             tracing::info!(delay = ?config.shutdown_delay, "shutdown: readiness is now 503, still accepting");
             let deadline = tokio::time::Instant::now() + config.shutdown_timeout;
             // As before the signal: a connection is accepted once a permit is free, and then served. (Accepting it
             // and dropping it for want of a permit refused it although a permit might free up within the delay.)
-            connections.accept_until(&listener, &permits, tokio::time::sleep(config.shutdown_delay)).await;
+            let delay = tokio::time::sleep(config.shutdown_delay);
+            connections.accept_until(&listener, &permits, &mut waiting, delay).await;
             drop(listener);
             connections.stage.send_replace(conn::Stage::Drain);
+            // A connection accepted at the limit and still waiting for a slot is served as every accepted one is.
+            if let Some(last) = waiting {
+                let permit = tokio::time::timeout_at(last.until, permits.clone().acquire_owned()).await.ok();
+                connections.serve_waiting(last, permit);
+            }
             tracing::info!("shutdown: listener closed, draining connections");
             // Each connection holds a receiver until it ends.
             match tokio::time::timeout_at(deadline, connections.stage.closed()).await {
@@ -366,6 +373,13 @@ struct Connections {
     stage: watch::Sender<conn::Stage>,
     /// The connections past their TLS handshake, to find the oldest idle one.
     open: Arc<OpenConnections>,
+}
+
+/// A connection accepted with every slot taken, waiting for one until `until`.
+struct Waiting {
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    until: tokio::time::Instant,
 }
 
 /// The connections being served (past the TLS handshake), each by its [`conn::Activity`]. Touched when a
@@ -409,15 +423,28 @@ impl Connections {
     /// which nothing does). A permit is taken before accepting, so excess connections wait in the kernel's
     /// backlog rather than being accepted and dropped. At the limit, a connection that arrives is accepted and the
     /// oldest idle keep-alive connection is asked to close to make room for it; it waits for a permit up to
-    /// `--header-read-timeout` and is closed if none frees (every slot busy with requests or first requests).
+    /// `--header-read-timeout` (in `waiting`, across a change of stage) and is closed if none frees (every slot busy
+    /// with requests or first requests).
     async fn accept_until(
         &self,
         listener: &TcpListener,
         permits: &Arc<Semaphore>,
+        waiting: &mut Option<Waiting>,
         stop: impl Future<Output = ()>,
     ) -> bool {
         let mut stop = std::pin::pin!(stop);
         loop {
+            if let Some(first) = waiting.take() {
+                let permit = tokio::select! {
+                    permit = tokio::time::timeout_at(first.until, permits.clone().acquire_owned()) => permit.ok(),
+                    () = &mut stop => {
+                        *waiting = Some(first);
+                        return true;
+                    }
+                };
+                self.serve_waiting(first, permit);
+                continue;
+            }
             let free = match permits.clone().try_acquire_owned() {
                 Ok(permit) => Some(permit),
                 Err(tokio::sync::TryAcquireError::Closed) => return false,
@@ -431,7 +458,11 @@ impl Connections {
                         Err(_) => return false,
                     },
                     (tcp, peer) = accept_next("webhook", || listener.accept()) => {
-                        self.make_room(tcp, peer, permits).await;
+                        if let Some(oldest) = self.open.oldest_idle() {
+                            oldest.evict();
+                        }
+                        let until = tokio::time::Instant::now() + self.shared.config.header_read_timeout;
+                        *waiting = Some(Waiting { tcp, peer, until });
                         continue;
                     }
                     () = &mut stop => return true,
@@ -445,17 +476,15 @@ impl Connections {
         }
     }
 
-    /// A connection accepted with every slot taken: asks the oldest idle keep-alive connection to close, and serves
-    /// this one once a slot frees, within `--header-read-timeout`; else closes it.
-    async fn make_room(&self, tcp: tokio::net::TcpStream, peer: SocketAddr, permits: &Arc<Semaphore>) {
-        if let Some(oldest) = self.open.oldest_idle() {
-            oldest.evict();
-        }
-        let wait = self.shared.config.header_read_timeout;
-        match tokio::time::timeout(wait, permits.clone().acquire_owned()).await {
-            Ok(Ok(permit)) => self.spawn(tcp, peer, permit),
-            _ => {
+    /// Serves a connection that waited for a slot with the `permit` it got, or closes it if it got none in time.
+    fn serve_waiting(&self, waiting: Waiting, permit: Option<Result<tokio::sync::OwnedSemaphorePermit, AcquireError>>) {
+        match permit {
+            Some(Ok(permit)) => self.spawn(waiting.tcp, waiting.peer, permit),
+            // Closed: nothing closes the permits.
+            Some(Err(_)) => {}
+            None => {
                 self.shared.metrics.connection_error(telemetry::ConnectionError::Timeout);
+                let peer = waiting.peer;
                 tracing::debug!(%peer, "every connection busy for the header read timeout; refused");
             }
         }
