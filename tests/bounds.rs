@@ -374,16 +374,6 @@ async fn memory_stays_within_the_documented_bound_under_connections_holding_all_
     drop(held);
 }
 
-/// Reads until the peer closes the connection (or fails it); how long that took, or `None` after `patience`.
-async fn closed_within(stream: &mut (impl tokio::io::AsyncRead + Unpin), patience: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    let mut buf = vec![0; 4096];
-    tokio::time::timeout(patience, async { while let Ok(1..) = stream.read(&mut buf).await {} })
-        .await
-        .ok()
-        .map(|()| started.elapsed())
-}
-
 /// The admin listener holds at most `ADMIN_MAX_CONNECTIONS`: connections beyond them close the oldest ones at once
 /// (not after the header timeout), and a probe arriving with every one taken by silent clients is answered at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -470,24 +470,6 @@ async fn a_connection_made_during_the_shutdown_delay_waits_for_a_permit_and_is_a
     tokio::time::timeout(Duration::from_secs(6), &mut server.done).await.expect("run() did not return").unwrap();
 }
 
-/// Reads until the server closes the connection (or fails it), and says how long that took; `None` if it was
-/// still open after `patience`.
-async fn closed_within(stream: &mut (impl tokio::io::AsyncRead + Unpin), patience: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    let mut buf = vec![0; 4096];
-    tokio::time::timeout(patience, async {
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => continue,
-            }
-        }
-    })
-    .await
-    .ok()
-    .map(|()| started.elapsed())
-}
-
 /// The HTTP/2 client preface and an empty SETTINGS frame.
 const H2_PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
 

@@ -214,6 +214,24 @@ pub async fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// Reads until the server closes the connection (or fails it), and says how long that took; `None` if it was
+/// still open after `patience`.
+pub async fn closed_within(stream: &mut (impl tokio::io::AsyncRead + Unpin), patience: Duration) -> Option<Duration> {
+    let started = std::time::Instant::now();
+    let mut buf = vec![0; 4096];
+    tokio::time::timeout(patience, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await
+    .ok()
+    .map(|()| started.elapsed())
+}
+
 pub fn counter(metrics: &str, series: &str) -> f64 {
     metrics.lines().find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
 }
