@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -432,4 +433,41 @@ async fn a_connection_waiting_for_a_slot_when_the_signal_comes_is_served_in_the_
     let answered = tokio::time::timeout(Duration::from_secs(3), late).await.expect("the waiting connection hung");
     assert_eq!(answered.unwrap(), Ok(StatusCode::OK));
     tokio::time::timeout(Duration::from_secs(6), &mut server.done).await.expect("run() did not return").unwrap();
+}
+
+/// An HTTP/1.1 client that pipelines requests and never reads the answers (its receive buffer small): once the
+/// server's writes block for the write timeout, the connection is cut; it does not wait for the idle timeout, and
+/// the answers it could not send are not kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_peer_not_reading_its_answers_is_cut_at_the_write_timeout() {
+    let write_timeout = Duration::from_secs(1);
+    let server = start(|c, _| c.write_timeout = write_timeout).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(server.addr).await.unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(&server.ca_pem, b"http/1.1", None)));
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = connector.connect(name, tcp).await.unwrap();
+    let (mut read, mut write) = tokio::io::split(tls);
+    let mut request = h1_head(REVIEW.len()).into_bytes();
+    request.extend_from_slice(REVIEW);
+    const SENT: usize = 2000;
+    let writer = tokio::spawn(async move {
+        for _ in 0..SENT {
+            if write.write_all(&request).await.is_err() {
+                break;
+            }
+        }
+        write
+    });
+    tokio::time::sleep(write_timeout + Duration::from_millis(1500)).await;
+    // Now read what came: the connection ends (the server cut it) instead of the answers resuming.
+    let mut answers = Vec::new();
+    let read_all = tokio::time::timeout(Duration::from_secs(3), read.read_to_end(&mut answers)).await;
+    assert!(read_all.is_ok(), "the connection was kept: reading resumed the answers");
+    let answered = String::from_utf8_lossy(&answers).matches("HTTP/1.1 200").count();
+    assert!(answered < SENT, "all {SENT} answered: the writes never blocked");
+    writer.abort();
+    let metrics = admin_get(server.metrics, "/metrics").await.1;
+    assert!(counter(&metrics, r#"sidecar_injector_connection_errors_total{kind="timeout"}"#) >= 1.0, "{metrics}");
 }
