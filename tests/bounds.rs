@@ -471,3 +471,63 @@ async fn an_http1_peer_not_reading_its_answers_is_cut_at_the_write_timeout() {
     let metrics = admin_get(server.metrics, "/metrics").await.1;
     assert!(counter(&metrics, r#"sidecar_injector_connection_errors_total{kind="timeout"}"#) >= 1.0, "{metrics}");
 }
+
+/// HTTP/2 at shutdown: the GOAWAY, then the connection's close once its streams are done; what the client still
+/// sends after it (here PINGs, as a client does before it notices) is read, not answered with a reset, and the
+/// connection ends with a clean close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_close_after_a_goaway_at_shutdown_reads_what_the_client_still_sends() {
+    let mut server = start(|c, _| {
+        c.shutdown_delay = Duration::from_secs(3);
+        c.shutdown_timeout = Duration::from_secs(6);
+    })
+    .await;
+    let mut tls = tls_connect(server.addr, client_config(&server.ca_pem, b"h2", None)).await.unwrap();
+    let mut opening = H2_PREFACE_AND_SETTINGS.to_vec();
+    // HEADERS (END_STREAM, END_HEADERS): POST, https, / from the static table: answered 404, the connection's first
+    // request.
+    opening.extend(h2_frame(0x1, 0x5, 1, &[0x83, 0x87, 0x84]));
+    tls.write_all(&opening).await.unwrap();
+    tls.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.stop.take().unwrap().send(()).unwrap();
+    // The GOAWAY comes (with a PING the client answers, as h2 clients do), then the close: the client keeps
+    // sending its own PINGs meanwhile and after, as a client does until it notices.
+    let ping = h2_frame(0x6, 0x0, 0, &[0; 8]);
+    let (mut received, mut goaway, mut closed) = (Vec::new(), false, false);
+    let until = Instant::now() + Duration::from_secs(4);
+    while !closed {
+        assert!(Instant::now() < until, "not closed after the GOAWAY");
+        tls.write_all(&ping).await.expect("a write after the GOAWAY or the close was reset");
+        tls.flush().await.expect("a write after the GOAWAY or the close was reset");
+        let mut buf = vec![0; 16 * 1024];
+        match tokio::time::timeout(Duration::from_millis(50), tls.read(&mut buf)).await {
+            Err(_) => continue,
+            Ok(Ok(0)) => closed = true,
+            Ok(Ok(n)) => received.extend_from_slice(&buf[..n]),
+            Ok(Err(e)) => panic!("the connection was reset: {e}"),
+        }
+        // Whole frames: answer the server's PINGs, note its GOAWAY.
+        while received.len() >= 9 {
+            let length = u32::from_be_bytes([0, received[0], received[1], received[2]]) as usize;
+            if received.len() < 9 + length {
+                break;
+            }
+            let frame: Vec<u8> = received.drain(..9 + length).collect();
+            match (frame[3], frame[4]) {
+                (0x6, 0x0) => tls.write_all(&h2_frame(0x6, 0x1, 0, &frame[9..])).await.unwrap(),
+                (0x7, _) => goaway = true,
+                _ => {}
+            }
+        }
+    }
+    assert!(goaway, "no GOAWAY before the close");
+    // After the close, what the client still sends is read, until it closes too.
+    for _ in 0..5 {
+        tls.write_all(&ping).await.expect("a write after the close was reset");
+        tls.flush().await.expect("a write after the close was reset");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(tls);
+    tokio::time::timeout(Duration::from_secs(8), &mut server.done).await.expect("run() did not return").unwrap();
+}

@@ -470,9 +470,6 @@ async fn a_connection_made_during_the_shutdown_delay_waits_for_a_permit_and_is_a
     tokio::time::timeout(Duration::from_secs(6), &mut server.done).await.expect("run() did not return").unwrap();
 }
 
-/// The HTTP/2 client preface and an empty SETTINGS frame.
-const H2_PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
-
 /// A client that completes TLS with ALPN h2 and then says nothing (or only the preface and SETTINGS) held its
 /// connection slot for ever: hyper waits for the preface, and then for requests, without a deadline. Now the
 /// first request must arrive within the header read timeout of the accept.
@@ -763,15 +760,6 @@ async fn a_shutdown_under_keep_alive_load_loses_no_request() {
         total = (total.0 + tally.written, total.1 + tally.answered);
     }
     assert!(total.0 > 50, "{total:?}");
-}
-
-/// An HTTP/2 frame's bytes.
-fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let mut frame = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-    frame.extend([kind, flags]);
-    frame.extend(stream.to_be_bytes());
-    frame.extend(payload);
-    frame
 }
 
 /// Clients that fail the TLS handshake and HTTP/2 connections that flood resets (CVE-2023-44487) are counted by

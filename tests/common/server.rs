@@ -232,6 +232,18 @@ pub async fn closed_within(stream: &mut (impl tokio::io::AsyncRead + Unpin), pat
     .map(|()| started.elapsed())
 }
 
+/// The HTTP/2 client preface and an empty SETTINGS frame.
+pub const H2_PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// An HTTP/2 frame's bytes.
+pub fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut frame = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    frame.extend([kind, flags]);
+    frame.extend(stream.to_be_bytes());
+    frame.extend(payload);
+    frame
+}
+
 pub fn counter(metrics: &str, series: &str) -> f64 {
     metrics.lines().find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
 }
