@@ -803,3 +803,46 @@ fn the_canary_component_adds_a_revision_the_server_serves_for_its_namespaces_alo
         ]
     );
 }
+
+/// The NetworkPolicy lets anyone reach the webhooks (the API server's address is the cluster's), the metrics port
+/// only from pods carrying the label docs/operations.md tells Prometheus to carry, and nothing out.
+#[test]
+fn the_network_policy_admits_the_metrics_port_only_from_labelled_scrapers() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let base = objects(BASE);
+    let policy: NetworkPolicy = typed(the(&base, "NetworkPolicy"));
+    let spec = policy.spec.unwrap();
+    let deployment: Deployment = typed(the(&base, "Deployment"));
+    let pod_labels = deployment.spec.unwrap().template.metadata.unwrap().labels.unwrap();
+    // Selectors by `matchLabels` only, here.
+    let selects = |selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+                   labels: &[(&str, &str)]| {
+        assert!(selector.match_expressions.is_none(), "{selector:?}");
+        let wanted = selector.match_labels.iter().flatten();
+        wanted.clone().count() > 0 && wanted.into_iter().all(|(k, v)| labels.contains(&(k.as_str(), v.as_str())))
+    };
+    let pod_labels: Vec<(&str, &str)> = pod_labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert!(selects(&spec.pod_selector.unwrap(), &pod_labels), "the policy selects the injector's pods");
+    assert_eq!(spec.egress, Some(vec![]), "no egress");
+    let rules = spec.ingress.unwrap();
+    let port_of = |port: i32| {
+        let rule = rules.iter().find(|r| {
+            r.ports
+                .iter()
+                .flatten()
+                .any(|p| p.port == Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(port)))
+        });
+        rule.unwrap_or_else(|| panic!("no rule for port {port}")).clone()
+    };
+    assert!(port_of(8443).from.is_none(), "the webhooks: from anywhere");
+    let scrapers = port_of(9090).from.expect("the metrics port: from named sources only");
+    let label = ("sidecar-injector.io/metrics-scraper", "true");
+    assert!(!scrapers.is_empty());
+    for peer in &scrapers {
+        assert!(peer.ip_block.is_none(), "{peer:?}");
+        let pods = peer.pod_selector.as_ref().expect("pods, by label");
+        assert!(selects(pods, &[label]) && !selects(pods, &[]), "{peer:?}: only the labelled pods");
+    }
+    let docs = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
+    assert!(docs.contains(&format!("`{}: \"{}\"`", label.0, label.1)), "docs/operations.md names the label");
+}

@@ -470,27 +470,6 @@ async fn a_connection_made_during_the_shutdown_delay_waits_for_a_permit_and_is_a
     tokio::time::timeout(Duration::from_secs(6), &mut server.done).await.expect("run() did not return").unwrap();
 }
 
-/// Reads until the server closes the connection (or fails it), and says how long that took; `None` if it was
-/// still open after `patience`.
-async fn closed_within(stream: &mut (impl tokio::io::AsyncRead + Unpin), patience: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    let mut buf = vec![0; 4096];
-    tokio::time::timeout(patience, async {
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => continue,
-            }
-        }
-    })
-    .await
-    .ok()
-    .map(|()| started.elapsed())
-}
-
-/// The HTTP/2 client preface and an empty SETTINGS frame.
-const H2_PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
-
 /// A client that completes TLS with ALPN h2 and then says nothing (or only the preface and SETTINGS) held its
 /// connection slot for ever: hyper waits for the preface, and then for requests, without a deadline. Now the
 /// first request must arrive within the header read timeout of the accept.
@@ -781,70 +760,6 @@ async fn a_shutdown_under_keep_alive_load_loses_no_request() {
         total = (total.0 + tally.written, total.1 + tally.answered);
     }
     assert!(total.0 > 50, "{total:?}");
-}
-
-/// `sidecar-injector serve` running on free ports, killed when dropped.
-struct Process {
-    child: std::process::Child,
-    addr: std::net::SocketAddr,
-    metrics: std::net::SocketAddr,
-    ca: Vec<u8>,
-    /// The log lines after the one that announced the addresses, until the process ends.
-    log: Option<std::thread::JoinHandle<Vec<String>>>,
-}
-
-impl Process {
-    fn spawn(dir: &Path) -> Process {
-        use std::io::BufRead;
-        let ca = dir.join("ca.pem");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--dev-ca-file"])
-            .arg(&ca)
-            .env_remove("SIDECAR_INJECTOR_LOG")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Killed when dropped, should the log not announce the addresses.
-        let unbound = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
-        let mut process = Process { child, addr: unbound, metrics: unbound, ca: Vec::new(), log: None };
-        let mut lines = std::io::BufReader::new(process.child.stderr.take().unwrap()).lines();
-        let field = |line: &str, name: &str| -> std::net::SocketAddr {
-            let at = line.find(&format!(" {name}=")).unwrap_or_else(|| panic!("no {name} in {line}")) + name.len() + 2;
-            line[at..].split_whitespace().next().unwrap().parse().unwrap()
-        };
-        loop {
-            let line = lines.next().expect("the server stopped before serving").unwrap();
-            if line.contains(" serving listen=") {
-                (process.addr, process.metrics) = (field(&line, "listen"), field(&line, "metrics"));
-                process.ca = std::fs::read(ca).unwrap();
-                process.log = Some(std::thread::spawn(move || lines.map_while(Result::ok).collect()));
-                return process;
-            }
-        }
-    }
-
-    /// Kills the process and returns the rest of its log.
-    fn kill(&mut self) -> Vec<String> {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.log.take().map(|log| log.join().unwrap()).unwrap_or_default()
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// An HTTP/2 frame's bytes.
-fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let mut frame = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-    frame.extend([kind, flags]);
-    frame.extend(stream.to_be_bytes());
-    frame.extend(payload);
-    frame
 }
 
 /// Clients that fail the TLS handshake and HTTP/2 connections that flood resets (CVE-2023-44487) are counted by

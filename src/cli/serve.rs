@@ -90,6 +90,11 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_H2_MAX_CONCURRENT_STREAMS, env = "SIDECAR_INJECTOR_H2_MAX_CONCURRENT_STREAMS")]
     pub h2_max_concurrent_streams: u32,
 
+    /// A connection whose peer takes none of its answers for this long (a write blocked, or HTTP/2 answers
+    /// waiting for a flow-control window) is closed.
+    #[arg(long, default_value_t = DEFAULT_WRITE_TIMEOUT.into(), env = "SIDECAR_INJECTOR_WRITE_TIMEOUT")]
+    pub write_timeout: humantime::Duration,
+
     /// After SIGTERM, keep accepting this long (readiness already 503) while endpoints are removed.
     #[arg(long, default_value_t = DEFAULT_SHUTDOWN_DELAY.into(), env = "SIDECAR_INJECTOR_SHUTDOWN_DELAY")]
     pub shutdown_delay: humantime::Duration,
@@ -151,6 +156,7 @@ impl ServeArgs {
             request_timeout: self.request_timeout.into(),
             max_connections: self.max_connections,
             h2_max_concurrent_streams: self.h2_max_concurrent_streams,
+            write_timeout: self.write_timeout.into(),
             shutdown_delay: self.shutdown_delay.into(),
             shutdown_timeout: self.shutdown_timeout.into(),
             templates: (self.template.template_dir.iter())
@@ -316,6 +322,7 @@ mod tests {
             request_timeout,
             max_connections,
             h2_max_concurrent_streams,
+            write_timeout,
             shutdown_delay,
             shutdown_timeout,
             templates,
@@ -335,6 +342,7 @@ mod tests {
         assert_eq!(request_timeout, default.request_timeout, "--request-timeout");
         assert_eq!(max_connections, default.max_connections, "--max-connections");
         assert_eq!(h2_max_concurrent_streams, default.h2_max_concurrent_streams, "--h2-max-concurrent-streams");
+        assert_eq!(write_timeout, default.write_timeout, "--write-timeout");
         assert_eq!(shutdown_delay, default.shutdown_delay, "--shutdown-delay");
         assert_eq!(shutdown_timeout, default.shutdown_timeout, "--shutdown-timeout");
         assert!(templates.is_empty() && default.templates.is_empty(), "--template-dir");

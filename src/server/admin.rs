@@ -1,48 +1,68 @@
 //! The plain-HTTP admin listener: `GET /metrics` (Prometheus text), `/healthz` (the process answers) and `/readyz`
 //! (TLS material and template loaded, and not shutting down).
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::Shared;
-
-/// Time allowed for a request's headers on the admin listener: a scraper or a kubelet probe sends them at once,
-/// and a client that trickles them (slowloris) must not hold a connection for long. Not a flag: nothing slow
-/// legitimately talks to this listener.
-const ADMIN_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+use super::defaults::{ADMIN_CONNECTION_LIFETIME, ADMIN_HEADER_READ_TIMEOUT, ADMIN_MAX_CONNECTIONS, H1_MAX_BUF_SIZE};
 
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     serve_from(|| listener.accept(), shared).await;
 }
 
 /// Serves each connection `accept` gives; an accept error is followed by the same pause as on the webhook
-/// listener, not retried at once (which spun a core while, say, file descriptors were exhausted).
+/// listener, not retried at once (which spun a core while, say, file descriptors were exhausted). At most
+/// [`ADMIN_MAX_CONNECTIONS`] are open: with every one taken, the oldest is closed for the new one, so that a probe
+/// or a scrape always gets through (an answer here takes microseconds; the oldest connection is the one most likely
+/// idle or silent).
 async fn serve_from<F>(mut accept: impl FnMut() -> F, shared: Arc<Shared>)
 where
     F: Future<Output = std::io::Result<(TcpStream, SocketAddr)>>,
 {
+    let mut open: VecDeque<tokio::task::AbortHandle> = VecDeque::with_capacity(ADMIN_MAX_CONNECTIONS);
     loop {
         let (tcp, _) = super::accept_next("admin", &mut accept).await;
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let response = answer(&shared, &req);
-                async move { Ok::<_, std::convert::Infallible>(response) }
-            });
-            let mut http = hyper::server::conn::http1::Builder::new();
-            http.timer(TokioTimer::new()).header_read_timeout(ADMIN_HEADER_READ_TIMEOUT);
-            let _ = http.serve_connection(TokioIo::new(tcp), service).await;
-        });
+        open.retain(|task| !task.is_finished());
+        if open.len() >= ADMIN_MAX_CONNECTIONS
+            && let Some(oldest) = open.pop_front()
+        {
+            oldest.abort();
+        }
+        open.push_back(tokio::spawn(connection(tcp, shared.clone())).abort_handle());
     }
+}
+
+/// One admin connection, for at most [`ADMIN_CONNECTION_LIFETIME`] and then a grace of
+/// [`ADMIN_HEADER_READ_TIMEOUT`] to finish the answer in progress: hyper closes one idle or slow with its headers
+/// after the header timeout, and this one that does not read its answers.
+async fn connection<T>(io: T, shared: Arc<Shared>)
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let response = answer(&shared, &req);
+        async move { Ok::<_, std::convert::Infallible>(response) }
+    });
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(ADMIN_HEADER_READ_TIMEOUT).max_buf_size(H1_MAX_BUF_SIZE);
+    let conn = http.serve_connection(TokioIo::new(io), service);
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        () = tokio::time::sleep(ADMIN_CONNECTION_LIFETIME) => conn.as_mut().graceful_shutdown(),
+    }
+    let _ = tokio::time::timeout(ADMIN_HEADER_READ_TIMEOUT, conn).await;
 }
 
 fn answer<B>(shared: &Shared, req: &Request<B>) -> Response<Full<Bytes>> {
@@ -75,9 +95,12 @@ fn answer<B>(shared: &Shared, req: &Request<B>) -> Response<Full<Bytes>> {
                     set.hash(),
                     set.names()
                 ));
+                // Named, not quoted: anyone who reaches this port reads it, and a reason can quote the template.
                 if let Some(refused) = revision.templates.refused() {
-                    let refused = refused.replace('\n', "\n  ");
-                    body.push_str(&format!("{which}newest template edit refused: {refused}\n"));
+                    let subject = &refused.subject;
+                    body.push_str(&format!(
+                        "{which}newest template edit refused: {subject} (the reason is in the log)\n"
+                    ));
                 }
             }
             let mut response = text(StatusCode::OK, "");
@@ -120,6 +143,24 @@ mod tests {
             shutting_down: AtomicBool::new(false),
             body_budget,
         })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_does_not_read_its_answers_is_closed_after_the_lifetime_and_grace() {
+        use tokio::io::AsyncWriteExt;
+        // A pipe far smaller than the answers: the server's writes block as soon as the client stops reading.
+        let (mut client, server) = tokio::io::duplex(256);
+        let started = tokio::time::Instant::now();
+        let connection = tokio::spawn(connection(server, shared()));
+        // Requests, never reading an answer; the writes fail once the server closes.
+        let _writer = tokio::spawn(async move {
+            while client.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await.is_ok() {}
+            client
+        });
+        connection.await.unwrap();
+        let lived = started.elapsed();
+        assert!(lived >= ADMIN_CONNECTION_LIFETIME, "closed after {lived:?}, while it was being answered");
+        assert!(lived <= ADMIN_CONNECTION_LIFETIME + ADMIN_HEADER_READ_TIMEOUT, "kept {lived:?}");
     }
 
     #[tokio::test]

@@ -8,6 +8,16 @@
 //! - **each later HTTP/1.1 request's headers**: within `--header-read-timeout` of their first byte. (hyper's own
 //!   header timeout is off: it starts when the connection turns idle, so it closed every idle keep-alive connection
 //!   after the header timeout, long before a client stops reusing it.)
+//! - **writes**: an answer must be taken by the peer. A write to the socket that stays blocked for
+//!   `--write-timeout`, or answers handed to the connection none of which is sent for that long (an HTTP/2 peer
+//!   that grants no flow-control window), close the connection: a peer that does not read cannot hold a slot,
+//!   nor the answers' memory.
+//! - **room at the limit**: with every slot taken and a connection waiting, the oldest idle keep-alive connection
+//!   is asked to close ([`Activity::evict`]).
+//! - **after the last answer**: a connection that ends after answering is half-closed and what the peer still
+//!   sends is read and dropped ([`linger`], bounded in bytes and time) before the socket is closed. Closing a socket
+//!   with unread bytes sends a reset, and a reset can destroy the answer on its way (an early 413 or 408 whose
+//!   body is still arriving, the last answer before a close or a GOAWAY).
 //! - **shutdown**: from the signal on, HTTP/2 connections get a GOAWAY once their first request is in (its two
 //!   steps let the streams already sent finish), and HTTP/1.1 answers say `Connection: close` (`handler`); when
 //!   the listener closes, every connection past its first request is shut down gracefully: one with a request in
@@ -27,8 +37,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper_util::server::graceful::GracefulConnection;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::watch;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::telemetry::{ConnectionError, Metrics};
@@ -61,6 +71,14 @@ pub(crate) struct Activity {
     idle_since: AtomicU64,
     /// HTTP/1.1: when the first byte of the next request arrived, while none is in progress.
     head_since: AtomicU64,
+    /// Answers handed to hyper and not yet all sent (HTTP/2: waiting for the peer's flow-control window).
+    answers: AtomicUsize,
+    /// While answers are waiting: since when none has been sent (the first handed over, or the last one sent).
+    answer_since: AtomicU64,
+    /// Since when a write to the peer has been blocked (its socket full), while it is.
+    blocked_since: AtomicU64,
+    /// Asked to close if idle, to make room for a new connection at the limit.
+    evict: Notify,
     /// HTTP/1.1: bytes read while no request is in progress start the next request's header deadline.
     h1: bool,
 }
@@ -73,6 +91,10 @@ impl Activity {
             started: AtomicBool::new(false),
             idle_since: AtomicU64::new(0),
             head_since: AtomicU64::new(0),
+            answers: AtomicUsize::new(0),
+            answer_since: AtomicU64::new(0),
+            blocked_since: AtomicU64::new(0),
+            evict: Notify::new(),
             h1,
         })
     }
@@ -101,25 +123,70 @@ impl Activity {
         }
     }
 
+    fn write_blocked(&self) {
+        if self.blocked_since.load(Relaxed) == 0 {
+            self.blocked_since.store(self.stamp(), Relaxed);
+        }
+    }
+
+    fn write_done(&self) {
+        if self.blocked_since.load(Relaxed) != 0 {
+            self.blocked_since.store(0, Relaxed);
+        }
+    }
+
     fn has_started(&self) -> bool {
         self.started.load(Relaxed)
+    }
+
+    /// Past its first request, with nothing in progress: since when (the oldest is closed first to make room).
+    pub(crate) fn idle_since(&self) -> Option<Instant> {
+        if !self.has_started() || self.active.load(Relaxed) > 0 {
+            return None;
+        }
+        self.instant(self.idle_since.load(Relaxed))
+    }
+
+    /// Asks the connection to close if it is still idle when its driver looks (at once).
+    pub(crate) fn evict(&self) {
+        self.evict.notify_one();
     }
 
     /// For a connection past its first request: the deadline that has passed, or when to look again. No deadline
     /// can fall due before that: a request in progress has none, and whatever starts after `now` (the end of a
     /// request, the first byte of the next one's headers) has its deadline at least a timeout after `now`.
-    fn next_check(&self, now: Instant, idle_timeout: Duration, header_timeout: Duration) -> Check {
+    fn next_check(&self, now: Instant, timeouts: &Timeouts) -> Check {
         let due = |since: u64, timeout: Duration, expiry: Expiry| {
             let at = self.instant(since)? + timeout;
             Some(if at <= now { Check::Expired(expiry) } else { Check::At(at) })
         };
-        let soonest_new = if self.h1 { header_timeout.min(idle_timeout) } else { idle_timeout };
+        let Timeouts { idle: idle_timeout, header: header_timeout, write: write_timeout } = *timeouts;
+        let mut soonest_new = idle_timeout.min(write_timeout);
+        if self.h1 {
+            soonest_new = soonest_new.min(header_timeout);
+        }
         let later = now + soonest_new;
+        // A write blocked, or answers waiting with none sent: the write timeout, whatever else is in progress.
+        let blocked = due(self.blocked_since.load(Relaxed), write_timeout, Expiry::Write);
+        let waiting = if self.answers.load(Relaxed) > 0 {
+            due(self.answer_since.load(Relaxed), write_timeout, Expiry::Write)
+        } else {
+            None
+        };
+        let write = match (blocked, waiting) {
+            (Some(Check::Expired(e)), _) | (_, Some(Check::Expired(e))) => return Check::Expired(e),
+            (Some(Check::At(a)), Some(Check::At(b))) => Some(a.min(b)),
+            (Some(Check::At(a)), _) | (_, Some(Check::At(a))) => Some(a),
+            (None, None) => None,
+        };
+        let later = write.map_or(later, |at| at.min(later));
         if self.active.load(Relaxed) > 0 {
             return Check::At(later);
         }
-        if let Some(check) = due(self.head_since.load(Relaxed), header_timeout, Expiry::Headers) {
-            return check;
+        match due(self.head_since.load(Relaxed), header_timeout, Expiry::Headers) {
+            Some(Check::At(at)) => return Check::At(at.min(later)),
+            Some(expired) => return expired,
+            None => {}
         }
         match due(self.idle_since.load(Relaxed), idle_timeout, Expiry::Idle) {
             Some(Check::At(at)) => Check::At(at.min(later)),
@@ -132,6 +199,18 @@ impl Activity {
 /// A request in progress on its connection, until dropped (answered, or dropped unanswered by hyper).
 pub(crate) struct RequestGuard(Arc<Activity>);
 
+impl RequestGuard {
+    /// The request's answer is handed to hyper: the request stays in progress until the answer is sent (the
+    /// returned guard dropped with the answer's body), within the write timeout.
+    pub(crate) fn answering(self) -> Answering {
+        let activity = &self.0;
+        if activity.answers.fetch_add(1, Relaxed) == 0 {
+            activity.answer_since.store(activity.stamp(), Relaxed);
+        }
+        Answering(self)
+    }
+}
+
 impl Drop for RequestGuard {
     fn drop(&mut self) {
         let activity = &self.0;
@@ -141,10 +220,32 @@ impl Drop for RequestGuard {
     }
 }
 
+/// An answer handed to hyper and not yet sent, and its request, until dropped.
+pub(crate) struct Answering(RequestGuard);
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        let activity = &(self.0).0;
+        // One sent while others wait: the peer is reading, the others' write timeout starts again.
+        if activity.answers.fetch_sub(1, Relaxed) > 1 {
+            activity.answer_since.store(activity.stamp(), Relaxed);
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Expiry {
     Idle,
     Headers,
+    Write,
+}
+
+/// The timeouts [`Activity::next_check`] keeps after the first request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub idle: Duration,
+    pub header: Duration,
+    pub write: Duration,
 }
 
 /// What [`drive`] does next about a connection's deadlines.
@@ -156,22 +257,52 @@ enum Check {
     At(Instant),
 }
 
-/// The transport under hyper, telling [`Activity`] when bytes arrive.
+/// The transport under hyper, telling [`Activity`] when bytes arrive and when writes block, and giving the
+/// transport back when hyper drops it (for [`linger`]).
 pub(crate) struct Watched<T> {
-    inner: T,
+    /// Always `Some` until dropped.
+    inner: Option<T>,
     activity: Arc<Activity>,
+    give_back: Option<tokio::sync::oneshot::Sender<T>>,
 }
 
 impl<T> Watched<T> {
-    pub(crate) fn new(inner: T, activity: Arc<Activity>) -> Watched<T> {
-        Watched { inner, activity }
+    /// `inner`, watched for `activity`; sent to `give_back` when dropped.
+    pub(crate) fn new(inner: T, activity: Arc<Activity>, give_back: tokio::sync::oneshot::Sender<T>) -> Watched<T> {
+        Watched { inner: Some(inner), activity, give_back: Some(give_back) }
+    }
+
+    fn inner(&mut self) -> Pin<&mut T>
+    where
+        T: Unpin,
+    {
+        // Taken only in `drop`.
+        Pin::new(self.inner.as_mut().expect("the transport is there until dropped"))
+    }
+
+    /// A write's result, noted: pending means the peer's socket is full.
+    fn wrote<R>(&self, result: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
+        match &result {
+            Poll::Pending => self.activity.write_blocked(),
+            Poll::Ready(_) => self.activity.write_done(),
+        }
+        result
+    }
+}
+
+impl<T> Drop for Watched<T> {
+    fn drop(&mut self) {
+        if let (Some(inner), Some(give_back)) = (self.inner.take(), self.give_back.take()) {
+            // Nobody waiting for it any more: then it just closes.
+            let _ = give_back.send(inner);
+        }
     }
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
-        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let result = self.inner().poll_read(cx, buf);
         if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             self.activity.bytes_read();
         }
@@ -181,7 +312,8 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let result = self.inner().poll_write(cx, buf);
+        self.wrote(result)
     }
 
     fn poll_write_vectored(
@@ -189,29 +321,77 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let result = self.inner().poll_write_vectored(cx, bufs);
+        self.wrote(result)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        self.inner.as_ref().is_some_and(|inner| inner.is_write_vectored())
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let result = self.inner().poll_flush(cx);
+        self.wrote(result)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let result = self.inner().poll_shutdown(cx);
+        self.wrote(result)
     }
+}
+
+/// How [`linger`] may read after the last answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LingerBounds {
+    pub bytes: usize,
+    pub time: Duration,
+}
+
+/// After a connection's last answer: sends TLS `close_notify` and the TCP FIN (if hyper has not), then reads and
+/// drops what the peer still sends, from the socket under TLS (nothing decrypted, into the read-ahead buffer the
+/// connection already has), until the peer closes its side or `bounds` are reached; the caller then closes the
+/// socket. Without it, bytes still arriving (the rest of a body refused early, a request sent before the peer saw
+/// `Connection: close` or the GOAWAY) make the kernel answer the close with a reset, which can destroy the answer
+/// before the peer has read it. Returns the bytes read.
+pub(crate) async fn linger<T>(tls: tokio_rustls::server::TlsStream<T>, bounds: LingerBounds) -> usize
+where
+    T: tokio::io::AsyncBufRead + AsyncWrite + Unpin,
+{
+    let until = Instant::now() + bounds.time;
+    let mut tls = tls;
+    if tokio::time::timeout_at(until, tls.shutdown()).await.is_err() {
+        return 0;
+    }
+    let (mut io, _) = tls.into_inner();
+    let mut drained = 0;
+    while drained < bounds.bytes {
+        match tokio::time::timeout_at(until, io.fill_buf()).await {
+            Ok(Ok(read)) if !read.is_empty() => {
+                let n = read.len();
+                io.consume(n);
+                drained += n;
+            }
+            _ => break,
+        }
+    }
+    drained
 }
 
 /// The deadlines of one connection.
 pub(crate) struct Limits {
     /// The first request must have arrived by then (the accept plus `--header-read-timeout`).
     pub first_request_by: Instant,
-    pub header_timeout: Duration,
-    pub idle_timeout: Duration,
+    pub timeouts: Timeouts,
     pub h2: bool,
+}
+
+/// How [`drive`] ended a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// hyper finished it (closed after its answers, or an error): what the peer still sends may be drained.
+    Finished,
+    /// A deadline cut it off (no request in time, slow headers, the peer not reading): closed at once.
+    Cut,
 }
 
 /// Serves `conn` to its end under `limits` and the server's `stage`; an error ending it is counted and logged at
@@ -223,7 +403,8 @@ pub(crate) async fn drive<C>(
     mut stage: watch::Receiver<Stage>,
     metrics: &Metrics,
     peer: std::net::SocketAddr,
-) where
+) -> Ended
+where
     C: GracefulConnection<Error = Box<dyn StdError + Send + Sync>>,
 {
     let mut conn = std::pin::pin!(conn);
@@ -233,13 +414,16 @@ pub(crate) async fn drive<C>(
             metrics.connection_error(kind);
             tracing::debug!(%peer, kind = kind.as_str(), error = %e, "connection ended with an error");
         }
+        Ended::Finished
     };
     // `false` once the server is gone (its run ended): then drain, as at the end of the delay.
     let mut stage_known = true;
+    // Asked to make room before the first look.
+    let mut evicted = false;
     // Until the first request: whatever the stage, the one deadline from the accept. A change of stage is acted on
     // at once if the first request has come, and so is an idle timeout shorter than the header timeout (the first
     // look is no later than an idle timeout from now).
-    let first_look = limits.first_request_by.min(Instant::now() + limits.idle_timeout);
+    let first_look = limits.first_request_by.min(Instant::now() + limits.timeouts.idle.min(limits.timeouts.write));
     let look = tokio::time::sleep_until(first_look);
     let mut look = std::pin::pin!(look);
     loop {
@@ -247,6 +431,13 @@ pub(crate) async fn drive<C>(
             result = conn.as_mut() => return ended(result),
             changed = stage.changed(), if stage_known => {
                 stage_known = changed.is_ok();
+                if activity.has_started() {
+                    break;
+                }
+            }
+            () = activity.evict.notified() => {
+                // Chosen as idle, so past its first request (the look would see it later).
+                evicted = true;
                 if activity.has_started() {
                     break;
                 }
@@ -261,7 +452,7 @@ pub(crate) async fn drive<C>(
                 }
                 metrics.connection_error(ConnectionError::Timeout);
                 tracing::debug!(%peer, "no request within the header read timeout of the accept; closed");
-                return;
+                return Ended::Cut;
             }
         }
     }
@@ -272,28 +463,51 @@ pub(crate) async fn drive<C>(
             conn.as_mut().graceful_shutdown();
             closing = true;
         }
-        let mut look_again = None;
-        if !closing {
-            match activity.next_check(Instant::now(), limits.idle_timeout, limits.header_timeout) {
-                Check::At(at) => look_again = Some(at),
-                Check::Expired(Expiry::Idle) => {
+        if evicted && !closing {
+            evicted = false;
+            closing = evict(conn.as_mut(), activity, peer);
+        }
+        // Closing (gracefully) still has the write timeout: a peer that takes no answer cannot hold it open.
+        let look_again = match activity.next_check(Instant::now(), &limits.timeouts) {
+            Check::At(at) => at,
+            Check::Expired(Expiry::Idle) => {
+                if !closing {
                     tracing::debug!(%peer, "idle timeout; closing the connection");
                     conn.as_mut().graceful_shutdown();
                     closing = true;
                 }
-                Check::Expired(Expiry::Headers) => {
-                    metrics.connection_error(ConnectionError::Timeout);
-                    tracing::debug!(%peer, "request headers not within the header read timeout; closed");
-                    return;
-                }
+                // Nothing but a write that blocks from now on can fall due, a write timeout from now at the soonest.
+                Instant::now() + limits.timeouts.write
             }
-        }
+            Check::Expired(Expiry::Headers) => {
+                metrics.connection_error(ConnectionError::Timeout);
+                tracing::debug!(%peer, "request headers not within the header read timeout; closed");
+                return Ended::Cut;
+            }
+            Check::Expired(Expiry::Write) => {
+                metrics.connection_error(ConnectionError::Timeout);
+                tracing::debug!(%peer, "the peer took no answer within the write timeout; closed");
+                return Ended::Cut;
+            }
+        };
         tokio::select! {
             result = conn.as_mut() => return ended(result),
             changed = stage.changed(), if stage_known && !closing => stage_known = changed.is_ok(),
-            () = tokio::time::sleep_until(look_again.unwrap_or_else(Instant::now)), if look_again.is_some() => {}
+            () = activity.evict.notified(), if !closing => closing = evict(conn.as_mut(), activity, peer),
+            () = tokio::time::sleep_until(look_again) => {}
         }
     }
+}
+
+/// Closes `conn` gracefully if it is still idle (a request may have started since it was chosen to make room at
+/// the connection limit); `true` if it did.
+fn evict<C: GracefulConnection>(conn: Pin<&mut C>, activity: &Activity, peer: std::net::SocketAddr) -> bool {
+    if activity.idle_since().is_none() {
+        return false;
+    }
+    tracing::debug!(%peer, "the oldest idle connection, closed to make room at the connection limit");
+    conn.graceful_shutdown();
+    true
 }
 
 /// The kind of error that ended a connection.
@@ -324,7 +538,8 @@ mod tests {
     async fn deadlines_follow_the_requests_and_are_never_looked_at_late() {
         let activity = Activity::new(true);
         let (idle, headers) = (Duration::from_secs(100), Duration::from_secs(5));
-        let check = || activity.next_check(Instant::now(), idle, headers);
+        let timeouts = Timeouts { idle, header: headers, write: Duration::from_secs(1000) };
+        let check = || activity.next_check(Instant::now(), &timeouts);
         assert!(!activity.has_started());
         let guard = activity.request_started();
         activity.bytes_read(); // the body: no new request
@@ -347,13 +562,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_idle_connection_expires_at_the_idle_timeout_and_http2_looks_only_then() {
         let (idle, headers) = (Duration::from_secs(100), Duration::from_secs(5));
+        let timeouts = Timeouts { idle, header: headers, write: Duration::from_secs(1000) };
         for h1 in [true, false] {
             let activity = Activity::new(h1);
             drop(activity.request_started());
             let ended = Instant::now();
             let mut looks = 0;
             loop {
-                match activity.next_check(Instant::now(), idle, headers) {
+                match activity.next_check(Instant::now(), &timeouts) {
                     Check::At(at) => {
                         assert!(at <= ended + idle, "h1={h1}: looked past the idle deadline");
                         tokio::time::advance(at - Instant::now()).await;
@@ -368,6 +584,40 @@ mod tests {
             assert_eq!(Instant::now(), ended + idle, "h1={h1}: expired exactly at the idle timeout");
             assert_eq!(looks, if h1 { 20 } else { 1 }, "h1={h1}: HTTP/1.1 looks every header timeout for headers");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_not_taken_and_blocked_writes_expire_at_the_write_timeout_and_progress_restarts_it() {
+        let write = Duration::from_secs(10);
+        let timeouts = Timeouts { idle: Duration::from_secs(100), header: Duration::from_secs(5), write };
+        let activity = Activity::new(false);
+        let check = || activity.next_check(Instant::now(), &timeouts);
+        let first = activity.request_started().answering();
+        let waiting = Instant::now();
+        let second = activity.request_started().answering();
+        assert_eq!(check(), Check::At(waiting + write), "the answers' deadline, to the tick");
+        tokio::time::advance(Duration::from_secs(6)).await;
+        drop(first); // one taken: the peer reads, the other's deadline starts again
+        let taken = Instant::now();
+        assert_eq!(check(), Check::At(taken + write));
+        assert_eq!(activity.idle_since(), None, "an answer waiting is work in progress");
+        tokio::time::advance(write).await;
+        assert_eq!(check(), Check::Expired(Expiry::Write));
+        drop(second);
+        assert!(activity.idle_since().is_some());
+        assert_eq!(check(), Check::At(Instant::now() + write), "idle, a look a write timeout later");
+        // A write the socket does not take.
+        activity.write_blocked();
+        let blocked = Instant::now();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        activity.write_blocked(); // still blocked: the deadline stays
+        assert_eq!(check(), Check::At(blocked + write));
+        activity.write_done();
+        tokio::time::advance(write).await;
+        assert_eq!(check(), Check::At(Instant::now() + write), "unblocked in time");
+        activity.write_blocked();
+        tokio::time::advance(write).await;
+        assert_eq!(check(), Check::Expired(Expiry::Write));
     }
 
     #[test]

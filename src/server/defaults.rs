@@ -42,18 +42,75 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// `--max-inflight-body-bytes`: request body bytes held in memory at once, over every connection and stream
 /// (32 MiB: eight bodies of the largest size, or thousands of typical 6 KiB reviews). With the shipped pod's
 /// 384 MiB limit: about 22 MiB idle, this budget, the engine's working memory for the reviews being processed (one
-/// per worker, up to ~65 MiB each) and the buffers of 1024 connections add up to about 254 MiB; the arithmetic is
-/// in docs/operations.md.
+/// per worker, up to ~65 MiB each) and 256 connections each holding all it may (~373 KiB) and the admin listener add up to about 280 MiB;
+/// the arithmetic is in docs/operations.md.
 pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 32 * 1024 * 1024;
 
 /// `--request-timeout`: the deadline of one request (the API server's `?timeout=` lowers it).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `--max-connections`: connections served at once.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// `--max-connections`: connections served at once. Each can hold up to ~370 KiB (its TLS and protocol buffers,
+/// and over HTTP/2 its streams' state and answers), so this and the stream limit below are what keep the worst case
+/// inside the pod's memory limit (docs/operations.md). The API server keeps at most a few dozen connections to a
+/// webhook; at the limit, the oldest idle connection makes room for a new one.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
-/// `--h2-max-concurrent-streams`: concurrent streams per HTTP/2 connection.
-pub const DEFAULT_H2_MAX_CONCURRENT_STREAMS: u32 = 256;
+/// `--h2-max-concurrent-streams`: concurrent streams per HTTP/2 connection (~20 KiB each while its answer waits).
+/// The API server speaks HTTP/1.1 to webhooks; an HTTP/2 client beyond this queues its requests.
+pub const DEFAULT_H2_MAX_CONCURRENT_STREAMS: u32 = 8;
+
+/// `--write-timeout`: a connection whose peer takes none of its answers for this long is closed: a write to its
+/// socket blocked (it does not read), or answers waiting for an HTTP/2 flow-control window it does not grant. Such a
+/// peer would otherwise hold a connection slot, and the memory of the answers, for ever. Longer than any honest
+/// pause: the API server reads an answer as soon as it arrives, and gives up on the call after at most 30 s.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// After a connection's last answer, what the peer still sends is read and dropped for at most this long before the
+/// socket is closed (closing it with unread bytes sends a reset, which can destroy the answer). A peer that has
+/// its answer closes at once; this bounds one that does not. Not a flag.
+pub const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// ... and at most this many bytes: the rest of a body refused early (413) up to four times the default
+/// `--max-body-bytes`. Read from the socket under TLS, nothing decrypted, into the connection's read-ahead buffer:
+/// it costs no memory. Not a flag.
+pub const LINGER_BYTES: usize = 16 * 1024 * 1024;
+
+/// HTTP/1.1: hyper's read buffer (a request's headers must fit: the API server's are under 1 KiB) and the size past
+/// which it stops buffering answers to write. hyper's default, ~400 KiB, let every connection sending large headers
+/// hold that much. Not a flag: the memory arithmetic of docs/operations.md counts two per connection.
+pub const H1_MAX_BUF_SIZE: usize = 32 * 1024;
+
+/// HTTP/2: the flow-control window of each request stream (SETTINGS_INITIAL_WINDOW_SIZE), the body bytes a client
+/// may send before the handler has read them. The protocol's own default; hyper's, 1 MiB, let each connection
+/// hold 1 MiB of bodies outside the in-flight body budget while their handlers waited for room in it. Not a flag.
+pub const H2_STREAM_WINDOW: u32 = 65_535;
+
+/// HTTP/2: the connection's flow-control window, over all its streams: the unread body bytes one connection can
+/// hold, whatever its streams. 65,535 is the protocol's least (the window every connection starts with). Not a flag.
+pub const H2_CONNECTION_WINDOW: u32 = 65_535;
+
+/// HTTP/2: answer bytes h2 buffers per stream beyond what the peer's window lets it send. Our answers are one piece,
+/// so this caps the buffer at about one answer; hyper's default is 400 KiB. Not a flag.
+pub const H2_MAX_SEND_BUF_SIZE: usize = 16 * 1024;
+
+/// HTTP/2: the largest header block a request may send (SETTINGS_MAX_HEADER_LIST_SIZE), decoded one at a time per
+/// connection. hyper's default, written here because the memory arithmetic counts it. Not a flag.
+pub const H2_MAX_HEADER_LIST_SIZE: u32 = 16 * 1024;
+
+/// The admin listener (`--metrics-listen`): connections open at once. Kubelet probes and a scraper or two are
+/// all that should talk to it (the NetworkPolicy of `manifests/base` admits no one else); with every one taken, the
+/// oldest is closed for the newcomer, so that a probe always gets through. Not a flag.
+pub const ADMIN_MAX_CONNECTIONS: usize = 32;
+
+/// The admin listener: time allowed for a request's headers, and for an idle keep-alive connection (hyper's header
+/// timer runs while a connection waits for its next request). A probe or a scraper sends its headers at once; one
+/// that trickles them (slowloris) must not hold a connection for long. Not a flag.
+pub const ADMIN_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The admin listener: an admin connection is closed gracefully after this long, then given
+/// [`ADMIN_HEADER_READ_TIMEOUT`] to finish its answer: a client that does not read its answers cannot hold one. A
+/// scraper opens a new connection, which costs nothing here. Not a flag.
+pub const ADMIN_CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
 
 /// `--shutdown-delay`: after the signal, keep accepting this long while endpoints are removed.
 pub const DEFAULT_SHUTDOWN_DELAY: Duration = Duration::from_secs(2);

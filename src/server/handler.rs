@@ -3,16 +3,19 @@
 
 use std::convert::Infallible;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Incoming};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{ALLOW, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode, Version};
 
 use super::budget::BODY_BUDGET_WAIT;
+use super::conn::{Answering, RequestGuard};
 use super::telemetry::{ErrorReason, RevisionMetrics};
 use super::{Revision, Shared};
 use crate::{Outcome, ReviewError, Verdict};
@@ -26,12 +29,45 @@ const UNANNOUNCED_BODY_CAPACITY: usize = 16 * 1024;
 /// The answer buffer's first capacity: a typical injection's AdmissionReview response (its base64 patch) fits.
 const ANSWER_CAPACITY: usize = 8 * 1024;
 
-pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Answer, Infallible> {
+/// The body of an answer as hyper sends it: the bytes, and what must live until they are sent.
+pub(crate) struct AnswerBody {
+    bytes: Full<Bytes>,
+    /// The request's body, dropped only once the answer is sent: over HTTP/2 dropping an unfinished request body
+    /// resets its stream, and before the answer is sent that reset (CANCEL) replaces the answer (an early 413 or
+    /// 408); after, it is the RST_STREAM(NO_ERROR) that tells the client to stop sending and keep the answer.
+    _request: Incoming,
+    /// The request stays in progress on its connection until its answer is sent (the write timeout).
+    _answering: Answering,
+}
+
+impl Body for AnswerBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.bytes).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.bytes.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.bytes.size_hint()
+    }
+}
+
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+    request: RequestGuard,
+) -> Result<Response<AnswerBody>, Infallible> {
     let start = Instant::now();
     // A guard, not a decrement after the `.await`: hyper drops this future when the client goes away mid-request.
     let _in_flight = shared.metrics.in_flight();
     let version = req.version();
-    let mut answer = respond(&shared, req).await;
+    let (head, mut body) = req.into_parts();
+    let mut answer = respond(&shared, &head, &mut body).await;
     // From the shutdown signal on, each HTTP/1.1 answer closes its connection: the client opens the next one, which
     // reaches a replica that stays, and no request is ever sent on a connection at the moment it is closed (as
     // closing an idle one would risk). HTTP/2 connections get a GOAWAY instead (`conn`).
@@ -39,7 +75,8 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
         answer.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
     }
     shared.metrics.duration(start.elapsed());
-    Ok(answer)
+    let answering = request.answering();
+    Ok(answer.map(|bytes| AnswerBody { bytes, _request: body, _answering: answering }))
 }
 
 /// The two webhooks a server answers, for each revision.
@@ -51,10 +88,11 @@ pub(crate) enum Endpoint {
     Validate,
 }
 
-async fn respond(shared: &Shared, req: Request<Incoming>) -> Answer {
+/// The answer to a request; `body` is read as far as it needs to be, and left to the caller (see [`AnswerBody`]).
+async fn respond(shared: &Shared, req: &hyper::http::request::Parts, body: &mut Incoming) -> Answer {
     let config = &shared.config;
-    let deadline = deadline(req.uri().query(), config.request_timeout);
-    let accepted = shared.route(req.uri().path()).ok_or_else(|| {
+    let deadline = deadline(req.uri.query(), config.request_timeout);
+    let accepted = shared.route(req.uri.path()).ok_or_else(|| {
         let (mutate, validate) = (&config.path, &config.validate_path);
         let mut message = format!("not found: the webhooks are at POST {mutate} and POST {validate}");
         if let [_, _, ..] = &*shared.revisions {
@@ -64,9 +102,9 @@ async fn respond(shared: &Shared, req: Request<Incoming>) -> Answer {
         (ErrorReason::NotFound, StatusCode::NOT_FOUND, message)
     });
     let accepted = accepted.and_then(|(revision, endpoint)| {
-        if req.method() != Method::POST {
+        if req.method != Method::POST {
             Err((ErrorReason::Method, StatusCode::METHOD_NOT_ALLOWED, "method not allowed: use POST".to_owned()))
-        } else if !is_json(req.headers().get(CONTENT_TYPE)) {
+        } else if !is_json(req.headers.get(CONTENT_TYPE)) {
             let message = "unsupported media type: the body must be Content-Type: application/json".to_owned();
             Err((ErrorReason::MediaType, StatusCode::UNSUPPORTED_MEDIA_TYPE, message))
         } else {
@@ -75,11 +113,11 @@ async fn respond(shared: &Shared, req: Request<Incoming>) -> Answer {
     });
     let work = async {
         match accepted {
-            Ok((revision, endpoint)) => read_and_review(shared, revision, req.into_body(), endpoint).await,
+            Ok((revision, endpoint)) => read_and_review(shared, revision, body, endpoint).await,
             Err((reason, status, message)) => {
-                // Read what was sent before answering: on HTTP/2 an unread body makes the answer arrive as a
-                // stream reset, which clients report instead of the status.
-                discard(req.into_body(), config.max_body_bytes).await;
+                // Read what was sent (up to the limit): an HTTP/1.1 connection whose request body is left unread
+                // is closed after the answer; read, it serves the client's next request.
+                discard(body, config.max_body_bytes).await;
                 let mut answer = refuse(shared, reason, status, message);
                 if reason == ErrorReason::Method {
                     answer.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
@@ -98,7 +136,7 @@ async fn respond(shared: &Shared, req: Request<Incoming>) -> Answer {
 }
 
 /// Reads and drops up to `max` bytes of a body that will not be used.
-async fn discard(mut body: Incoming, max: usize) {
+async fn discard(body: &mut Incoming, max: usize) {
     let mut seen = 0;
     while seen <= max {
         match body.frame().await {
@@ -108,7 +146,7 @@ async fn discard(mut body: Incoming, max: usize) {
     }
 }
 
-async fn read_and_review(shared: &Shared, revision: &Revision, mut body: Incoming, endpoint: Endpoint) -> Answer {
+async fn read_and_review(shared: &Shared, revision: &Revision, body: &mut Incoming, endpoint: Endpoint) -> Answer {
     let max = shared.config.max_body_bytes;
     let too_large = || format!("request body larger than the limit of {max} bytes");
     let announced = body.size_hint().lower();

@@ -26,7 +26,7 @@ use arc_swap::ArcSwap;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{AcquireError, Semaphore, watch};
 
 use crate::Engine;
 use defaults::*;
@@ -88,6 +88,9 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// Concurrent streams per HTTP/2 connection.
     pub h2_max_concurrent_streams: u32,
+    /// A connection whose peer takes none of its answers for this long (a write blocked, or HTTP/2 answers waiting
+    /// for a flow-control window) is closed.
+    pub write_timeout: Duration,
     /// After the shutdown signal, keep accepting this long (while `/readyz` says 503) so that endpoints are
     /// removed before the listener closes.
     pub shutdown_delay: Duration,
@@ -117,6 +120,7 @@ impl Default for ServeConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             h2_max_concurrent_streams: DEFAULT_H2_MAX_CONCURRENT_STREAMS,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
             shutdown_delay: DEFAULT_SHUTDOWN_DELAY,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             templates: Vec::new(),
@@ -297,18 +301,23 @@ impl Server {
         let mut h1 = auto::Builder::new(TokioExecutor::new()).http1_only();
         // hyper's header read timeout is off: `conn` keeps the headers' deadline (hyper's also ran while a
         // connection was idle, closing keep-alive connections after the header timeout).
-        h1.http1().timer(TokioTimer::new()).header_read_timeout(None).keep_alive(true);
+        h1.http1().timer(TokioTimer::new()).header_read_timeout(None).keep_alive(true).max_buf_size(H1_MAX_BUF_SIZE);
         let mut h2 = auto::Builder::new(TokioExecutor::new()).http2_only();
         h2.http2()
             .timer(TokioTimer::new())
             .max_concurrent_streams(config.h2_max_concurrent_streams)
             .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESET_STREAMS)
+            .initial_stream_window_size(H2_STREAM_WINDOW)
+            .initial_connection_window_size(H2_CONNECTION_WINDOW)
+            .max_send_buf_size(H2_MAX_SEND_BUF_SIZE)
+            .max_header_list_size(H2_MAX_HEADER_LIST_SIZE)
             .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
             .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT);
 
         let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
         let (stage, _) = watch::channel(conn::Stage::Serving);
-        let connections = Connections { shared: shared.clone(), acceptor: tls.acceptor(), h1, h2, stage };
+        let open = Arc::new(OpenConnections::default());
+        let connections = Connections { shared: shared.clone(), acceptor: tls.acceptor(), h1, h2, stage, open };
         tracing::info!(
             listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             metrics = %admin_addr,
@@ -317,16 +326,23 @@ impl Server {
             "serving"
         );
 
-        if connections.accept_until(&listener, &permits, shutdown).await {
+        let mut waiting = None;
+        if connections.accept_until(&listener, &permits, &mut waiting, shutdown).await {
             shared.shutting_down.store(true, Ordering::SeqCst);
             connections.stage.send_replace(conn::Stage::Delay);
             tracing::info!(delay = ?config.shutdown_delay, "shutdown: readiness is now 503, still accepting");
             let deadline = tokio::time::Instant::now() + config.shutdown_timeout;
             // As before the signal: a connection is accepted once a permit is free, and then served. (Accepting it
             // and dropping it for want of a permit refused it although a permit might free up within the delay.)
-            connections.accept_until(&listener, &permits, tokio::time::sleep(config.shutdown_delay)).await;
+            let delay = tokio::time::sleep(config.shutdown_delay);
+            connections.accept_until(&listener, &permits, &mut waiting, delay).await;
             drop(listener);
             connections.stage.send_replace(conn::Stage::Drain);
+            // A connection accepted at the limit and still waiting for a slot is served as every accepted one is.
+            if let Some(last) = waiting {
+                let permit = tokio::time::timeout_at(last.until, permits.clone().acquire_owned()).await.ok();
+                connections.serve_waiting(last, permit);
+            }
             tracing::info!("shutdown: listener closed, draining connections");
             // Each connection holds a receiver until it ends.
             match tokio::time::timeout_at(deadline, connections.stage.closed()).await {
@@ -355,30 +371,122 @@ struct Connections {
     h2: auto::Builder<TokioExecutor>,
     /// The server's stage, which every connection watches (holding a receiver until it ends).
     stage: watch::Sender<conn::Stage>,
+    /// The connections past their TLS handshake, to find the oldest idle one.
+    open: Arc<OpenConnections>,
+}
+
+/// A connection accepted with every slot taken, waiting for one until `until`.
+struct Waiting {
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    until: tokio::time::Instant,
+}
+
+/// The connections being served (past the TLS handshake), each by its [`conn::Activity`]. Touched when a
+/// connection starts and ends, and at the connection limit; never by a request.
+#[derive(Default)]
+struct OpenConnections {
+    next: std::sync::atomic::AtomicU64,
+    all: std::sync::Mutex<std::collections::HashMap<u64, Arc<conn::Activity>>>,
+}
+
+impl OpenConnections {
+    /// Adds `activity` until the returned guard is dropped.
+    fn register(self: &Arc<Self>, activity: Arc<conn::Activity>) -> Registered {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.all.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, activity);
+        Registered { open: self.clone(), id }
+    }
+
+    /// The connection idle the longest, if one is.
+    fn oldest_idle(&self) -> Option<Arc<conn::Activity>> {
+        let all = self.all.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let oldest = all.values().filter_map(|a| Some((a.idle_since()?, a))).min_by_key(|(since, _)| *since);
+        oldest.map(|(_, activity)| activity.clone())
+    }
+}
+
+/// A connection in [`OpenConnections`] until dropped.
+struct Registered {
+    open: Arc<OpenConnections>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.open.all.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.id);
+    }
 }
 
 impl Connections {
     /// Accepts and serves connections until `stop` completes (then `true`; `false` if the permits were closed,
     /// which nothing does). A permit is taken before accepting, so excess connections wait in the kernel's
-    /// backlog rather than being accepted and dropped.
+    /// backlog rather than being accepted and dropped. At the limit, a connection that arrives is accepted and the
+    /// oldest idle keep-alive connection is asked to close to make room for it; it waits for a permit up to
+    /// `--header-read-timeout` (in `waiting`, across a change of stage) and is closed if none frees (every slot busy
+    /// with requests or first requests).
     async fn accept_until(
         &self,
         listener: &TcpListener,
         permits: &Arc<Semaphore>,
+        waiting: &mut Option<Waiting>,
         stop: impl Future<Output = ()>,
     ) -> bool {
         let mut stop = std::pin::pin!(stop);
         loop {
-            let permit = tokio::select! {
-                permit = permits.clone().acquire_owned() => permit,
-                () = &mut stop => return true,
+            if let Some(first) = waiting.take() {
+                let permit = tokio::select! {
+                    permit = tokio::time::timeout_at(first.until, permits.clone().acquire_owned()) => permit.ok(),
+                    () = &mut stop => {
+                        *waiting = Some(first);
+                        return true;
+                    }
+                };
+                self.serve_waiting(first, permit);
+                continue;
+            }
+            let free = match permits.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(tokio::sync::TryAcquireError::Closed) => return false,
+                Err(tokio::sync::TryAcquireError::NoPermits) => None,
             };
-            let Ok(permit) = permit else { return false };
+            let permit = match free {
+                Some(permit) => permit,
+                None => tokio::select! {
+                    permit = permits.clone().acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => return false,
+                    },
+                    (tcp, peer) = accept_next("webhook", || listener.accept()) => {
+                        if let Some(oldest) = self.open.oldest_idle() {
+                            oldest.evict();
+                        }
+                        let until = tokio::time::Instant::now() + self.shared.config.header_read_timeout;
+                        *waiting = Some(Waiting { tcp, peer, until });
+                        continue;
+                    }
+                    () = &mut stop => return true,
+                },
+            };
             let (tcp, peer) = tokio::select! {
                 accepted = accept_next("webhook", || listener.accept()) => accepted,
                 () = &mut stop => return true,
             };
             self.spawn(tcp, peer, permit);
+        }
+    }
+
+    /// Serves a connection that waited for a slot with the `permit` it got, or closes it if it got none in time.
+    fn serve_waiting(&self, waiting: Waiting, permit: Option<Result<tokio::sync::OwnedSemaphorePermit, AcquireError>>) {
+        match permit {
+            Some(Ok(permit)) => self.spawn(waiting.tcp, waiting.peer, permit),
+            // Closed: nothing closes the permits.
+            Some(Err(_)) => {}
+            None => {
+                self.shared.metrics.connection_error(telemetry::ConnectionError::Timeout);
+                let peer = waiting.peer;
+                tracing::debug!(%peer, "every connection busy for the header read timeout; refused");
+            }
         }
     }
 
@@ -390,6 +498,7 @@ impl Connections {
         // buffer as large as a TLS record takes a whole request in one (the writes pass straight through).
         let tcp = tokio::io::BufReader::with_capacity(READ_AHEAD, tcp);
         let (shared, acceptor, stage) = (self.shared.clone(), self.acceptor.clone(), self.stage.subscribe());
+        let open = self.open.clone();
         let (h1, h2) = (self.h1.clone(), self.h2.clone());
         let first_request_by = tokio::time::Instant::now() + shared.config.header_read_timeout;
         tokio::spawn(async move {
@@ -413,27 +522,36 @@ impl Connections {
             shared.metrics.handshake_done();
             let is_h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
             let activity = conn::Activity::new(!is_h2);
-            let io = TokioIo::new(conn::Watched::new(stream, activity.clone()));
+            let registered = open.register(activity.clone());
+            let (give_back, mut given_back) = tokio::sync::oneshot::channel();
+            let io = TokioIo::new(conn::Watched::new(stream, activity.clone(), give_back));
             let service = {
                 let (shared, activity) = (shared.clone(), activity.clone());
                 hyper::service::service_fn(move |req| {
                     let request = activity.request_started();
-                    let shared = shared.clone();
-                    async move {
-                        let _request = request;
-                        handler::handle(shared, req).await
-                    }
+                    handler::handle(shared.clone(), req, request)
                 })
             };
             let builder = if is_h2 { &h2 } else { &h1 };
-            let limits = conn::Limits {
-                first_request_by,
-                header_timeout: shared.config.header_read_timeout,
-                idle_timeout: shared.config.idle_timeout,
-                h2: is_h2,
+            let config = &shared.config;
+            let timeouts = conn::Timeouts {
+                idle: config.idle_timeout,
+                header: config.header_read_timeout,
+                write: config.write_timeout,
             };
+            let limits = conn::Limits { first_request_by, timeouts, h2: is_h2 };
+            // Held while the connection lingers, so that a shutdown waits for it too.
+            let lingering = stage.clone();
             let connection = builder.serve_connection(io, service);
-            conn::drive(connection, &activity, limits, stage, &shared.metrics, peer).await;
+            let ended = conn::drive(connection, &activity, limits, stage, &shared.metrics, peer).await;
+            drop(registered);
+            // The transport comes back when hyper drops it, which it has with the connection.
+            if let (conn::Ended::Finished, Ok(stream)) = (ended, given_back.try_recv()) {
+                let bounds = conn::LingerBounds { bytes: LINGER_BYTES, time: LINGER_TIME };
+                let drained = conn::linger(stream, bounds).await;
+                tracing::trace!(%peer, drained, "closed after lingering");
+            }
+            drop(lingering);
         });
     }
 }

@@ -57,8 +57,17 @@ pub(crate) struct ReloadState {
     generation: AtomicU64,
     /// The hash of the newest directory content seen, applied or refused.
     seen: ArcSwap<String>,
-    /// Why the newest edit was refused; cleared by a good edit.
-    refused: ArcSwapOption<String>,
+    /// The newest edit refused; cleared by a good edit.
+    refused: ArcSwapOption<Refused>,
+}
+
+/// A template edit refused.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    /// What was refused, quoting nothing of it: the files' names (for `/readyz`).
+    pub subject: String,
+    /// Why, in full (for the log).
+    pub reason: String,
 }
 
 impl ReloadState {
@@ -74,7 +83,7 @@ impl ReloadState {
         self.generation.load(Ordering::SeqCst)
     }
 
-    pub(crate) fn refused(&self) -> Option<Arc<String>> {
+    pub(crate) fn refused(&self) -> Option<Arc<Refused>> {
         self.refused.load_full()
     }
 }
@@ -191,9 +200,9 @@ impl Reloader {
     }
 
     fn refuse(&self, error: &TemplateError) {
-        let message = error.to_string();
-        let repeated = self.state.refused.load().as_deref().is_some_and(|m| *m == message);
-        self.state.refused.store(Some(Arc::new(message)));
+        let reason = error.to_string();
+        let repeated = self.state.refused.load().as_deref().is_some_and(|r| r.reason == reason);
+        self.state.refused.store(Some(Arc::new(Refused { subject: error.subject(), reason })));
         self.metrics.template_reload(false);
         if !repeated {
             tracing::error!(
@@ -259,7 +268,8 @@ mod tests {
         reloader.check().await;
         assert_eq!(reloader.engine.load().set().hash(), old);
         let refused = reloader.state.refused().expect("the failure is shown");
-        assert!(refused.contains("cannot read the template directory"), "{refused}");
+        assert!(refused.reason.contains("cannot read the template directory"), "{refused:?}");
+        assert_eq!(refused.subject, "the template directory");
         let rendered = metrics.render();
         assert!(
             rendered.contains(r#"sidecar_injector_template_last_reload_success{revision="default"} 0"#),

@@ -102,6 +102,25 @@ pub enum TemplateError {
     Several(Vec<TemplateError>),
 }
 
+impl TemplateError {
+    /// What was refused, quoting nothing of it (a reason can quote the template): the files' names, or the template
+    /// directory. For what any client may read, as `/readyz`; the reason itself goes to the log.
+    pub fn subject(&self) -> String {
+        let name = |file: &str| {
+            std::path::Path::new(file).file_name().map_or_else(|| file.to_owned(), |n| n.to_string_lossy().into_owned())
+        };
+        match self {
+            TemplateError::Read { file, .. } | TemplateError::Invalid { file, .. } => name(file),
+            TemplateError::Directory { .. } => "the template directory".to_owned(),
+            TemplateError::Several(errors) => {
+                let mut names: Vec<String> = errors.iter().map(TemplateError::subject).collect();
+                names.dedup();
+                names.join(", ")
+            }
+        }
+    }
+}
+
 /// What to do with a pod when injection cannot proceed (a template fails to render, an unknown template name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Policy {

@@ -44,6 +44,14 @@ pub fn test_config(dir: &Path) -> ServeConfig {
     }
 }
 
+impl Running {
+    /// A server running elsewhere (a child process), to use the helpers that take a [`Running`].
+    pub fn attach(addr: SocketAddr, metrics: SocketAddr, ca_pem: Vec<u8>) -> Running {
+        let done = tokio::spawn(async {});
+        Running { addr, metrics, ca_pem, stop: None, done, dir: tempfile::tempdir().unwrap() }
+    }
+}
+
 pub async fn start(configure: impl FnOnce(&mut ServeConfig, &Path)) -> Running {
     start_with(engine(), configure).await
 }
@@ -206,6 +214,104 @@ pub async fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// Reads until the server closes the connection (or fails it), and says how long that took; `None` if it was
+/// still open after `patience`.
+pub async fn closed_within(stream: &mut (impl tokio::io::AsyncRead + Unpin), patience: Duration) -> Option<Duration> {
+    let started = std::time::Instant::now();
+    let mut buf = vec![0; 4096];
+    tokio::time::timeout(patience, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await
+    .ok()
+    .map(|()| started.elapsed())
+}
+
+/// The HTTP/2 client preface and an empty SETTINGS frame.
+pub const H2_PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// An HTTP/2 frame's bytes.
+pub fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut frame = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    frame.extend([kind, flags]);
+    frame.extend(stream.to_be_bytes());
+    frame.extend(payload);
+    frame
+}
+
 pub fn counter(metrics: &str, series: &str) -> f64 {
     metrics.lines().find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
+}
+
+/// `sidecar-injector serve` running on free ports, killed when dropped.
+pub struct Process {
+    pub child: std::process::Child,
+    pub addr: std::net::SocketAddr,
+    pub metrics: std::net::SocketAddr,
+    pub ca: Vec<u8>,
+    /// The log lines after the one that announced the addresses, until the process ends.
+    log: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl Process {
+    pub fn spawn(dir: &Path) -> Process {
+        Process::spawn_with(dir, &[])
+    }
+
+    /// With `args` added to `serve`'s.
+    pub fn spawn_with(dir: &Path, args: &[&str]) -> Process {
+        use std::io::BufRead;
+        let ca = dir.join("ca.pem");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--dev-ca-file"])
+            .arg(&ca)
+            .args(args)
+            .env_remove("SIDECAR_INJECTOR_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Killed when dropped, should the log not announce the addresses.
+        let unbound = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+        let mut process = Process { child, addr: unbound, metrics: unbound, ca: Vec::new(), log: None };
+        let mut lines = std::io::BufReader::new(process.child.stderr.take().unwrap()).lines();
+        let field = |line: &str, name: &str| -> std::net::SocketAddr {
+            let at = line.find(&format!(" {name}=")).unwrap_or_else(|| panic!("no {name} in {line}")) + name.len() + 2;
+            line[at..].split_whitespace().next().unwrap().parse().unwrap()
+        };
+        loop {
+            let line = lines.next().expect("the server stopped before serving").unwrap();
+            if line.contains(" serving listen=") {
+                (process.addr, process.metrics) = (field(&line, "listen"), field(&line, "metrics"));
+                process.ca = std::fs::read(ca).unwrap();
+                process.log = Some(std::thread::spawn(move || lines.map_while(Result::ok).collect()));
+                return process;
+            }
+        }
+    }
+
+    /// A field of the process's /proc status in KiB (`VmRSS`, `VmHWM`).
+    pub fn memory_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with(&format!("{field}:"))).unwrap_or_else(|| panic!("no {field}"));
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// Kills the process and returns the rest of its log.
+    pub fn kill(&mut self) -> Vec<String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.log.take().map(|log| log.join().unwrap()).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
