@@ -275,9 +275,10 @@ spec:
       containers:
         - name: app
           image: busybox:1.36
-          command: [sh, -c, 'until wget -qO- http://127.0.0.1:15000/; do sleep 1; done; exec sleep 3600']
+          # Ready once it has logged the sidecar's answer (so the log check below does not race it).
+          command: [sh, -c, 'until wget -qO /tmp/answer http://127.0.0.1:15000/; do sleep 1; done; cat /tmp/answer; touch /tmp/answered; exec sleep 3600']
           readinessProbe:
-            exec: {command: [cat, /var/run/demo/index.html]}
+            exec: {command: [test, -f, /tmp/answered]}
             periodSeconds: 1
 "#,
     );
@@ -662,13 +663,111 @@ fn check_disruption(cluster: &Cluster) {
     eprintln!("one replica killed: {injected} pods injected, {missing} without the sidecar, {} refused", refused.len());
     assert_eq!(missing, 0, "a pod ran without its sidecar");
     assert!(refused.len() <= 10, "refused for longer than the dead replica's endpoint lives: {refused:#?}");
+    // Either call may meet the dead replica: the validating one fails (closed), or the mutating one fails (open)
+    // and the validating companion refuses the pod it left without the sidecar.
     for refusal in &refused {
-        assert!(refusal.contains("failed calling webhook"), "refused for another reason: {refusal}");
+        let dead_replica = refusal.contains("failed calling webhook") || refusal.contains("lacks what template demo");
+        assert!(dead_replica, "refused for another reason: {refusal}");
     }
     wait_for(Duration::from_secs(60), "the killed replica back", || {
         let deployment = cluster.json(&["-n", "sidecar-injector", "get", "deployment", "sidecar-injector"]);
         (deployment["status"]["readyReplicas"] == 2).then_some(())
     });
+}
+
+/// The sum of every series of `name` in a Prometheus text page.
+fn metric_sum(page: &str, name: &str) -> f64 {
+    let series = |line: &&str| line.starts_with(name) && line[name.len()..].starts_with(['{', ' ']);
+    page.lines().filter(series).filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+/// Sets the injector's `--max-connection-age` (a rollout), then scales it from two replicas to three and creates
+/// pods for `window`: each replica's share of the reviews in that window, the replica added last first.
+fn shares_after_scaling_out(cluster: &Cluster, max_age: &str, window: Duration) -> Vec<f64> {
+    let deployment = cluster.json(&["-n", "sidecar-injector", "get", "deployment", "sidecar-injector"]);
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
+    let index = args.iter().position(|a| a.as_str().unwrap().starts_with("--max-connection-age=")).unwrap();
+    let patch = format!(
+        r#"[{{"op": "replace", "path": "/spec/template/spec/containers/0/args/{index}", "value": "--max-connection-age={max_age}"}},
+            {{"op": "replace", "path": "/spec/replicas", "value": 2}}]"#
+    );
+    cluster.kubectl_ok(&[
+        "-n",
+        "sidecar-injector",
+        "patch",
+        "deployment",
+        "sidecar-injector",
+        "--type=json",
+        "-p",
+        &patch,
+    ]);
+    cluster.kubectl_ok(&[
+        "-n",
+        "sidecar-injector",
+        "rollout",
+        "status",
+        "deployment/sidecar-injector",
+        "--timeout=120s",
+    ]);
+    wait_for(Duration::from_secs(60), "two replicas serving", || (replica_metrics(cluster).len() == 2).then_some(()));
+    // The API server's connections are now to these two.
+    for round in 0..10 {
+        dry_run_pod(cluster, "rollout", &format!("warm-{round}"), "demo").unwrap();
+    }
+    cluster.kubectl_ok(&["-n", "sidecar-injector", "scale", "deployment/sidecar-injector", "--replicas=3"]);
+    cluster.kubectl_ok(&[
+        "-n",
+        "sidecar-injector",
+        "rollout",
+        "status",
+        "deployment/sidecar-injector",
+        "--timeout=120s",
+    ]);
+    wait_for(Duration::from_secs(60), "three replicas serving", || (replica_metrics(cluster).len() == 3).then_some(()));
+    let pods =
+        cluster.json(&["-n", "sidecar-injector", "get", "pods", "-l", "app.kubernetes.io/name=sidecar-injector"]);
+    let newest = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .max_by_key(|p| p["metadata"]["creationTimestamp"].as_str().unwrap().to_owned())
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .unwrap();
+    let count = || -> Vec<(String, f64)> {
+        replica_metrics(cluster)
+            .iter()
+            .map(|(pod, page)| (pod.clone(), metric_sum(page, "sidecar_injector_requests_total")))
+            .collect()
+    };
+    let before = count();
+    let start = Instant::now();
+    let mut round = 0;
+    while start.elapsed() < window {
+        dry_run_pod(cluster, "rollout", &format!("spread-{round}"), "demo").unwrap();
+        round += 1;
+    }
+    let after = count();
+    let deltas: Vec<(String, f64)> = after
+        .iter()
+        .map(|(pod, n)| (pod.clone(), n - before.iter().find(|(p, _)| p == pod).map_or(0.0, |(_, b)| *b)))
+        .collect();
+    let total: f64 = deltas.iter().map(|(_, d)| d).sum();
+    assert!(total > 0.0);
+    let mut shares: Vec<(bool, f64)> = deltas.iter().map(|(pod, d)| (*pod != newest, d / total)).collect();
+    shares.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    shares.into_iter().map(|(_, share)| share).collect()
+}
+
+/// The API server keeps its keep-alive connections to a webhook, so a replica added later gets no reviews at all
+/// unless connections end; with `--max-connection-age` they do, and the three replicas share the reviews.
+fn check_load_spread(cluster: &Cluster) {
+    let without = shares_after_scaling_out(cluster, "0s", Duration::from_secs(45));
+    eprintln!("shares after scaling 2 -> 3, no maximum connection age (newest first): {without:.2?}");
+    assert!(without[0] < 0.05, "the replica added last got a share without connection ages: {without:?}");
+    let with = shares_after_scaling_out(cluster, "5s", Duration::from_secs(60));
+    eprintln!("shares after scaling 2 -> 3, --max-connection-age=5s (newest first): {with:.2?}");
+    assert!(with.iter().all(|share| *share >= 0.1), "a replica got less than 0.1 of the reviews: {with:?}");
 }
 
 /// The API server's own view of our calls: p50 and p99 of `apiserver_admission_webhook_admission_duration_seconds`
@@ -760,6 +859,7 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     check_the_drift_report(&cluster);
     check_certificate_rotation(&cluster);
     check_disruption(&cluster);
+    check_load_spread(&cluster);
     eprintln!("template edit to the first pod with the new version: {propagation} s");
     for line in webhook_latency(&cluster) {
         eprintln!("as the API server saw our calls: {line}");

@@ -802,3 +802,56 @@ async fn connection_errors_are_counted_by_kind_and_summarised_not_logged_per_con
     let summaries = warnings.iter().filter(|l| l.contains("connections ended by errors")).count();
     assert_eq!(summaries, 1, "one summary line in the interval: {warnings:#?}");
 }
+
+/// `--max-connection-age`: a connection older than it is ended after an answer, never mid-request: over HTTP/1.1
+/// the first answer past the age says `Connection: close` and the server then closes; over HTTP/2 a GOAWAY ends the
+/// connection once its streams are answered. Before the age, keep-alive as usual; with the setting off (the
+/// default), a connection is kept past that age.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_older_than_the_maximum_age_end_after_an_answer() {
+    let server = start(|c, _| c.max_connection_age = Duration::from_millis(600)).await;
+    // HTTP/1.1, by hand, to see the answer's headers.
+    let mut tls = tls_connect(server.addr, client_config(&server.ca_pem, b"http/1.1", None)).await.unwrap();
+    assert!(!h1_review_says_close(&mut tls).await);
+    assert!(!h1_review_says_close(&mut tls).await);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(h1_review_says_close(&mut tls).await, "the first answer past the age closes");
+    assert!(closed_within(&mut tls, Duration::from_secs(3)).await.is_some(), "closed after the Connection: close");
+
+    // HTTP/2: answered, then a GOAWAY at the age.
+    let mut conn = Conn::open(server.addr, &server.ca_pem, true).await;
+    assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK);
+    assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK);
+    let ended = conn.closed_within(Duration::from_secs(3)).await.expect("an HTTP/2 connection past its age ends");
+    assert!(ended >= Duration::from_millis(300), "ended after {ended:?}, before its age");
+
+    // Off (the default): kept past that age.
+    let server = start(|_, _| {}).await;
+    for h2 in [false, true] {
+        let mut conn = Conn::open(server.addr, &server.ca_pem, h2).await;
+        assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK, "h2={h2}");
+        assert!(conn.closed_within(Duration::from_millis(300)).await.is_none(), "h2={h2}: closed without an age");
+    }
+}
+
+/// Sends one review over a raw HTTP/1.1 connection and reads its answer (200): whether it says `Connection: close`.
+async fn h1_review_says_close(tls: &mut (impl AsyncReadExt + AsyncWriteExt + Unpin)) -> bool {
+    let request = format!(
+        "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        REVIEW.len()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    tls.write_all(REVIEW).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.push(tls.read_u8().await.unwrap());
+    }
+    let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
+    let length = head.split("content-length: ").nth(1).unwrap().split("\r\n").next().unwrap();
+    let mut body = vec![0; length.parse().unwrap()];
+    tls.read_exact(&mut body).await.unwrap();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    head.contains("connection: close")
+}

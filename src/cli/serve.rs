@@ -73,6 +73,11 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_IDLE_TIMEOUT.into(), env = "SIDECAR_INJECTOR_IDLE_TIMEOUT")]
     pub idle_timeout: humantime::Duration,
 
+    /// A connection older than this ends after its next answer (HTTP/1.1 `Connection: close`, HTTP/2 a GOAWAY),
+    /// never cutting a request, so that the API server's connections spread over replicas added later; 0s: never.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTION_AGE.into(), env = "SIDECAR_INJECTOR_MAX_CONNECTION_AGE")]
+    pub max_connection_age: humantime::Duration,
+
     /// Request body bytes held in memory at once, over every connection; a body that does not fit waits up to
     /// 1s for room, then gets 503 with Retry-After. At least --max-body-bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_INFLIGHT_BODY_BYTES, env = "SIDECAR_INJECTOR_MAX_INFLIGHT_BODY_BYTES")]
@@ -152,6 +157,7 @@ impl ServeArgs {
             max_body_bytes: self.max_body_bytes,
             header_read_timeout: self.header_read_timeout.into(),
             idle_timeout: self.idle_timeout.into(),
+            max_connection_age: self.max_connection_age.into(),
             max_inflight_body_bytes: self.max_inflight_body_bytes,
             request_timeout: self.request_timeout.into(),
             max_connections: self.max_connections,
@@ -318,6 +324,7 @@ mod tests {
             max_body_bytes,
             header_read_timeout,
             idle_timeout,
+            max_connection_age,
             max_inflight_body_bytes,
             request_timeout,
             max_connections,
@@ -338,6 +345,7 @@ mod tests {
         assert_eq!(max_body_bytes, default.max_body_bytes, "--max-body-bytes");
         assert_eq!(header_read_timeout, default.header_read_timeout, "--header-read-timeout");
         assert_eq!(idle_timeout, default.idle_timeout, "--idle-timeout");
+        assert_eq!(max_connection_age, default.max_connection_age, "--max-connection-age");
         assert_eq!(max_inflight_body_bytes, default.max_inflight_body_bytes, "--max-inflight-body-bytes");
         assert_eq!(request_timeout, default.request_timeout, "--request-timeout");
         assert_eq!(max_connections, default.max_connections, "--max-connections");

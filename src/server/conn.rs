@@ -147,6 +147,11 @@ impl Activity {
         self.instant(self.idle_since.load(Relaxed))
     }
 
+    /// How long ago the connection was accepted.
+    pub(crate) fn age(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
     /// Asks the connection to close if it is still idle when its driver looks (at once).
     pub(crate) fn evict(&self) {
         self.evict.notify_one();
@@ -200,6 +205,11 @@ impl Activity {
 pub(crate) struct RequestGuard(Arc<Activity>);
 
 impl RequestGuard {
+    /// How long ago the request's connection was accepted.
+    pub(crate) fn connection_age(&self) -> Duration {
+        self.0.age()
+    }
+
     /// The request's answer is handed to hyper: the request stays in progress until the answer is sent (the
     /// returned guard dropped with the answer's body), within the write timeout.
     pub(crate) fn answering(self) -> Answering {
@@ -383,6 +393,8 @@ pub(crate) struct Limits {
     pub first_request_by: Instant,
     pub timeouts: Timeouts,
     pub h2: bool,
+    /// HTTP/2: ended with a GOAWAY from then on (`--max-connection-age`); its streams in progress finish.
+    pub close_by: Option<Instant>,
 }
 
 /// How [`drive`] ended a connection.
@@ -424,6 +436,7 @@ where
     // at once if the first request has come, and so is an idle timeout shorter than the header timeout (the first
     // look is no later than an idle timeout from now).
     let first_look = limits.first_request_by.min(Instant::now() + limits.timeouts.idle.min(limits.timeouts.write));
+    let first_look = limits.close_by.map_or(first_look, |at| first_look.min(at));
     let look = tokio::time::sleep_until(first_look);
     let mut look = std::pin::pin!(look);
     loop {
@@ -467,6 +480,11 @@ where
             evicted = false;
             closing = evict(conn.as_mut(), activity, peer);
         }
+        if !closing && limits.close_by.is_some_and(|at| Instant::now() >= at) {
+            tracing::debug!(%peer, "maximum connection age; GOAWAY");
+            conn.as_mut().graceful_shutdown();
+            closing = true;
+        }
         // Closing (gracefully) still has the write timeout: a peer that takes no answer cannot hold it open.
         let look_again = match activity.next_check(Instant::now(), &limits.timeouts) {
             Check::At(at) => at,
@@ -489,6 +507,10 @@ where
                 tracing::debug!(%peer, "the peer took no answer within the write timeout; closed");
                 return Ended::Cut;
             }
+        };
+        let look_again = match limits.close_by {
+            Some(at) if !closing => look_again.min(at),
+            _ => look_again,
         };
         tokio::select! {
             result = conn.as_mut() => return ended(result),

@@ -39,6 +39,12 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// that we are closing at the same moment (a request lost in that race fails the admission call).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// `--max-connection-age`: off (zero). A connection older than this is ended without cutting a request: HTTP/1.1
+/// with `Connection: close` on its next answer, HTTP/2 with a GOAWAY. The API server keeps its keep-alive
+/// connections to a webhook and reuses them, so without it a replica added later (the autoscaler's) can get no
+/// traffic at all (kubernetes#75791); the manifests set it.
+pub const DEFAULT_MAX_CONNECTION_AGE: Duration = Duration::ZERO;
+
 /// `--max-inflight-body-bytes`: request body bytes held in memory at once, over every connection and stream
 /// (32 MiB: eight bodies of the largest size, or thousands of typical 6 KiB reviews). With the shipped pod's
 /// 384 MiB limit: about 22 MiB idle, this budget, the engine's working memory for the reviews being processed (one

@@ -71,7 +71,11 @@ pub(crate) async fn handle(
     // From the shutdown signal on, each HTTP/1.1 answer closes its connection: the client opens the next one, which
     // reaches a replica that stays, and no request is ever sent on a connection at the moment it is closed (as
     // closing an idle one would risk). HTTP/2 connections get a GOAWAY instead (`conn`).
-    if shared.shutting_down.load(std::sync::atomic::Ordering::Relaxed) && version <= Version::HTTP_11 {
+    // The same past `--max-connection-age`: the API server's next request opens a connection that kube-proxy may
+    // send to another replica (one added since), which reusing this one for ever would never do.
+    let max_age = shared.config.max_connection_age;
+    let aged = !max_age.is_zero() && request.connection_age() >= max_age;
+    if version <= Version::HTTP_11 && (aged || shared.shutting_down.load(std::sync::atomic::Ordering::Relaxed)) {
         answer.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
     }
     shared.metrics.duration(start.elapsed());

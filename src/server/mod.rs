@@ -79,6 +79,9 @@ pub struct ServeConfig {
     pub header_read_timeout: Duration,
     /// A connection with no request in progress is closed after this long (HTTP/2 with a GOAWAY).
     pub idle_timeout: Duration,
+    /// A connection older than this ends after its next answer (HTTP/1.1 `Connection: close`, HTTP/2 a GOAWAY), so
+    /// that the clients' connections spread over replicas added later; zero: never.
+    pub max_connection_age: Duration,
     /// Request body bytes held in memory at once over every connection; a body that does not fit waits briefly,
     /// then gets 503. At least `max_body_bytes` (and the parser's padding).
     pub max_inflight_body_bytes: usize,
@@ -116,6 +119,7 @@ impl Default for ServeConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_connection_age: DEFAULT_MAX_CONNECTION_AGE,
             max_inflight_body_bytes: DEFAULT_MAX_INFLIGHT_BODY_BYTES,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
@@ -539,7 +543,10 @@ impl Connections {
                 header: config.header_read_timeout,
                 write: config.write_timeout,
             };
-            let limits = conn::Limits { first_request_by, timeouts, h2: is_h2 };
+            // HTTP/2 gets its GOAWAY from the driver at this age; HTTP/1.1 its `Connection: close` from the handler.
+            let max_age = config.max_connection_age;
+            let close_by = (is_h2 && !max_age.is_zero()).then(|| tokio::time::Instant::now() + max_age);
+            let limits = conn::Limits { first_request_by, timeouts, h2: is_h2, close_by };
             // Held while the connection lingers, so that a shutdown waits for it too.
             let lingering = stage.clone();
             let connection = builder.serve_connection(io, service);
