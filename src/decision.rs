@@ -27,8 +27,8 @@ pub enum SkipReason {
     OptedOut,
     /// The pod uses the host network and the template does not inject those.
     HostNetwork,
-    /// The pod belongs to a Job and the template skips those (`jobs: skip`, or `native-sidecar` on a Kubernetes
-    /// older than 1.29).
+    /// The pod runs to completion (a Job's pod, or any pod with `restartPolicy: Never` or `OnFailure`) and the
+    /// template skips those (`jobs: skip`, or `native-sidecar` on a Kubernetes older than 1.29).
     Job,
     /// The pod carries the status annotation of another template or version.
     InjectedByOtherVersion,
@@ -93,7 +93,10 @@ impl SkipReason {
             SkipReason::MirrorPod => "the pod is a mirror of a static pod (annotation kubernetes.io/config.mirror)",
             SkipReason::OptedOut => "the pod opted out with the inject annotation or label set to false",
             SkipReason::HostNetwork => "the pod uses the host network and the template has injectHostNetwork: false",
-            SkipReason::Job => "the pod belongs to a Job and the template does not inject those (its `jobs` setting)",
+            SkipReason::Job => {
+                "the pod runs to completion (a Job's, or restartPolicy Never or OnFailure) and the template does not \
+                 inject those (its `jobs` setting)"
+            }
             SkipReason::InjectedByOtherVersion => "the pod carries the status annotation of another template version",
             SkipReason::AlreadyInjected => "the pod already has everything the template adds",
             SkipReason::RenderFailed => "a template expression failed to render for this pod",

@@ -405,14 +405,14 @@ impl Engine {
             Ok(template) => template,
             Err(e) => return Err(self.fail(self.unknown_template(pod, e), outcome)),
         };
-        let template = if pod.owned_by_job() {
+        let template = if pod.runs_to_completion() {
             match template.for_jobs() {
                 Ok(shaped) => shaped,
                 Err(fell_back) => {
                     if fell_back {
                         outcome.warnings.push(format!(
-                            "{}: not injected: a Job's pod gets the sidecar as a native sidecar, which needs \
-                             Kubernetes 1.{NATIVE_SIDECAR_MINOR}, and this injector is set for {} \
+                            "{}: not injected: a pod that runs to completion (a Job's) gets the sidecar as a native \
+                             sidecar, which needs Kubernetes 1.{NATIVE_SIDECAR_MINOR}, and this injector is set for {} \
                              (--kubernetes-version)",
                             pod.display_name(),
                             self.settings.kubernetes_version,
