@@ -230,3 +230,106 @@ fn a_per_pod_value_the_api_server_would_refuse_follows_on_error() {
     assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
     assert_eq!(apply(&pod, &patch.unwrap())["metadata"]["labels"]["owner"], "web-sidecar");
 }
+
+/// Issue 35: fields the validator did not judge. Each edit of the built-in template passed `check` and made the
+/// API server refuse every injected pod; now each is refused at its line with the API server's error.
+#[test]
+fn template_fields_the_validator_did_not_judge_are_refused_at_their_line() {
+    let spec = "  spec:\n    initContainers:\n";
+    let cases: &[(&str, &str, &str, &str)] = &[
+        (
+            "proxyImage: ghcr.io/sidecar-injector/proxy:1.4.2",
+            "proxyImage: \"ghcr.io/sidecar-injector/proxy:1.4.2 \"",
+            "image: \"{{ values.proxyImage }}\"",
+            "spec.containers[1].image: Invalid value: \"ghcr.io/sidecar-injector/proxy:1.4.2 \": must not have leading or trailing whitespace",
+        ),
+        (
+            spec,
+            "  spec:\n    dnsPolicy: None\n    initContainers:\n",
+            "dnsPolicy: None",
+            "spec.dnsConfig: Required value: must provide `dnsConfig` when `dnsPolicy` is None",
+        ),
+        (
+            spec,
+            "  spec:\n    readinessGates:\n      - conditionType: \"proxy ready\"\n    initContainers:\n",
+            "conditionType: \"proxy ready\"",
+            "spec.readinessGates[0].conditionType: Invalid value: \"proxy ready\": name part must consist of alphanumeric characters",
+        ),
+        (
+            spec,
+            "  spec:\n    runtimeClassName: Kata_Containers\n    initContainers:\n",
+            "runtimeClassName: Kata_Containers",
+            "spec.runtimeClassName: Invalid value: \"Kata_Containers\": a lowercase RFC 1123 subdomain",
+        ),
+        (
+            spec,
+            "  spec:\n    tolerations:\n      - { key: dedicated, operator: Equals, value: proxy }\n    initContainers:\n",
+            "operator: Equals",
+            "spec.tolerations[0].operator: Unsupported value: \"Equals\": supported values: \"Equal\", \"Exists\"",
+        ),
+        (
+            spec,
+            "  spec:\n    tolerations:\n      - { key: dedicated, operator: Exists, value: proxy }\n    initContainers:\n",
+            "operator: Exists, value: proxy",
+            "value must be empty when `operator` is 'Exists'",
+        ),
+        (
+            spec,
+            "  spec:\n    tolerations:\n      - { key: dedicated, value: \"a b\" }\n    initContainers:\n",
+            "value: \"a b\"",
+            "spec.tolerations[0].operator: Invalid value: \"a b\": a valid label must be",
+        ),
+        (
+            spec,
+            "  spec:\n    affinity:\n      nodeAffinity:\n        requiredDuringSchedulingIgnoredDuringExecution:\n          nodeSelectorTerms:\n            - matchExpressions:\n                - { key: zone, operator: Within, values: [a] }\n    initContainers:\n",
+            "operator: Within",
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator: Invalid value: \"Within\": not a valid selector operator",
+        ),
+        (
+            spec,
+            "  spec:\n    affinity:\n      nodeAffinity:\n        requiredDuringSchedulingIgnoredDuringExecution:\n          nodeSelectorTerms:\n            - matchExpressions:\n                - { key: zone, operator: In }\n    initContainers:\n",
+            "operator: In }",
+            "matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'",
+        ),
+        (
+            spec,
+            "  spec:\n    affinity:\n      podAntiAffinity:\n        preferredDuringSchedulingIgnoredDuringExecution:\n          - weight: 0\n            podAffinityTerm:\n              topologyKey: kubernetes.io/hostname\n              labelSelector:\n                matchExpressions:\n                  - { key: app, operator: Exists, values: [web] }\n    initContainers:\n",
+            "weight: 0",
+            "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: Invalid value: 0: must be in the range 1-100",
+        ),
+    ];
+    for (from, to, at, expected) in cases {
+        let source = builtin_with(from, to);
+        let errors = refusal(&source);
+        let line = line_of(&source, at);
+        assert!(
+            errors.iter().any(|e| e.starts_with("edited.yaml:") && e.contains(expected)),
+            "{to}: expected {expected:?}:\n{errors:#?}"
+        );
+        assert!(
+            errors.iter().filter(|e| e.contains(expected)).all(|e| {
+                let reported: usize = e["edited.yaml:".len()..].split(':').next().unwrap().parse().unwrap();
+                reported <= line && reported + 12 >= line
+            }),
+            "{to}: reported near line {line}:\n{errors:#?}"
+        );
+    }
+}
+
+/// Issue 35: an image with trailing whitespace from a values file (a directory's values.yaml, shared by every
+/// template) is refused like one written in the template.
+#[test]
+fn an_image_with_whitespace_from_a_values_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("default.yaml"), sidecar_injector::template::BUILTIN_SOURCE).unwrap();
+    std::fs::write(dir.path().join("values.yaml"), "proxyImage: \" ghcr.io/sidecar-injector/proxy:1.4.2\"\n").unwrap();
+    let output = run(&["check", dir.path().to_str().unwrap()], "");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "spec.containers[1].image: Invalid value: \" ghcr.io/sidecar-injector/proxy:1.4.2\": must not have leading or trailing whitespace"
+        ),
+        "{stderr}"
+    );
+}

@@ -117,6 +117,8 @@ pub(crate) enum Rule {
     HttpHeaderName,
     /// A non-negative resource quantity.
     Quantity,
+    /// A container image: no leading or trailing whitespace.
+    Image,
     /// One of these values.
     OneOf(&'static [&'static str]),
 }
@@ -135,6 +137,8 @@ impl Rule {
             Rule::PortName => names::port_name(value),
             Rule::ConfigMapKey => names::config_map_key(value),
             Rule::HttpHeaderName => names::http_header_name(value),
+            Rule::Image if value.trim() == value => return true,
+            Rule::Image => vec!["must not have leading or trailing whitespace".to_owned()],
             Rule::Quantity => match quantity::parse(value) {
                 Err(e) => vec![e.to_string()],
                 Ok(q) if q.is_negative() => vec!["must be greater than or equal to 0".to_owned()],
