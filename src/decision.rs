@@ -38,6 +38,9 @@ pub enum SkipReason {
     RenderFailed,
     /// The pod's own pod-level resources (`spec.resources`) cannot hold the sidecar's requests or limits.
     PodResources,
+    /// The sidecar clashes with the pod's own containers in a way only the pod decides (a host port the pod
+    /// already uses): the injected pod would be refused.
+    PodConflict,
     /// The pod names a template the set does not have (or a combination that cannot be assembled).
     UnknownTemplate,
     /// The pod names a template that needs a newer Kubernetes than the injector is set for.
@@ -46,7 +49,7 @@ pub enum SkipReason {
 
 impl SkipReason {
     /// Every reason, for registering metrics up front.
-    pub const ALL: [SkipReason; 14] = [
+    pub const ALL: [SkipReason; 15] = [
         SkipReason::NotAPod,
         SkipReason::NotCreate,
         SkipReason::Subresource,
@@ -59,6 +62,7 @@ impl SkipReason {
         SkipReason::AlreadyInjected,
         SkipReason::RenderFailed,
         SkipReason::PodResources,
+        SkipReason::PodConflict,
         SkipReason::UnknownTemplate,
         SkipReason::TemplateUnavailable,
     ];
@@ -78,6 +82,7 @@ impl SkipReason {
             SkipReason::AlreadyInjected => "already-injected",
             SkipReason::RenderFailed => "render-failed",
             SkipReason::PodResources => "pod-resources",
+            SkipReason::PodConflict => "pod-conflict",
             SkipReason::UnknownTemplate => "unknown-template",
             SkipReason::TemplateUnavailable => "template-unavailable",
         }
@@ -101,6 +106,7 @@ impl SkipReason {
             SkipReason::AlreadyInjected => "the pod already has everything the template adds",
             SkipReason::RenderFailed => "a template expression failed to render for this pod",
             SkipReason::PodResources => "the pod's pod-level resources (spec.resources) cannot hold the sidecar",
+            SkipReason::PodConflict => "the sidecar clashes with the pod's own containers (a host port they use)",
             SkipReason::UnknownTemplate => "the pod names a template that the injector does not have",
             SkipReason::TemplateUnavailable => {
                 "the pod names a template that needs a newer Kubernetes than the injector is set for"

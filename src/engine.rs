@@ -15,7 +15,7 @@ use crate::template::tree::Rendered;
 use crate::template::{
     LeafCache, NATIVE_SIDECAR_MINOR, Policy, SelectError, Selection, Template, TemplateId, TemplateSet, Validation,
 };
-use crate::validation::{self, KubeVersion};
+use crate::validation::{self, FieldError, KubeVersion};
 use crate::{merge, response, validate};
 
 /// What the engine decided for one review, as facts: callers (the server's metrics, `review --explain`,
@@ -471,6 +471,12 @@ impl Engine {
         {
             return self.fail(failure, outcome);
         }
+        if mode == Mode::Mutate
+            && template.judged_with_the_pod()
+            && let Some(failure) = self.pod_conflict_failure(&template, pod, overridden, work)
+        {
+            return self.fail(failure, outcome);
+        }
         match mode {
             Mode::Mutate => Decision::Patch { template, pod, overridden },
             Mode::Validate => self.judge(&template, pod, overridden, work, outcome),
@@ -625,6 +631,41 @@ impl Engine {
             message: format!(
                 "pod {} sets pod-level resources that cannot hold the sidecar of template {}: {problem}; raise \
                  spec.resources or lower the sidecar's with the template's override annotations",
+                pod.display_name(),
+                template.name(),
+            ),
+        })
+    }
+
+    /// For a template whose validity the pod decides (it writes host ports, which the pod's own containers may
+    /// use): the pod judged whole with the sidecar merged in, as the API server will judge it. A problem the pod
+    /// did not have on its own (compared by the API server's message, which names the value: a host port taken
+    /// twice names the protocol, address and port) is the sidecar's doing: the template's `onError` decides. A
+    /// pod that breaks a rule on its own is left to the API server. Only templates that write host ports pay
+    /// this, and they are rare.
+    #[cold]
+    fn pod_conflict_failure(
+        &self,
+        template: &Template,
+        pod: &PodView<'_, '_>,
+        overridden: bool,
+        work: &mut Work,
+    ) -> Option<Failure> {
+        let version = self.settings.kubernetes_version;
+        if work.merge(template, overridden, pod, &mut ()) == 0 {
+            return None;
+        }
+        let patch: json_patch::Patch = serde_json::from_slice(&work.staged).ok()?;
+        let original = pod.to_json();
+        let mut injected = original.clone();
+        json_patch::patch(&mut injected, &patch).ok()?;
+        let own: Vec<String> = validation::validate_pod(&original, version).iter().map(FieldError::body).collect();
+        let problem = validation::validate_pod(&injected, version).into_iter().find(|e| !own.contains(&e.body()))?;
+        Some(Failure {
+            reason: SkipReason::PodConflict,
+            policy: template.on_error().unwrap_or(self.settings.on_error),
+            message: format!(
+                "pod {} cannot take the sidecar of template {}: the API server would refuse it: {problem}",
                 pod.display_name(),
                 template.name(),
             ),

@@ -333,3 +333,65 @@ fn an_image_with_whitespace_from_a_values_file_is_refused() {
         "{stderr}"
     );
 }
+
+/// Issue 35: `containerDefaults` with a host port passed the one-container sample pods and was refused for every
+/// pod with two containers (the same host port twice). The sample pods now include one with several containers
+/// of other shapes, so the template is refused at load, at the defaults' line.
+#[test]
+fn container_defaults_with_a_host_port_are_refused_for_pods_of_several_containers() {
+    let source = "containerDefaults:\n  ports:\n    - { name: node-metrics, containerPort: 9100, hostPort: 9100 }\n\
+                  pod:\n  spec:\n    containers:\n      - { name: proxy, image: \"proxy:1\" }\n";
+    let errors = refusal(source);
+    assert!(
+        errors.iter().any(|e| e
+            .starts_with("edited.yaml:3: spec.containers[1].ports[1].hostPort: Duplicate value: \"TCP//9100\"")
+            && e.contains("a pod with several containers")),
+        "{errors:#?}"
+    );
+    // Defaults without a host port are fine in every container shape.
+    let fine = "containerDefaults:\n  env:\n    - { name: MESH, value: \"on\" }\n\
+                pod:\n  spec:\n    containers:\n      - { name: proxy, image: \"proxy:1\" }\n";
+    assert!(TemplateSet::from_source("fine", "fine.yaml", fine, &Settings::default()).is_ok());
+}
+
+/// Issue 35: a sidecar host port the pod already uses was patched in; the API server then refused the pod. Now
+/// the pod is judged whole (only for templates that write host ports) and the template's `onError` decides, with
+/// a warning naming the rule and the value.
+#[test]
+fn a_sidecar_host_port_the_pod_already_uses_follows_on_error() {
+    let template = |policy: &str| {
+        format!(
+            "onError: {policy}\npod:\n  spec:\n    containers:\n      - name: agent\n        image: \"agent:1\"\n        \
+             ports: [{{ name: dns, containerPort: 53, hostPort: 53, protocol: UDP }}]\n"
+        )
+    };
+    let mut pod = pod_with_annotations(json!({}));
+    pod["spec"]["containers"][0]["ports"] = json!([{"containerPort": 5353, "hostPort": 53, "protocol": "UDP"}]);
+
+    let (outcome, _, patch) = answer(&common::engine_from(&template("allow")), &review(&pod));
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::PodConflict), "{outcome:?}");
+    assert!(patch.is_none());
+    assert!(
+        outcome.warnings[0].contains("admitted without the sidecar")
+            && outcome.warnings[0].contains("hostPort: Duplicate value: \"UDP//53\""),
+        "{:?}",
+        outcome.warnings
+    );
+
+    let (outcome, response, _) = answer(&common::engine_from(&template("deny")), &review(&pod));
+    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::PodConflict));
+    assert!(response["response"]["status"]["message"].as_str().unwrap().contains("UDP//53"), "{response}");
+
+    // Another protocol, another address or another port is no clash: injected, and valid.
+    for own in [
+        json!({"containerPort": 5353, "hostPort": 53, "protocol": "TCP"}),
+        json!({"containerPort": 5353, "hostPort": 53, "protocol": "UDP", "hostIP": "10.0.0.1"}),
+        json!({"containerPort": 5353, "hostPort": 5353, "protocol": "UDP"}),
+    ] {
+        pod["spec"]["containers"][0]["ports"] = json!([own]);
+        let (outcome, _, patch) = answer(&common::engine_from(&template("deny")), &review(&pod));
+        assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{own}: {outcome:?}");
+        let injected = apply(&pod, &patch.unwrap());
+        assert_eq!(validate_pod(&injected, KubeVersion::DEFAULT), vec![], "{own}");
+    }
+}

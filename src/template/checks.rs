@@ -1,9 +1,12 @@
 //! The API server's rules applied to a template, so that what we inject is a pod it accepts.
 //!
 //! - **At load** ([`check`]): the template is applied to sample pods of several shapes (named, `generateName`
-//!   only, with init containers of their own, declaring the sidecar themselves), the patch applied as the API
-//!   server applies it, and each result validated ([`validation::validate_pod`]). Every problem is reported at the
-//!   template line that causes it, so a broken edit is refused while the last good set keeps serving.
+//!   only, with init containers of their own, with several containers of other shapes for the container defaults,
+//!   declaring the sidecar themselves), the patch applied as the API server applies it, and each result validated
+//!   ([`validation::validate_pod`]). Every problem is reported at the template line that causes it, so a broken
+//!   edit is refused while the last good set keeps serving.
+//! - **Per pod, whole**: a template that writes host ports has each pod judged with its sidecar merged in
+//!   (`Engine::pod_conflict_failure`), as only the pod knows which host ports it uses.
 //! - **Per pod**: a leaf rendered from the pod is held to the rule of the field it lands in ([`LeafCheck`],
 //!   found by the validator itself); overrides are tried on the template's own containers and one that would make
 //!   them invalid is refused with a warning ([`Template::vet_overrides`]).
@@ -54,10 +57,25 @@ fn sample_pods(sidecar: Option<(&str, bool)>) -> Vec<(&'static str, J)> {
     let named = json!({"name": "shop-0", "namespace": SAMPLE_NAMESPACE, "labels": labels});
     let generated = json!({"generateName": "shop-7c9d5b8f6-", "namespace": SAMPLE_NAMESPACE, "labels": labels});
     let migrate = json!([{"name": "migrate", "image": "registry.example.com/shop/migrate:1.0"}]);
+    // Containers of other shapes, for what the container defaults add to every container: one with nothing but
+    // its image, one with limits, a security context, env and a port of another number.
+    let worker = json!({
+        "name": "worker", "image": "registry.example.com/shop/worker:1.0",
+        "ports": [{"name": "metrics", "containerPort": 9090}],
+        "env": [{"name": "MODE", "value": "batch"}],
+        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+        "securityContext": {"runAsUser": 1000, "runAsNonRoot": true},
+    });
+    let bare = json!({"name": "bare", "image": "registry.example.com/shop/bare:1.0"});
+    let mut several = pod(named.clone(), json!([]), Some(worker));
+    if let Some(containers) = several["spec"]["containers"].as_array_mut() {
+        containers.push(bare);
+    }
     let mut samples = vec![
         ("a named pod", pod(named.clone(), json!([]), None)),
         ("a pod with only a generateName", pod(generated, json!([]), None)),
         ("a pod with init containers", pod(named.clone(), migrate, None)),
+        ("a pod with several containers", several),
     ];
     if let Some((name, init)) = sidecar {
         let own = json!({"name": name, "image": "registry.example.com/own/sidecar:1.0"});

@@ -333,6 +333,9 @@ pub struct Template {
     leaf_checks: Vec<LeafCheck>,
     /// The Kubernetes version the injected pods are validated for.
     kubernetes_version: KubeVersion,
+    /// The template writes a host port (into its containers or, through the defaults, the pod's): whether it is
+    /// free depends on the pod's own ports, so each pod is judged whole once the sidecar is merged in.
+    writes_host_ports: bool,
 }
 
 impl Template {
@@ -448,6 +451,8 @@ impl Template {
         let mut leaf_checks =
             checks::leaf_checks(&pod, container_defaults.as_ref(), &all_slot_paths, settings.kubernetes_version);
         leaf_checks.retain(|check| !fixed.contains_key(&check.slot));
+        let writes_host_ports =
+            pod.has_key("hostPort") || container_defaults.as_ref().is_some_and(|d| d.has_key("hostPort"));
         let combined_settings = PartSettings::combined(parts);
         let native = settings.kubernetes_version.at_least(NATIVE_SIDECAR_MINOR);
         let jobs_fell_back = combined_settings.jobs == JobPolicy::NativeSidecar && !native;
@@ -469,9 +474,16 @@ impl Template {
             renderers: rendering.iter().map(|p| p.renderer.clone()).collect(),
             slot_paths,
             sources: Sources { pod, container_defaults },
+            writes_host_ports,
             leaf_checks,
             kubernetes_version: settings.kubernetes_version,
         })
+    }
+
+    /// Does the pod decide whether this template's injection is valid (see `writes_host_ports`)? Such pods are
+    /// judged whole, with the sidecar merged in, before the webhook answers.
+    pub(crate) fn judged_with_the_pod(&self) -> bool {
+        self.writes_host_ports
     }
 
     /// What a pod owned by a Job gets: the template as written, the template in the Job shape, or nothing
