@@ -464,6 +464,9 @@ impl Engine {
             let what = "rendered a value the API server would refuse";
             return self.fail(self.leaf_failure(&template, slot, pod, what, &error), outcome);
         }
+        if let Err(error) = template.check_rendered(Rendered { buf: rendered, ranges }) {
+            return self.fail(self.rendered_failure(&template, pod, &error), outcome);
+        }
         let overridden = !overrides.is_empty();
         if mode == Mode::Mutate
             && pod.sets_pod_resources()
@@ -599,6 +602,20 @@ impl Engine {
                 "template {} field {} {what} for pod {}: {why}",
                 template.name(),
                 template.slot_path(slot),
+                pod.display_name()
+            ),
+        }
+    }
+
+    /// Values rendered from the pod that break a rule only the whole of the template's part can judge.
+    #[cold]
+    fn rendered_failure(&self, template: &Template, pod: &PodView<'_, '_>, error: &FieldError) -> Failure {
+        Failure {
+            reason: SkipReason::RenderFailed,
+            policy: template.on_error().unwrap_or(self.settings.on_error),
+            message: format!(
+                "template {} rendered values the API server would refuse for pod {}: {error}",
+                template.name(),
                 pod.display_name()
             ),
         }

@@ -395,3 +395,66 @@ fn a_sidecar_host_port_the_pod_already_uses_follows_on_error() {
         assert_eq!(validate_pod(&injected, KubeVersion::DEFAULT), vec![], "{own}");
     }
 }
+
+/// Issue 35: values rendered from the pod that were served with `allowed: true` and no warning, and refused by
+/// the API server: a probe port read from an annotation as 99999, a request read from an annotation above the
+/// template's limit, an image read from an annotation with a leading space. Each now follows `onError`, with a
+/// warning (or refusal) naming the rule and the value; a pod whose values are fine is injected as before.
+#[test]
+fn values_rendered_from_the_pod_are_judged_before_the_answer() {
+    let template = |policy: &str| {
+        format!(
+            "onError: {policy}\npod:\n  spec:\n    containers:\n      - name: proxy\n        \
+             image: \"{{{{ pod.annotations['example.com/proxy-image'] | default('proxy:1') }}}}\"\n        \
+             readinessProbe:\n          tcpSocket:\n            \
+             port: \"{{{{ pod.annotations['example.com/probe-port'] | default(15000) | int }}}}\"\n        \
+             resources:\n          \
+             requests: {{ memory: \"{{{{ pod.annotations['example.com/proxy-memory'] | default('64Mi') }}}}\" }}\n          \
+             limits: {{ memory: 256Mi }}\n"
+        )
+    };
+    let cases = [
+        (
+            "example.com/probe-port",
+            "99999",
+            "readinessProbe.tcpSocket.port: Invalid value: 99999: must be between 1 and 65535, inclusive",
+        ),
+        (
+            "example.com/proxy-memory",
+            "1Gi",
+            "resources.requests: Invalid value: \"1Gi\": must be less than or equal to memory limit",
+        ),
+        (
+            "example.com/proxy-image",
+            " proxy:2",
+            "image: Invalid value: \" proxy:2\": must not have leading or trailing whitespace",
+        ),
+    ];
+    let allow = common::engine_from(&template("allow"));
+    let deny = common::engine_from(&template("deny"));
+    for (annotation, value, expected) in cases {
+        let pod = pod_with_annotations(json!({annotation: value}));
+        let (outcome, _, patch) = answer(&allow, &review(&pod));
+        assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::RenderFailed), "{annotation}");
+        assert!(patch.is_none());
+        assert!(
+            outcome.warnings.len() == 1
+                && outcome.warnings[0].contains("admitted without the sidecar")
+                && outcome.warnings[0].contains(expected),
+            "{annotation}: {:?}",
+            outcome.warnings
+        );
+        let (outcome, response, _) = answer(&deny, &review(&pod));
+        assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::RenderFailed), "{annotation}");
+        assert!(response["response"]["status"]["message"].as_str().unwrap().contains(expected), "{response}");
+    }
+    // Values within the rules are injected, and the pod is one the API server accepts.
+    let fine = json!({"example.com/probe-port": "8081", "example.com/proxy-memory": "128Mi",
+                      "example.com/proxy-image": "proxy:2"});
+    let pod = pod_with_annotations(fine);
+    let (outcome, _, patch) = answer(&deny, &review(&pod));
+    assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
+    let injected = apply(&pod, &patch.unwrap());
+    assert_eq!(validate_pod(&injected, KubeVersion::DEFAULT), vec![]);
+    assert_eq!(injected["spec"]["containers"][1]["readinessProbe"]["tcpSocket"]["port"], 8081);
+}

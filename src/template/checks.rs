@@ -283,7 +283,39 @@ fn same_place(path: &FieldPath, template_path: &[PathSeg]) -> bool {
         })
 }
 
+/// The problems of the template's own part of a pod (its `pod` section and its container defaults as a container),
+/// with the leaves' values from `slot`.
+pub(super) fn fragment_problems(
+    pod: &YNode,
+    defaults: Option<&YNode>,
+    slot: &mut dyn FnMut(usize) -> J,
+    version: KubeVersion,
+) -> Vec<FieldError> {
+    let (fragment, _) = fragment(pod, defaults, slot);
+    validation::validate_pod(&fragment, version)
+}
+
 impl Template {
+    /// For a template whose per-pod leaves render values no single-field rule judges (numbers, quantities held
+    /// to their limits): its own part validated whole with this pod's values, and the first problem the sample
+    /// pod's values did not have. Free for every other template.
+    pub(crate) fn check_rendered(&self, rendered: Rendered<'_>) -> Result<(), FieldError> {
+        let Some(baseline) = &self.rendered_baseline else { return Ok(()) };
+        self.judge_rendered(rendered, baseline)
+    }
+
+    #[cold]
+    fn judge_rendered(&self, rendered: Rendered<'_>, baseline: &[String]) -> Result<(), FieldError> {
+        let mut slot = |i: usize| serde_json::from_slice(rendered.slot(i)).unwrap_or(J::Null);
+        let problems = fragment_problems(
+            &self.sources.pod,
+            self.sources.container_defaults.as_ref(),
+            &mut slot,
+            self.kubernetes_version,
+        );
+        problems.into_iter().find(|e| !baseline.contains(&e.body())).map_or(Ok(()), Err)
+    }
+
     /// Checks the rendered per-pod leaves against the rules of their fields: the first that breaks one, with the
     /// API server's error.
     pub(crate) fn check_leaves(&self, rendered: Rendered<'_>) -> Result<(), (usize, FieldError)> {
