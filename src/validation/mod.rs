@@ -8,6 +8,7 @@
 //! rendered, and overrides before they are used (`template::checks`).
 
 mod field;
+mod fields;
 pub(crate) mod names;
 mod pod;
 pub(crate) mod quantity;
@@ -18,6 +19,7 @@ mod version;
 use serde_json::Value as J;
 
 pub use field::{BadValue, ErrorKind, FieldError, FieldPath, Seg};
+pub use fields::{Account, POD_FIELDS};
 pub use version::{KubeVersion, VersionError};
 
 /// The problems the API server would report for `pod` (a Pod's JSON: `metadata` and `spec`), if Kubernetes

@@ -145,6 +145,22 @@ fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
             cx.push(FieldError::duplicate(&path.child("ephemeralContainers").index(i).child("name"), name));
         }
     }
+    if !items(spec, "ephemeralContainers").is_empty() {
+        // `ValidatePodCreate`: only the ephemeralcontainers subresource adds them (before 1.23 the API server
+        // drops them instead, which would leave the template half-applied).
+        cx.push(FieldError::forbidden(&path.child("ephemeralContainers"), "cannot be set on create"));
+    }
+    if let Some(node) = str_of(spec, "nodeName").filter(|n| !n.is_empty()) {
+        cx.rule(&path.child("nodeName"), node, Rule::Dns1123Subdomain);
+    }
+    if let Some(os) = spec.get("os").filter(|o| o.is_object()) {
+        match str_of(os, "name").filter(|n| !n.is_empty()) {
+            None => cx.push(FieldError::required(&path.child("os").child("name"), "")),
+            Some(name) => {
+                cx.rule(&path.child("os").child("name"), name, Rule::OneOf(&["linux", "windows"]));
+            }
+        }
+    }
     host_ports(cx, containers, &path.child("containers"));
     pod_resources(cx, spec, path);
     if let Some(policy) = str_of(spec, "restartPolicy").filter(|p| !p.is_empty()) {

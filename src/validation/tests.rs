@@ -493,3 +493,18 @@ fn readiness_gates_runtime_classes_tolerations_and_affinity() {
          not be empty",
     );
 }
+
+#[test]
+fn ephemeral_containers_node_names_and_the_os() {
+    rule(
+        s(json!({})),
+        s(json!({"ephemeralContainers": [{"name": "debug", "image": "busybox"}]})),
+        "spec.ephemeralContainers: Forbidden: cannot be set on create",
+    );
+    rule(
+        s(json!({"os": {"name": "linux"}})),
+        s(json!({"os": {"name": "plan9"}})),
+        r#"spec.os.name: Unsupported value: "plan9": supported values: "linux", "windows""#,
+    );
+    assert_eq!(errors(&s(json!({"nodeName": "node-1.example.com"}))), Vec::<String>::new());
+}
