@@ -177,6 +177,10 @@ struct Work {
     staged: Vec<u8>,
     /// Recently rendered pod contexts.
     leaf_cache: LeafCache,
+    /// The last per-pod values judged whole and found valid (`Template::check_rendered`), and the template they
+    /// were judged for: a pod that renders the same values again (a cached render) is not judged again.
+    judged: Vec<u8>,
+    judged_for: Option<Arc<TemplateId>>,
 }
 
 impl Work {
@@ -464,8 +468,15 @@ impl Engine {
             let what = "rendered a value the API server would refuse";
             return self.fail(self.leaf_failure(&template, slot, pod, what, &error), outcome);
         }
-        if let Err(error) = template.check_rendered(Rendered { buf: rendered, ranges }) {
-            return self.fail(self.rendered_failure(&template, pod, &error), outcome);
+        if template.judges_rendered_values()
+            && !(work.judged_for.as_ref() == Some(template.id()) && work.judged == work.rendered)
+        {
+            if let Err(error) = template.check_rendered(Rendered { buf: &work.rendered, ranges: &work.ranges }) {
+                return self.fail(self.rendered_failure(&template, pod, &error), outcome);
+            }
+            work.judged.clear();
+            work.judged.extend_from_slice(&work.rendered);
+            work.judged_for = Some(template.id().clone());
         }
         let overridden = !overrides.is_empty();
         if mode == Mode::Mutate

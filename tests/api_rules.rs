@@ -457,4 +457,10 @@ fn values_rendered_from_the_pod_are_judged_before_the_answer() {
     let injected = apply(&pod, &patch.unwrap());
     assert_eq!(validate_pod(&injected, KubeVersion::DEFAULT), vec![]);
     assert_eq!(injected["spec"]["containers"][1]["readinessProbe"]["tcpSocket"]["port"], 8081);
+    // The values judged valid are remembered (the same values again are not judged again); other values still are.
+    let (outcome, _, _) = answer(&deny, &review(&pod));
+    assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
+    let bad = pod_with_annotations(json!({"example.com/probe-port": "99999"}));
+    let (outcome, _, _) = answer(&deny, &review(&bad));
+    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::RenderFailed));
 }

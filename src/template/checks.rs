@@ -296,9 +296,14 @@ pub(super) fn fragment_problems(
 }
 
 impl Template {
-    /// For a template whose per-pod leaves render values no single-field rule judges (numbers, quantities held
-    /// to their limits): its own part validated whole with this pod's values, and the first problem the sample
-    /// pod's values did not have. Free for every other template.
+    /// Does this template's part need judging whole with each pod's values: do its per-pod leaves render values
+    /// no single-field rule judges (numbers, quantities held to their limits)? If so, [`Template::check_rendered`]
+    /// gives the first problem the sample pod's values did not have. Every other template pays nothing.
+    pub(crate) fn judges_rendered_values(&self) -> bool {
+        self.rendered_baseline.is_some()
+    }
+
+    /// See [`Template::judges_rendered_values`]: the judgement.
     pub(crate) fn check_rendered(&self, rendered: Rendered<'_>) -> Result<(), FieldError> {
         let Some(baseline) = &self.rendered_baseline else { return Ok(()) };
         self.judge_rendered(rendered, baseline)
