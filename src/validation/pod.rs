@@ -448,7 +448,10 @@ fn node_selector_term(cx: &mut Cx, term: &J, path: &FieldPath) {
 /// `validatePodAffinityTerm`: the label selector, the namespaces (DNS labels) and a topology key.
 fn pod_affinity_term(cx: &mut Cx, term: &J, path: &FieldPath) {
     if let Some(selector) = term.get("labelSelector").filter(|s| s.is_object()) {
-        label_selector(cx, selector, &path.child("labelSelector"));
+        // Kubernetes 1.20 reports the selector's problems under `matchExpressions` (as measured against its API
+        // server); 1.21 (which added `namespaceSelector` beside it) under `labelSelector`.
+        let name = if cx.version.at_least(21) { "labelSelector" } else { "matchExpressions" };
+        label_selector(cx, selector, &path.child(name));
     }
     for namespace in items(term, "namespaces").iter().filter_map(J::as_str) {
         cx.rule_as(&path.child("namespace"), namespace, namespace, Rule::Dns1123Label);
