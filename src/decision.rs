@@ -27,8 +27,8 @@ pub enum SkipReason {
     OptedOut,
     /// The pod uses the host network and the template does not inject those.
     HostNetwork,
-    /// The pod belongs to a Job and the template skips those (`jobs: skip`, or `native-sidecar` on a Kubernetes
-    /// older than 1.29).
+    /// The pod runs to completion (a Job's pod, or any pod with `restartPolicy: Never` or `OnFailure`) and the
+    /// template skips those (`jobs: skip`, or `native-sidecar` on a Kubernetes older than 1.29).
     Job,
     /// The pod carries the status annotation of another template or version.
     InjectedByOtherVersion,
@@ -38,6 +38,9 @@ pub enum SkipReason {
     RenderFailed,
     /// The pod's own pod-level resources (`spec.resources`) cannot hold the sidecar's requests or limits.
     PodResources,
+    /// The sidecar clashes with the pod's own containers in a way only the pod decides (a host port the pod
+    /// already uses): the injected pod would be refused.
+    PodConflict,
     /// The pod names a template the set does not have (or a combination that cannot be assembled).
     UnknownTemplate,
     /// The pod names a template that needs a newer Kubernetes than the injector is set for.
@@ -46,7 +49,7 @@ pub enum SkipReason {
 
 impl SkipReason {
     /// Every reason, for registering metrics up front.
-    pub const ALL: [SkipReason; 14] = [
+    pub const ALL: [SkipReason; 15] = [
         SkipReason::NotAPod,
         SkipReason::NotCreate,
         SkipReason::Subresource,
@@ -59,6 +62,7 @@ impl SkipReason {
         SkipReason::AlreadyInjected,
         SkipReason::RenderFailed,
         SkipReason::PodResources,
+        SkipReason::PodConflict,
         SkipReason::UnknownTemplate,
         SkipReason::TemplateUnavailable,
     ];
@@ -78,6 +82,7 @@ impl SkipReason {
             SkipReason::AlreadyInjected => "already-injected",
             SkipReason::RenderFailed => "render-failed",
             SkipReason::PodResources => "pod-resources",
+            SkipReason::PodConflict => "pod-conflict",
             SkipReason::UnknownTemplate => "unknown-template",
             SkipReason::TemplateUnavailable => "template-unavailable",
         }
@@ -93,11 +98,15 @@ impl SkipReason {
             SkipReason::MirrorPod => "the pod is a mirror of a static pod (annotation kubernetes.io/config.mirror)",
             SkipReason::OptedOut => "the pod opted out with the inject annotation or label set to false",
             SkipReason::HostNetwork => "the pod uses the host network and the template has injectHostNetwork: false",
-            SkipReason::Job => "the pod belongs to a Job and the template does not inject those (its `jobs` setting)",
+            SkipReason::Job => {
+                "the pod runs to completion (a Job's, or restartPolicy Never or OnFailure) and the template does not \
+                 inject those (its `jobs` setting)"
+            }
             SkipReason::InjectedByOtherVersion => "the pod carries the status annotation of another template version",
             SkipReason::AlreadyInjected => "the pod already has everything the template adds",
             SkipReason::RenderFailed => "a template expression failed to render for this pod",
             SkipReason::PodResources => "the pod's pod-level resources (spec.resources) cannot hold the sidecar",
+            SkipReason::PodConflict => "the sidecar clashes with the pod's own containers (a host port they use)",
             SkipReason::UnknownTemplate => "the pod names a template that the injector does not have",
             SkipReason::TemplateUnavailable => {
                 "the pod names a template that needs a newer Kubernetes than the injector is set for"

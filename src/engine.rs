@@ -15,7 +15,7 @@ use crate::template::tree::Rendered;
 use crate::template::{
     LeafCache, NATIVE_SIDECAR_MINOR, Policy, SelectError, Selection, Template, TemplateId, TemplateSet, Validation,
 };
-use crate::validation::{self, KubeVersion};
+use crate::validation::{self, FieldError, KubeVersion};
 use crate::{merge, response, validate};
 
 /// What the engine decided for one review, as facts: callers (the server's metrics, `review --explain`,
@@ -183,6 +183,10 @@ struct Work {
     staged: Vec<u8>,
     /// Recently rendered pod contexts.
     leaf_cache: LeafCache,
+    /// The last per-pod values judged whole and found valid (`Template::check_rendered`), and the template they
+    /// were judged for: a pod that renders the same values again (a cached render) is not judged again.
+    judged: Vec<u8>,
+    judged_for: Option<Arc<TemplateId>>,
 }
 
 impl Work {
@@ -417,14 +421,14 @@ impl Engine {
             Ok(template) => template,
             Err(e) => return Err(self.fail(self.unknown_template(pod, e), outcome)),
         };
-        let template = if pod.owned_by_job() {
+        let template = if pod.runs_to_completion() {
             match template.for_jobs() {
                 Ok(shaped) => shaped,
                 Err(fell_back) => {
                     if fell_back {
                         outcome.warnings.push(format!(
-                            "{}: not injected: a Job's pod gets the sidecar as a native sidecar, which needs \
-                             Kubernetes 1.{NATIVE_SIDECAR_MINOR}, and this injector is set for {} \
+                            "{}: not injected: a pod that runs to completion (a Job's) gets the sidecar as a native \
+                             sidecar, which needs Kubernetes 1.{NATIVE_SIDECAR_MINOR}, and this injector is set for {} \
                              (--kubernetes-version)",
                             pod.display_name(),
                             self.settings.kubernetes_version,
@@ -476,10 +480,26 @@ impl Engine {
             let what = "rendered a value the API server would refuse";
             return self.fail(self.leaf_failure(&template, slot, pod, what, &error), outcome);
         }
+        if template.judges_rendered_values()
+            && !(work.judged_for.as_ref() == Some(template.id()) && work.judged == work.rendered)
+        {
+            if let Err(error) = template.check_rendered(Rendered { buf: &work.rendered, ranges: &work.ranges }) {
+                return self.fail(self.rendered_failure(&template, pod, &error), outcome);
+            }
+            work.judged.clear();
+            work.judged.extend_from_slice(&work.rendered);
+            work.judged_for = Some(template.id().clone());
+        }
         let overridden = !overrides.is_empty();
         if mode == Mode::Mutate
             && pod.sets_pod_resources()
             && let Some(failure) = self.pod_resources_failure(&template, pod, overridden, work)
+        {
+            return self.fail(failure, outcome);
+        }
+        if mode == Mode::Mutate
+            && template.judged_with_the_pod()
+            && let Some(failure) = self.pod_conflict_failure(&template, pod, overridden, work)
         {
             return self.fail(failure, outcome);
         }
@@ -623,6 +643,20 @@ impl Engine {
         }
     }
 
+    /// Values rendered from the pod that break a rule only the whole of the template's part can judge.
+    #[cold]
+    fn rendered_failure(&self, template: &Template, pod: &PodView<'_, '_>, error: &FieldError) -> Failure {
+        Failure {
+            reason: SkipReason::RenderFailed,
+            policy: template.on_error().unwrap_or(self.settings.on_error),
+            message: format!(
+                "template {} rendered values the API server would refuse for pod {}: {error}",
+                template.name(),
+                pod.display_name()
+            ),
+        }
+    }
+
     /// For a pod that sets pod-level resources: why they cannot hold the sidecar, if they cannot (the API server
     /// would refuse the injected pod). Judges the whole injected pod, so only such pods pay for it; a problem the
     /// pod has without the sidecar is the user's, and left to the API server.
@@ -650,6 +684,41 @@ impl Engine {
             message: format!(
                 "pod {} sets pod-level resources that cannot hold the sidecar of template {}: {problem}; raise \
                  spec.resources or lower the sidecar's with the template's override annotations",
+                pod.display_name(),
+                template.name(),
+            ),
+        })
+    }
+
+    /// For a template whose validity the pod decides (it writes host ports, which the pod's own containers may
+    /// use): the pod judged whole with the sidecar merged in, as the API server will judge it. A problem the pod
+    /// did not have on its own (compared by the API server's message, which names the value: a host port taken
+    /// twice names the protocol, address and port) is the sidecar's doing: the template's `onError` decides. A
+    /// pod that breaks a rule on its own is left to the API server. Only templates that write host ports pay
+    /// this, and they are rare.
+    #[cold]
+    fn pod_conflict_failure(
+        &self,
+        template: &Template,
+        pod: &PodView<'_, '_>,
+        overridden: bool,
+        work: &mut Work,
+    ) -> Option<Failure> {
+        let version = self.settings.kubernetes_version;
+        if work.merge(template, overridden, pod, &mut ()) == 0 {
+            return None;
+        }
+        let patch: json_patch::Patch = serde_json::from_slice(&work.staged).ok()?;
+        let original = pod.to_json();
+        let mut injected = original.clone();
+        json_patch::patch(&mut injected, &patch).ok()?;
+        let own: Vec<String> = validation::validate_pod(&original, version).iter().map(FieldError::body).collect();
+        let problem = validation::validate_pod(&injected, version).into_iter().find(|e| !own.contains(&e.body()))?;
+        Some(Failure {
+            reason: SkipReason::PodConflict,
+            policy: template.on_error().unwrap_or(self.settings.on_error),
+            message: format!(
+                "pod {} cannot take the sidecar of template {}: the API server would refuse it: {problem}",
                 pod.display_name(),
                 template.name(),
             ),

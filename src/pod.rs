@@ -26,8 +26,8 @@ pub(crate) struct PodView<'t, 'i> {
     host_network: bool,
     /// `spec.resources` (pod-level resources, Kubernetes 1.34) is set.
     sets_pod_resources: bool,
-    /// An `ownerReferences` entry is a `batch` Job (a Job's pod, or a CronJob's through its Job).
-    owned_by_job: bool,
+    /// The pod runs to completion (see [`PodView::runs_to_completion`]).
+    runs_to_completion: bool,
     /// `spec.containers`, `spec.initContainers` and `spec.ephemeralContainers`, when they are arrays.
     container_lists: [Option<Value<'t, 'i>>; 3],
 }
@@ -45,7 +45,7 @@ impl<'t, 'i> PodView<'t, 'i> {
             service_account_name: "default",
             host_network: false,
             sets_pod_resources: false,
-            owned_by_job: false,
+            runs_to_completion: false,
             container_lists: [None; 3],
         };
         let mut metadata = None;
@@ -65,7 +65,7 @@ impl<'t, 'i> PodView<'t, 'i> {
                 "labels" => pod.labels = value.as_object().map(|_| value),
                 "annotations" => pod.annotations = value.as_object().map(|_| value),
                 "ownerReferences" => {
-                    pod.owned_by_job = value.as_array().is_some_and(|owners| owners.iter().any(is_job))
+                    pod.runs_to_completion |= value.as_array().is_some_and(|owners| owners.iter().any(is_job))
                 }
                 _ => {}
             }
@@ -80,6 +80,7 @@ impl<'t, 'i> PodView<'t, 'i> {
                 // The deprecated alias the API server still fills in.
                 "serviceAccount" => alias = text(value),
                 "hostNetwork" => pod.host_network = value.as_bool().unwrap_or(false),
+                "restartPolicy" => pod.runs_to_completion |= value.into_string().is_some_and(run_to_completion),
                 "resources" => pod.sets_pod_resources = value.as_object().is_some_and(|r| !r.is_empty()),
                 _ => {
                     if let Some(list) = CONTAINER_LISTS.iter().position(|list| *list == key) {
@@ -154,8 +155,13 @@ impl<'t, 'i> PodView<'t, 'i> {
         self.host_network
     }
 
-    pub(crate) fn owned_by_job(&self) -> bool {
-        self.owned_by_job
+    /// Does the pod run to completion, so that a regular sidecar would keep it from ever finishing? Its
+    /// `restartPolicy` is `Never` or `OnFailure` (an Argo Workflow's or a Tekton step's pod, a bare pod run
+    /// once), or a `batch` Job owns it (whose pods always say one of those; a hand-made one may not). The one
+    /// definition of "a Job's pod": the engine gives these the template's `jobs` treatment, whoever owns them,
+    /// and `inject` and `status` judge pods through the engine.
+    pub(crate) fn runs_to_completion(&self) -> bool {
+        self.runs_to_completion
     }
 
     pub(crate) fn sets_pod_resources(&self) -> bool {
@@ -175,6 +181,12 @@ impl<'t, 'i> PodView<'t, 'i> {
             (name, _) => format!("{}/{name}", self.namespace()),
         }
     }
+}
+
+/// Is a pod with this `restartPolicy` one that runs to completion? `Always` (the API server's default) is the
+/// only policy whose containers are restarted for as long as the pod lives.
+fn run_to_completion(policy: &str) -> bool {
+    matches!(policy, "Never" | "OnFailure")
 }
 
 /// Is this `ownerReferences` entry a Job of the `batch` group (`batch/v1`; not another group's kind `Job`)?

@@ -230,3 +230,237 @@ fn a_per_pod_value_the_api_server_would_refuse_follows_on_error() {
     assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
     assert_eq!(apply(&pod, &patch.unwrap())["metadata"]["labels"]["owner"], "web-sidecar");
 }
+
+/// Issue 35: fields the validator did not judge. Each edit of the built-in template passed `check` and made the
+/// API server refuse every injected pod; now each is refused at its line with the API server's error.
+#[test]
+fn template_fields_the_validator_did_not_judge_are_refused_at_their_line() {
+    let spec = "  spec:\n    initContainers:\n";
+    let cases: &[(&str, &str, &str, &str)] = &[
+        (
+            "proxyImage: ghcr.io/sidecar-injector/proxy:1.4.2",
+            "proxyImage: \"ghcr.io/sidecar-injector/proxy:1.4.2 \"",
+            "image: \"{{ values.proxyImage }}\"",
+            "spec.containers[1].image: Invalid value: \"ghcr.io/sidecar-injector/proxy:1.4.2 \": must not have leading or trailing whitespace",
+        ),
+        (
+            spec,
+            "  spec:\n    dnsPolicy: None\n    initContainers:\n",
+            "dnsPolicy: None",
+            "spec.dnsConfig: Required value: must provide `dnsConfig` when `dnsPolicy` is None",
+        ),
+        (
+            spec,
+            "  spec:\n    readinessGates:\n      - conditionType: \"proxy ready\"\n    initContainers:\n",
+            "conditionType: \"proxy ready\"",
+            "spec.readinessGates[0].conditionType: Invalid value: \"proxy ready\": name part must consist of alphanumeric characters",
+        ),
+        (
+            spec,
+            "  spec:\n    runtimeClassName: Kata_Containers\n    initContainers:\n",
+            "runtimeClassName: Kata_Containers",
+            "spec.runtimeClassName: Invalid value: \"Kata_Containers\": a lowercase RFC 1123 subdomain",
+        ),
+        (
+            spec,
+            "  spec:\n    tolerations:\n      - { key: dedicated, operator: Equals, value: proxy }\n    initContainers:\n",
+            "operator: Equals",
+            "spec.tolerations[0].operator: Unsupported value: \"Equals\": supported values: \"Equal\", \"Exists\"",
+        ),
+        (
+            spec,
+            "  spec:\n    tolerations:\n      - { key: dedicated, operator: Exists, value: proxy }\n    initContainers:\n",
+            "operator: Exists, value: proxy",
+            "value must be empty when `operator` is 'Exists'",
+        ),
+        (
+            spec,
+            "  spec:\n    tolerations:\n      - { key: dedicated, value: \"a b\" }\n    initContainers:\n",
+            "value: \"a b\"",
+            "spec.tolerations[0].operator: Invalid value: \"a b\": a valid label must be",
+        ),
+        (
+            spec,
+            "  spec:\n    affinity:\n      nodeAffinity:\n        requiredDuringSchedulingIgnoredDuringExecution:\n          nodeSelectorTerms:\n            - matchExpressions:\n                - { key: zone, operator: Within, values: [a] }\n    initContainers:\n",
+            "operator: Within",
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator: Invalid value: \"Within\": not a valid selector operator",
+        ),
+        (
+            spec,
+            "  spec:\n    affinity:\n      nodeAffinity:\n        requiredDuringSchedulingIgnoredDuringExecution:\n          nodeSelectorTerms:\n            - matchExpressions:\n                - { key: zone, operator: In }\n    initContainers:\n",
+            "operator: In }",
+            "matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'",
+        ),
+        (
+            spec,
+            "  spec:\n    affinity:\n      podAntiAffinity:\n        preferredDuringSchedulingIgnoredDuringExecution:\n          - weight: 0\n            podAffinityTerm:\n              topologyKey: kubernetes.io/hostname\n              labelSelector:\n                matchExpressions:\n                  - { key: app, operator: Exists, values: [web] }\n    initContainers:\n",
+            "weight: 0",
+            "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: Invalid value: 0: must be in the range 1-100",
+        ),
+    ];
+    for (from, to, at, expected) in cases {
+        let source = builtin_with(from, to);
+        let errors = refusal(&source);
+        let line = line_of(&source, at);
+        assert!(
+            errors.iter().any(|e| e.starts_with("edited.yaml:") && e.contains(expected)),
+            "{to}: expected {expected:?}:\n{errors:#?}"
+        );
+        assert!(
+            errors.iter().filter(|e| e.contains(expected)).all(|e| {
+                let reported: usize = e["edited.yaml:".len()..].split(':').next().unwrap().parse().unwrap();
+                reported <= line && reported + 12 >= line
+            }),
+            "{to}: reported near line {line}:\n{errors:#?}"
+        );
+    }
+}
+
+/// Issue 35: an image with trailing whitespace from a values file (a directory's values.yaml, shared by every
+/// template) is refused like one written in the template.
+#[test]
+fn an_image_with_whitespace_from_a_values_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("default.yaml"), sidecar_injector::template::BUILTIN_SOURCE).unwrap();
+    std::fs::write(dir.path().join("values.yaml"), "proxyImage: \" ghcr.io/sidecar-injector/proxy:1.4.2\"\n").unwrap();
+    let output = run(&["check", dir.path().to_str().unwrap()], "");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "spec.containers[1].image: Invalid value: \" ghcr.io/sidecar-injector/proxy:1.4.2\": must not have leading or trailing whitespace"
+        ),
+        "{stderr}"
+    );
+}
+
+/// Issue 35: `containerDefaults` with a host port passed the one-container sample pods and was refused for every
+/// pod with two containers (the same host port twice). The sample pods now include one with several containers
+/// of other shapes, so the template is refused at load, at the defaults' line.
+#[test]
+fn container_defaults_with_a_host_port_are_refused_for_pods_of_several_containers() {
+    let source = "containerDefaults:\n  ports:\n    - { name: node-metrics, containerPort: 9100, hostPort: 9100 }\n\
+                  pod:\n  spec:\n    containers:\n      - { name: proxy, image: \"proxy:1\" }\n";
+    let errors = refusal(source);
+    assert!(
+        errors.iter().any(|e| e
+            .starts_with("edited.yaml:3: spec.containers[1].ports[1].hostPort: Duplicate value: \"TCP//9100\"")
+            && e.contains("a pod with several containers")),
+        "{errors:#?}"
+    );
+    // Defaults without a host port are fine in every container shape.
+    let fine = "containerDefaults:\n  env:\n    - { name: MESH, value: \"on\" }\n\
+                pod:\n  spec:\n    containers:\n      - { name: proxy, image: \"proxy:1\" }\n";
+    assert!(TemplateSet::from_source("fine", "fine.yaml", fine, &Settings::default()).is_ok());
+}
+
+/// Issue 35: a sidecar host port the pod already uses was patched in; the API server then refused the pod. Now
+/// the pod is judged whole (only for templates that write host ports) and the template's `onError` decides, with
+/// a warning naming the rule and the value.
+#[test]
+fn a_sidecar_host_port_the_pod_already_uses_follows_on_error() {
+    let template = |policy: &str| {
+        format!(
+            "onError: {policy}\npod:\n  spec:\n    containers:\n      - name: agent\n        image: \"agent:1\"\n        \
+             ports: [{{ name: dns, containerPort: 53, hostPort: 53, protocol: UDP }}]\n"
+        )
+    };
+    let mut pod = pod_with_annotations(json!({}));
+    pod["spec"]["containers"][0]["ports"] = json!([{"containerPort": 5353, "hostPort": 53, "protocol": "UDP"}]);
+
+    let (outcome, _, patch) = answer(&common::engine_from(&template("allow")), &review(&pod));
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::PodConflict), "{outcome:?}");
+    assert!(patch.is_none());
+    assert!(
+        outcome.warnings[0].contains("admitted without the sidecar")
+            && outcome.warnings[0].contains("hostPort: Duplicate value: \"UDP//53\""),
+        "{:?}",
+        outcome.warnings
+    );
+
+    let (outcome, response, _) = answer(&common::engine_from(&template("deny")), &review(&pod));
+    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::PodConflict));
+    assert!(response["response"]["status"]["message"].as_str().unwrap().contains("UDP//53"), "{response}");
+
+    // Another protocol, another address or another port is no clash: injected, and valid.
+    for own in [
+        json!({"containerPort": 5353, "hostPort": 53, "protocol": "TCP"}),
+        json!({"containerPort": 5353, "hostPort": 53, "protocol": "UDP", "hostIP": "10.0.0.1"}),
+        json!({"containerPort": 5353, "hostPort": 5353, "protocol": "UDP"}),
+    ] {
+        pod["spec"]["containers"][0]["ports"] = json!([own]);
+        let (outcome, _, patch) = answer(&common::engine_from(&template("deny")), &review(&pod));
+        assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{own}: {outcome:?}");
+        let injected = apply(&pod, &patch.unwrap());
+        assert_eq!(validate_pod(&injected, KubeVersion::DEFAULT), vec![], "{own}");
+    }
+}
+
+/// Issue 35: values rendered from the pod that were served with `allowed: true` and no warning, and refused by
+/// the API server: a probe port read from an annotation as 99999, a request read from an annotation above the
+/// template's limit, an image read from an annotation with a leading space. Each now follows `onError`, with a
+/// warning (or refusal) naming the rule and the value; a pod whose values are fine is injected as before.
+#[test]
+fn values_rendered_from_the_pod_are_judged_before_the_answer() {
+    let template = |policy: &str| {
+        format!(
+            "onError: {policy}\npod:\n  spec:\n    containers:\n      - name: proxy\n        \
+             image: \"{{{{ pod.annotations['example.com/proxy-image'] | default('proxy:1') }}}}\"\n        \
+             readinessProbe:\n          tcpSocket:\n            \
+             port: \"{{{{ pod.annotations['example.com/probe-port'] | default(15000) | int }}}}\"\n        \
+             resources:\n          \
+             requests: {{ memory: \"{{{{ pod.annotations['example.com/proxy-memory'] | default('64Mi') }}}}\" }}\n          \
+             limits: {{ memory: 256Mi }}\n"
+        )
+    };
+    let cases = [
+        (
+            "example.com/probe-port",
+            "99999",
+            "readinessProbe.tcpSocket.port: Invalid value: 99999: must be between 1 and 65535, inclusive",
+        ),
+        (
+            "example.com/proxy-memory",
+            "1Gi",
+            "resources.requests: Invalid value: \"1Gi\": must be less than or equal to memory limit",
+        ),
+        (
+            "example.com/proxy-image",
+            " proxy:2",
+            "image: Invalid value: \" proxy:2\": must not have leading or trailing whitespace",
+        ),
+    ];
+    let allow = common::engine_from(&template("allow"));
+    let deny = common::engine_from(&template("deny"));
+    for (annotation, value, expected) in cases {
+        let pod = pod_with_annotations(json!({annotation: value}));
+        let (outcome, _, patch) = answer(&allow, &review(&pod));
+        assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::RenderFailed), "{annotation}");
+        assert!(patch.is_none());
+        assert!(
+            outcome.warnings.len() == 1
+                && outcome.warnings[0].contains("admitted without the sidecar")
+                && outcome.warnings[0].contains(expected),
+            "{annotation}: {:?}",
+            outcome.warnings
+        );
+        let (outcome, response, _) = answer(&deny, &review(&pod));
+        assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::RenderFailed), "{annotation}");
+        assert!(response["response"]["status"]["message"].as_str().unwrap().contains(expected), "{response}");
+    }
+    // Values within the rules are injected, and the pod is one the API server accepts.
+    let fine = json!({"example.com/probe-port": "8081", "example.com/proxy-memory": "128Mi",
+                      "example.com/proxy-image": "proxy:2"});
+    let pod = pod_with_annotations(fine);
+    let (outcome, _, patch) = answer(&deny, &review(&pod));
+    assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
+    let injected = apply(&pod, &patch.unwrap());
+    assert_eq!(validate_pod(&injected, KubeVersion::DEFAULT), vec![]);
+    assert_eq!(injected["spec"]["containers"][1]["readinessProbe"]["tcpSocket"]["port"], 8081);
+    // The values judged valid are remembered (the same values again are not judged again); other values still are.
+    let (outcome, _, _) = answer(&deny, &review(&pod));
+    assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
+    let bad = pod_with_annotations(json!({"example.com/probe-port": "99999"}));
+    let (outcome, _, _) = answer(&deny, &review(&bad));
+    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::RenderFailed));
+}

@@ -405,3 +405,32 @@ fn certs_run_again_keeps_the_image_and_version_of_its_overlay() {
     assert!(changed.contains("digest: \"sha256:abc\"") && changed.contains("--kubernetes-version=1.30"), "{changed}");
     assert!(!changed.contains("shutdown-delay"), "1.30 has the sleep action: {changed}");
 }
+
+/// Issue 35: `sidecar-injector check templates | head -1` panicked on the broken pipe (exit 101, a backtrace).
+/// A reader that goes away ends the output quietly, for every command that writes to stdout.
+#[test]
+fn a_reader_that_goes_away_ends_the_output_quietly() {
+    let templates = concat!(env!("CARGO_MANIFEST_DIR"), "/templates");
+    let review = std::fs::read(REVIEW).unwrap();
+    let manifest = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, image: a}]}\n";
+    for (args, stdin) in [
+        (vec!["check", templates], &b""[..]),
+        (vec!["review", "--explain"], &review[..]),
+        (vec!["inject", "-f", "-"], manifest.as_bytes()),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader is gone before the first byte is written.
+        drop(child.stdout.take());
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin).unwrap();
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+    }
+}

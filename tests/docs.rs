@@ -1,5 +1,8 @@
 //! The documentation's tables are checked against the code that defines what they describe, so they cannot drift:
-//! `serve`'s flags and defaults (clap), and the metrics the server registers.
+//! `serve`'s flags and defaults (clap), the metrics the server registers, and the exit codes the docs promise
+//! (run against the binary).
+
+mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -88,4 +91,138 @@ fn the_documented_metrics_are_the_registered_ones() {
     assert!(registered.len() >= 10, "found the registered metrics: {registered:?}");
     let documented = names(&read("docs/operations.md"), false);
     assert_eq!(documented, registered, "docs/operations.md and the metrics the server registers differ");
+}
+
+/// The exit-code statements of a document: the text from `marker` to the end of its paragraph, split into
+/// `(code, what it says of that code)` at each code (`` `1` ``, or `1 ` after `: ` or `; ` in the help text).
+fn exit_clauses(text: &str, marker: &str) -> Vec<(i32, String)> {
+    // From the marker's last character, its colon: `Exit codes: 0 success` states 0.
+    let start = text.find(marker).unwrap_or_else(|| panic!("the docs say {marker:?}")) + marker.len() - 1;
+    let paragraph = &text[start..];
+    let paragraph = &paragraph[..paragraph.find("\n\n").unwrap_or(paragraph.len())];
+    // As one line: the help text is wrapped to the terminal.
+    let paragraph = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut clauses: Vec<(i32, String)> = Vec::new();
+    let mut rest = paragraph.as_str();
+    loop {
+        let next = (0..=2)
+            .flat_map(|code| {
+                [format!("`{code}`"), format!(": {code} "), format!("; {code} ")]
+                    .into_iter()
+                    .filter_map(move |token| rest.find(&token).map(|at| (at, token.len(), code)))
+            })
+            .min();
+        let text_before = &rest[..next.map_or(rest.len(), |(at, _, _)| at)];
+        if let Some(last) = clauses.last_mut() {
+            last.1.push_str(text_before);
+        }
+        let Some((at, len, code)) = next else { break };
+        clauses.push((code, String::new()));
+        rest = &rest[at + len..];
+    }
+    clauses
+}
+
+/// The code a document gives for a situation it names by `phrase` (which must name it in one clause only).
+fn documented_code(clauses: &[(i32, String)], phrase: &str, document: &str) -> i32 {
+    let codes: Vec<i32> = clauses.iter().filter(|(_, text)| text.contains(phrase)).map(|(code, _)| *code).collect();
+    assert_eq!(codes.len(), 1, "{document}: {phrase:?} is in one exit code's clause, not {codes:?}: {clauses:?}");
+    codes[0]
+}
+
+/// Issue 35: every exit code the docs state (README's table, `--help`, docs/templates.md's `review` and `inject`)
+/// is the one the binary exits with in the situation they name. docs/templates.md said `review` exits 1 for a
+/// refused template; it exits 2, as README's table says of configuration (only `check` judges templates).
+#[test]
+fn the_documented_exit_codes_are_the_binarys() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(&broken, "pod:\n  spec:\n    containers:\n      - { name: Proxy_Sidecar, image: x }\n").unwrap();
+    let broken = broken.to_str().unwrap();
+    let missing = dir.path().join("missing.json");
+    let missing = missing.to_str().unwrap();
+    let review = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pod-create.json");
+    let review_body = std::fs::read(review).unwrap();
+    let manifest = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, image: a}]}\n";
+    // (the situation, the command and its stdin)
+    type Run<'a> = (&'a [&'a str], &'a [u8]);
+    let check_refused: Run = (&["check", broken], b"");
+    let review_broken_template: Run = (&["review", "-f", review, "--template", broken], b"");
+    let inject_broken_template: Run = (&["inject", "-f", "-", "--template", broken], manifest.as_bytes());
+    let not_a_review: Run = (&["review"], b"{not json");
+    let not_yaml: Run = (&["inject", "-f", "-"], b"a: [1\n");
+    let pod_refused: Run = (&["review", "--validate"], &review_body);
+    let unknown_flag: Run = (&["review", "--no-such-flag"], b"");
+    let unreadable: Run = (&["review", "-f", missing], b"");
+    let answered: Run = (&["review", "-f", review], b"");
+    let help = common::run(&["--help"], "");
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    let templates = read("docs/templates.md");
+    let review_section = &templates[templates.find("## `review`").unwrap()..];
+    let inject_section = &templates[templates.find("## `inject`").unwrap()..];
+    // (the document, its exit-code clauses, the situations it names)
+    type Document<'a> = (&'a str, Vec<(i32, String)>, Vec<(&'a str, Run<'a>)>);
+    let documents: [Document; 4] = [
+        (
+            "README.md",
+            exit_clauses(&read("README.md"), "Exit codes, for scripts:"),
+            vec![
+                ("success", answered),
+                ("`check` refused a template", check_refused),
+                ("refused a pod", pod_refused),
+                ("the input is not a review", not_a_review),
+                ("not YAML", not_yaml),
+                ("unknown flag", unknown_flag),
+                ("unreadable file", unreadable),
+                ("a template that does not load", review_broken_template),
+                ("a template that does not load", inject_broken_template),
+            ],
+        ),
+        (
+            "--help",
+            exit_clauses(&help, "Exit codes:"),
+            vec![
+                ("success", answered),
+                ("check refused a template", check_refused),
+                ("refused a pod", pod_refused),
+                ("the input is not a review", not_a_review),
+                ("unknown flag", unknown_flag),
+                ("a template that does not load", review_broken_template),
+            ],
+        ),
+        (
+            "docs/templates.md, review",
+            exit_clauses(review_section, "Exit codes:"),
+            vec![
+                ("answered", answered),
+                ("request or the pod was refused", not_a_review),
+                ("request or the pod was refused", pod_refused),
+                ("unknown flag", unknown_flag),
+                ("unreadable file", unreadable),
+                ("a template that does not load", review_broken_template),
+            ],
+        ),
+        (
+            "docs/templates.md, inject",
+            exit_clauses(inject_section, "Exit codes:"),
+            vec![
+                ("YAML with its line", not_yaml),
+                ("unknown flag", unknown_flag),
+                ("a template that does not load", inject_broken_template),
+            ],
+        ),
+    ];
+    for (document, clauses, situations) in &documents {
+        assert!(clauses.len() >= 3, "{document}: the exit codes 0, 1 and 2 are stated: {clauses:?}");
+        for (phrase, (args, stdin)) in situations {
+            let documented = documented_code(clauses, phrase, document);
+            let ran = common::run(args, stdin).status.code().expect("the binary exited (no signal)");
+            assert_eq!(
+                ran,
+                documented,
+                "{document} says {phrase:?} exits {documented}; `{}` exits {ran}",
+                args.join(" ")
+            );
+        }
+    }
 }

@@ -22,10 +22,11 @@ fn job_pod(owner_api_version: &str) -> Value {
     })
 }
 
-/// The same pod as a ReplicaSet creates it.
+/// The same pod as a ReplicaSet creates it (whose pods always restart).
 fn deployment_pod() -> Value {
     let mut pod = job_pod("apps/v1");
     pod["metadata"]["ownerReferences"][0]["kind"] = json!("ReplicaSet");
+    pod["spec"]["restartPolicy"] = json!("Always");
     pod
 }
 
@@ -67,13 +68,83 @@ fn a_jobs_pod_gets_the_sidecar_as_a_native_sidecar_after_the_templates_init_cont
 }
 
 #[test]
-fn a_deployments_pod_and_another_groups_job_keep_the_sidecar_as_a_container() {
+fn a_deployments_pod_and_another_groups_job_that_restarts_keep_the_sidecar_as_a_container() {
     let engine = engine_at(None, 29);
-    for pod in [deployment_pod(), job_pod("batch.volcano.sh/v1alpha1")] {
+    let mut volcano = job_pod("batch.volcano.sh/v1alpha1");
+    volcano["spec"]["restartPolicy"] = json!("Always");
+    for pod in [deployment_pod(), volcano] {
         let injected = apply(&pod, &patch_for(&engine, &pod).unwrap());
         assert_eq!(names(&injected, "containers"), ["backup", "proxy"]);
         assert_eq!(names(&injected, "initContainers"), ["proxy-init"]);
         assert_eq!(patch_for(&engine, &injected), None);
+    }
+}
+
+/// A pod that runs to completion, owned by `owner` (`apiVersion`, `kind`) or by nothing.
+fn run_once_pod(owner: Option<(&str, &str)>, restart_policy: Option<&str>) -> Value {
+    let mut pod = job_pod("batch/v1");
+    match owner {
+        Some((api_version, kind)) => {
+            pod["metadata"]["ownerReferences"][0]["apiVersion"] = json!(api_version);
+            pod["metadata"]["ownerReferences"][0]["kind"] = json!(kind);
+        }
+        None => drop(pod["metadata"].as_object_mut().unwrap().remove("ownerReferences")),
+    }
+    match restart_policy {
+        Some(policy) => pod["spec"]["restartPolicy"] = json!(policy),
+        None => drop(pod["spec"].as_object_mut().unwrap().remove("restartPolicy")),
+    }
+    pod
+}
+
+const OWNERS: &[Option<(&str, &str)>] = &[
+    None,
+    Some(("batch/v1", "Job")),
+    Some(("argoproj.io/v1alpha1", "Workflow")),
+    Some(("tekton.dev/v1", "TaskRun")),
+    Some(("apps/v1", "ReplicaSet")),
+    Some(("batch.volcano.sh/v1alpha1", "Job")),
+];
+
+proptest::proptest! {
+    /// Issue 35: a pod that runs to completion (restartPolicy Never or OnFailure) gets the Job treatment
+    /// whoever owns it (an Argo Workflow's step, a Tekton TaskRun's, a bare pod), and so does a batch Job's pod;
+    /// a pod that restarts (Always, or no policy: the API server's default) keeps a regular sidecar. The same
+    /// through the webhook and through `inject` of the pod's manifest, at 1.29 (native sidecar) and 1.28 (skipped).
+    #[test]
+    fn a_pod_that_runs_to_completion_gets_the_job_treatment_whoever_owns_it(
+        owner in proptest::sample::select(OWNERS),
+        policy in proptest::sample::select(&[None, Some("Always"), Some("Never"), Some("OnFailure")][..]),
+        minor in 28u32..=29,
+    ) {
+        let engine = engine_at(None, minor);
+        let pod = run_once_pod(owner, policy);
+        let completes = matches!(policy, Some("Never" | "OnFailure")) || owner == Some(("batch/v1", "Job"));
+        let (outcome, _, patch) = answer(&engine, &review(&pod));
+        match (completes, minor) {
+            (true, 28) => proptest::prop_assert_eq!(outcome.verdict, Verdict::Skipped(SkipReason::Job)),
+            (true, _) => {
+                let injected = apply(&pod, patch.as_ref().expect("injected"));
+                proptest::prop_assert_eq!(names(&injected, "containers"), ["backup"]);
+                proptest::prop_assert_eq!(restart_policy(&injected, "initContainers", "proxy"), Some("Always"));
+            }
+            (false, _) => {
+                let injected = apply(&pod, patch.as_ref().expect("injected"));
+                proptest::prop_assert_eq!(names(&injected, "containers"), ["backup", "proxy"]);
+            }
+        }
+        // `inject` of the same pod as a manifest decides the same way.
+        let mut manifest = pod.clone();
+        manifest["apiVersion"] = json!("v1");
+        manifest["kind"] = json!("Pod");
+        manifest["metadata"]["name"] = json!("backup-1");
+        let reports = inject_document(&engine, &mut manifest, "default").unwrap();
+        let skipped_as_job = reports[0].verdict == Verdict::Skipped(SkipReason::Job);
+        proptest::prop_assert_eq!(skipped_as_job, completes && minor == 28);
+        if !skipped_as_job {
+            let sidecar_is_a_container = names(&manifest, "containers").contains(&"proxy");
+            proptest::prop_assert_eq!(sidecar_is_a_container, !completes);
+        }
     }
 }
 
@@ -109,8 +180,12 @@ fn a_template_with_only_init_containers_is_the_same_for_jobs() {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/templates/native-sidecar.yaml")).unwrap();
     let engine = engine_at(Some(&source), 29);
     let pod = job_pod("batch/v1");
-    let for_job = apply(&pod, &patch_for(&engine, &pod).unwrap());
-    let for_deployment = apply(&deployment_pod(), &patch_for(&engine, &deployment_pod()).unwrap());
+    let mut for_job = apply(&pod, &patch_for(&engine, &pod).unwrap());
+    let mut for_deployment = apply(&deployment_pod(), &patch_for(&engine, &deployment_pod()).unwrap());
+    // The pods' own restart policies differ (Never, Always); what the template adds does not.
+    for injected in [&mut for_job, &mut for_deployment] {
+        injected["spec"].as_object_mut().unwrap().remove("restartPolicy");
+    }
     assert_eq!(for_job["spec"], for_deployment["spec"]);
 }
 

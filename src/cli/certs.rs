@@ -190,7 +190,10 @@ pub fn run(args: &CertsArgs) -> Result<(), CliError> {
     // Everything is known: now write, the CA first (a new one only).
     std::fs::create_dir_all(out).map_err(|e| CliError::Config(format!("{}: {e}", out.display())))?;
     if keep_ca {
-        eprintln!("sidecar-injector: keeping the CA in {} (the caBundle does not change)", ca_cert.display());
+        super::stderr(format_args!(
+            "sidecar-injector: keeping the CA in {} (the caBundle does not change)\n",
+            ca_cert.display()
+        ));
     } else {
         write(&ca_cert, ca.cert_pem(), false)?;
         write(&ca_key, &ca.key_pem(), true)?;
@@ -220,20 +223,20 @@ pub fn run(args: &CertsArgs) -> Result<(), CliError> {
         );
     }
     if service != names::SERVICE || namespace != names::NAMESPACE {
-        eprintln!(
+        super::stderr(format_args!(
             "sidecar-injector: note: the base deploys Service {} in namespace {}; give the overlay a matching name \
-             and namespace (and the webhook configuration's clientConfig.service) before applying it",
+             and namespace (and the webhook configuration's clientConfig.service) before applying it\n",
             names::SERVICE,
             names::NAMESPACE
-        );
+        ));
     }
-    eprintln!(
+    super::stderr(format_args!(
         "sidecar-injector: wrote a serving certificate for {} (valid {} days) and a kustomize overlay; deploy with \
-         `kubectl apply -k {}`",
+         `kubectl apply -k {}`\n",
         dns_names[..2].join(", "),
         args.days,
         out.display()
-    );
+    ));
     Ok(())
 }
 

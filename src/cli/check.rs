@@ -57,10 +57,9 @@ pub fn run(args: &CheckArgs) -> Result<(), CliError> {
         let listed: String = problems.iter().map(|p| format!("  {p}\n")).collect();
         CliError::Refused(format!("{} refused:\n{}", args.path.display(), listed.trim_end()))
     })?;
-    print!("{}", summary(&args.path.display().to_string(), &set, args.kubernetes_version));
+    super::stdout(summary(&args.path.display().to_string(), &set, args.kubernetes_version))?;
     let Some(required) = args.pod_security else {
-        println!("ok");
-        return Ok(());
+        return super::stdout("ok\n");
     };
     let below: Vec<String> = set
         .templates()
@@ -71,8 +70,7 @@ pub fn run(args: &CheckArgs) -> Result<(), CliError> {
         })
         .collect();
     if below.is_empty() {
-        println!("ok: every template's pods can meet Pod Security level {required}");
-        return Ok(());
+        return super::stdout(format!("ok: every template's pods can meet Pod Security level {required}\n"));
     }
     Err(CliError::Refused(format!(
         "{}: injected pods cannot meet Pod Security level {required}:\n{}",

@@ -1,7 +1,7 @@
 //! `sidecar-injector inject`: manifests in, the same manifests with the sidecar injected on stdout, like
 //! `istioctl kube-inject`. Useful in CI and for a first look before deploying anything.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
@@ -75,9 +75,7 @@ pub fn run(args: &InjectArgs) -> Result<(), CliError> {
         Some(OutputFormat::Json) => Format::Json,
         None => Format::detect(&text),
     };
-    std::io::stdout()
-        .write_all(offline::write_documents(&documents, format).as_bytes())
-        .map_err(|e| CliError::Config(format!("writing the manifests: {e}")))?;
-    eprint!("{notes}");
+    super::stdout(offline::write_documents(&documents, format))?;
+    super::stderr(format_args!("{notes}"));
     Ok(())
 }

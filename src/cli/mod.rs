@@ -19,7 +19,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub const EXIT_CODES: &str = "Exit codes: 0 success; 1 the work found a problem (check refused a template, review or \
 validate refused a pod, inject could not inject, the input is not a review or not YAML, status found pods that do \
 not run the current sidecar); 2 bad usage or bad configuration (an unknown flag, an unreadable file or directory, a \
-bad flag value, unusable templates or TLS material for serve, an API server status cannot reach).";
+bad flag value, a template that does not load for any command but check, TLS material serve cannot use, an API \
+server status cannot reach).";
 
 /// A Kubernetes mutating admission webhook that injects a templated sidecar into Pods.
 #[derive(Debug, Parser)]
@@ -81,10 +82,32 @@ where
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("sidecar-injector: {error}");
+            stderr(format_args!("sidecar-injector: {error}\n"));
             std::process::ExitCode::from(error.exit_code())
         }
     }
+}
+
+/// Writes `bytes` to stdout, all of them or none that matter: a reader that has gone away
+/// (`sidecar-injector check templates | head -1`) ends the output quietly, as it wanted no more. `print!` would
+/// panic on that broken pipe (Rust ignores SIGPIPE, so the write fails instead of the process ending).
+pub(crate) fn stdout(bytes: impl AsRef<[u8]>) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes.as_ref()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(CliError::Config(format!("writing to stdout: {e}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Writes a note to stderr; a stderr that cannot be written to (closed, a broken pipe) loses the note, and
+/// nothing else: there is nowhere left to report it.
+pub(crate) fn stderr(text: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    // Deliberately ignored: see above.
+    let _ = std::io::stderr().lock().write_fmt(text);
 }
 
 /// The subcommands.

@@ -1,6 +1,6 @@
 //! `sidecar-injector review`: what the webhook would answer to one AdmissionReview.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 
 use crate::{Mode, Outcome, Verdict};
@@ -50,9 +50,9 @@ pub fn run(args: &ReviewArgs) -> Result<(), CliError> {
     }
     .map_err(|e| CliError::Refused(format!("{label}: {e}")))?;
     response.push(b'\n');
-    std::io::stdout().write_all(&response).map_err(|e| CliError::Config(format!("writing the response: {e}")))?;
+    super::stdout(&response)?;
     if args.explain {
-        eprint!("{}", explain(&engine, &outcome));
+        super::stderr(format_args!("{}", explain(&engine, &outcome)));
     }
     match outcome.verdict {
         crate::Verdict::Denied(reason) => {

@@ -2,7 +2,6 @@
 //! through the caller's kubeconfig; `--restart` rolls the workloads that do not. The judging is the library's
 //! (`crate::status`); this is the command line around it and the small runtime its API calls run on.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
@@ -138,15 +137,15 @@ pub fn run(args: &StatusArgs) -> Result<(), CliError> {
         StatusOutput::Table => report.table(),
         StatusOutput::Json => report.json() + "\n",
     };
-    std::io::stdout().write_all(text.as_bytes()).map_err(|e| CliError::Config(format!("writing the report: {e}")))?;
+    super::stdout(text)?;
     if report.namespaces.is_empty() && args.namespaces.is_empty() && !args.all_namespaces {
         let keys = Keys::new(&args.template.annotation_prefix);
-        eprintln!(
-            "sidecar-injector: no namespace is opted in (labelled {}={} or {}=REVISION); -n NS or -A looks at others",
+        super::stderr(format_args!(
+            "sidecar-injector: no namespace is opted in (labelled {}={} or {}=REVISION); -n NS or -A looks at others\n",
             keys.inject,
             crate::decision::NAMESPACE_ENABLED,
             keys.rev
-        );
+        ));
     }
     if !report.failed() {
         return Ok(());

@@ -1,9 +1,12 @@
 //! The API server's rules applied to a template, so that what we inject is a pod it accepts.
 //!
 //! - **At load** ([`check`]): the template is applied to sample pods of several shapes (named, `generateName`
-//!   only, with init containers of their own, declaring the sidecar themselves), the patch applied as the API
-//!   server applies it, and each result validated ([`validation::validate_pod`]). Every problem is reported at the
-//!   template line that causes it, so a broken edit is refused while the last good set keeps serving.
+//!   only, with init containers of their own, with several containers of other shapes for the container defaults,
+//!   declaring the sidecar themselves), the patch applied as the API server applies it, and each result validated
+//!   ([`validation::validate_pod`]). Every problem is reported at the template line that causes it, so a broken
+//!   edit is refused while the last good set keeps serving.
+//! - **Per pod, whole**: a template that writes host ports has each pod judged with its sidecar merged in
+//!   (`Engine::pod_conflict_failure`), as only the pod knows which host ports it uses.
 //! - **Per pod**: a leaf rendered from the pod is held to the rule of the field it lands in ([`LeafCheck`],
 //!   found by the validator itself); overrides are tried on the template's own containers and one that would make
 //!   them invalid is refused with a warning ([`Template::vet_overrides`]).
@@ -54,10 +57,25 @@ fn sample_pods(sidecar: Option<(&str, bool)>) -> Vec<(&'static str, J)> {
     let named = json!({"name": "shop-0", "namespace": SAMPLE_NAMESPACE, "labels": labels});
     let generated = json!({"generateName": "shop-7c9d5b8f6-", "namespace": SAMPLE_NAMESPACE, "labels": labels});
     let migrate = json!([{"name": "migrate", "image": "registry.example.com/shop/migrate:1.0"}]);
+    // Containers of other shapes, for what the container defaults add to every container: one with nothing but
+    // its image, one with limits, a security context, env and a port of another number.
+    let worker = json!({
+        "name": "worker", "image": "registry.example.com/shop/worker:1.0",
+        "ports": [{"name": "metrics", "containerPort": 9090}],
+        "env": [{"name": "MODE", "value": "batch"}],
+        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+        "securityContext": {"runAsUser": 1000, "runAsNonRoot": true},
+    });
+    let bare = json!({"name": "bare", "image": "registry.example.com/shop/bare:1.0"});
+    let mut several = pod(named.clone(), json!([]), Some(worker));
+    if let Some(containers) = several["spec"]["containers"].as_array_mut() {
+        containers.push(bare);
+    }
     let mut samples = vec![
         ("a named pod", pod(named.clone(), json!([]), None)),
         ("a pod with only a generateName", pod(generated, json!([]), None)),
         ("a pod with init containers", pod(named.clone(), migrate, None)),
+        ("a pod with several containers", several),
     ];
     if let Some((name, init)) = sidecar {
         let own = json!({"name": name, "image": "registry.example.com/own/sidecar:1.0"});
@@ -265,7 +283,44 @@ fn same_place(path: &FieldPath, template_path: &[PathSeg]) -> bool {
         })
 }
 
+/// The problems of the template's own part of a pod (its `pod` section and its container defaults as a container),
+/// with the leaves' values from `slot`.
+pub(super) fn fragment_problems(
+    pod: &YNode,
+    defaults: Option<&YNode>,
+    slot: &mut dyn FnMut(usize) -> J,
+    version: KubeVersion,
+) -> Vec<FieldError> {
+    let (fragment, _) = fragment(pod, defaults, slot);
+    validation::validate_pod(&fragment, version)
+}
+
 impl Template {
+    /// Does this template's part need judging whole with each pod's values: do its per-pod leaves render values
+    /// no single-field rule judges (numbers, quantities held to their limits)? If so, [`Template::check_rendered`]
+    /// gives the first problem the sample pod's values did not have. Every other template pays nothing.
+    pub(crate) fn judges_rendered_values(&self) -> bool {
+        self.rendered_baseline.is_some()
+    }
+
+    /// See [`Template::judges_rendered_values`]: the judgement.
+    pub(crate) fn check_rendered(&self, rendered: Rendered<'_>) -> Result<(), FieldError> {
+        let Some(baseline) = &self.rendered_baseline else { return Ok(()) };
+        self.judge_rendered(rendered, baseline)
+    }
+
+    #[cold]
+    fn judge_rendered(&self, rendered: Rendered<'_>, baseline: &[String]) -> Result<(), FieldError> {
+        let mut slot = |i: usize| serde_json::from_slice(rendered.slot(i)).unwrap_or(J::Null);
+        let problems = fragment_problems(
+            &self.sources.pod,
+            self.sources.container_defaults.as_ref(),
+            &mut slot,
+            self.kubernetes_version,
+        );
+        problems.into_iter().find(|e| !baseline.contains(&e.body())).map_or(Ok(()), Err)
+    }
+
     /// Checks the rendered per-pod leaves against the rules of their fields: the first that breaks one, with the
     /// API server's error.
     pub(crate) fn check_leaves(&self, rendered: Rendered<'_>) -> Result<(), (usize, FieldError)> {

@@ -352,6 +352,14 @@ pub struct Template {
     leaf_checks: Vec<LeafCheck>,
     /// The Kubernetes version the injected pods are validated for.
     kubernetes_version: KubeVersion,
+    /// The template writes a host port (into its containers or, through the defaults, the pod's): whether it is
+    /// free depends on the pod's own ports, so each pod is judged whole once the sidecar is merged in.
+    writes_host_ports: bool,
+    /// The API server's messages for the template's own part of a pod rendered on the sample pod, when some
+    /// per-pod leaf renders a value no single-field rule can judge (a number, a quantity that meets a limit):
+    /// such a template's part is validated whole with each pod's values, and a message not among these is the
+    /// pod's values' doing (`Template::check_rendered`). `None` for every other template.
+    rendered_baseline: Option<Vec<String>>,
 }
 
 impl Template {
@@ -467,6 +475,21 @@ impl Template {
         let mut leaf_checks =
             checks::leaf_checks(&pod, container_defaults.as_ref(), &all_slot_paths, settings.kubernetes_version);
         leaf_checks.retain(|check| !fixed.contains_key(&check.slot));
+        // A pod-dependent leaf that renders something other than a string, or a quantity (held to its limit as well
+        // as to its syntax), needs its part judged whole per pod; string leaves are held to their field's rule.
+        let beyond_single_rules = (0..all_slot_paths.len()).filter(|slot| !fixed.contains_key(slot)).any(|slot| {
+            !sample.slot(slot).is_string()
+                || leaf_checks.iter().any(|c| c.slot == slot && c.rule == crate::validation::Rule::Quantity)
+        });
+        let rendered_baseline = beyond_single_rules.then(|| {
+            let mut slot = |i: usize| sample.slot(i);
+            checks::fragment_problems(&pod, container_defaults.as_ref(), &mut slot, settings.kubernetes_version)
+                .iter()
+                .map(crate::validation::FieldError::body)
+                .collect()
+        });
+        let writes_host_ports =
+            pod.has_key("hostPort") || container_defaults.as_ref().is_some_and(|d| d.has_key("hostPort"));
         let combined_settings = PartSettings::combined(parts);
         let native = settings.kubernetes_version.at_least(NATIVE_SIDECAR_MINOR);
         let jobs_fell_back = combined_settings.jobs == JobPolicy::NativeSidecar && !native;
@@ -488,9 +511,17 @@ impl Template {
             renderers: rendering.iter().map(|p| p.renderer.clone()).collect(),
             slot_paths,
             sources: Sources { pod, container_defaults },
+            writes_host_ports,
+            rendered_baseline,
             leaf_checks,
             kubernetes_version: settings.kubernetes_version,
         })
+    }
+
+    /// Does the pod decide whether this template's injection is valid (see `writes_host_ports`)? Such pods are
+    /// judged whole, with the sidecar merged in, before the webhook answers.
+    pub(crate) fn judged_with_the_pod(&self) -> bool {
+        self.writes_host_ports
     }
 
     /// What a pod owned by a Job gets: the template as written, the template in the Job shape, or nothing

@@ -33,6 +33,15 @@ pub(crate) struct YamlProblem {
 }
 
 impl YNode {
+    /// Does a map at or under this node have `key` (set to anything)?
+    pub(crate) fn has_key(&self, key: &str) -> bool {
+        match &self.value {
+            YValue::Map(members) => members.iter().any(|(k, v)| k == key || v.has_key(key)),
+            YValue::Seq(items) => items.iter().any(|item| item.has_key(key)),
+            _ => false,
+        }
+    }
+
     pub(crate) fn map_get(&self, key: &str) -> Option<&YNode> {
         match &self.value {
             YValue::Map(members) => members.iter().find(|(k, _)| k == key).map(|(_, v)| v),

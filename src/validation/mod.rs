@@ -8,6 +8,7 @@
 //! rendered, and overrides before they are used (`template::checks`).
 
 mod field;
+mod fields;
 pub(crate) mod names;
 mod pod;
 pub(crate) mod quantity;
@@ -18,6 +19,7 @@ mod version;
 use serde_json::Value as J;
 
 pub use field::{BadValue, ErrorKind, FieldError, FieldPath, Seg};
+pub use fields::{Account, POD_FIELDS};
 pub use version::{KubeVersion, VersionError};
 
 /// The problems the API server would report for `pod` (a Pod's JSON: `metadata` and `spec`), if Kubernetes
@@ -117,6 +119,8 @@ pub(crate) enum Rule {
     HttpHeaderName,
     /// A non-negative resource quantity.
     Quantity,
+    /// A container image: no leading or trailing whitespace.
+    Image,
     /// One of these values.
     OneOf(&'static [&'static str]),
 }
@@ -135,6 +139,8 @@ impl Rule {
             Rule::PortName => names::port_name(value),
             Rule::ConfigMapKey => names::config_map_key(value),
             Rule::HttpHeaderName => names::http_header_name(value),
+            Rule::Image if value.trim() == value => return true,
+            Rule::Image => vec!["must not have leading or trailing whitespace".to_owned()],
             Rule::Quantity => match quantity::parse(value) {
                 Err(e) => vec![e.to_string()],
                 Ok(q) if q.is_negative() => vec!["must be greater than or equal to 0".to_owned()],

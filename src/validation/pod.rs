@@ -3,8 +3,8 @@
 //!
 //! It judges the pod as the API server does: after its defaults (a missing `protocol` is TCP, a missing request
 //! is the limit, a probe's zero thresholds are its defaults, a volume without a source is an `emptyDir`), with
-//! its messages. What it does not check (other volume sources' own fields, tolerations, affinity, cluster policy
-//! such as `privileged`) is left to the API server; see docs/templates.md.
+//! its messages. What it does not check (other volume sources' own fields, the values of affinity label
+//! selectors, cluster policy such as `privileged`) is left to the API server; see docs/validation.md.
 
 use std::collections::{HashMap, HashSet};
 
@@ -32,6 +32,10 @@ const HOST_PATH_TYPES: &[&str] =
     &["", "BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", "FileOrCreate", "Socket"];
 const MOUNT_PROPAGATIONS: &[&str] = &["Bidirectional", "HostToContainer", "None"];
 const WHEN_UNSATISFIABLE: &[&str] = &["DoNotSchedule", "ScheduleAnyway"];
+const TOLERATION_OPERATORS: &[&str] = &["Equal", "Exists"];
+const TAINT_EFFECTS: &[&str] = &["NoExecute", "NoSchedule", "PreferNoSchedule"];
+const NOT_A_SELECTOR_OPERATOR: &str = "not a valid selector operator";
+const WEIGHT_RANGE: &str = "must be in the range 1-100";
 /// The native-sidecar restart policy, the only one an init container may have.
 const SIDECAR_RESTART: &[&str] = &["Always"];
 
@@ -141,6 +145,22 @@ fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
             cx.push(FieldError::duplicate(&path.child("ephemeralContainers").index(i).child("name"), name));
         }
     }
+    if !items(spec, "ephemeralContainers").is_empty() {
+        // `ValidatePodCreate`: only the ephemeralcontainers subresource adds them (before 1.23 the API server
+        // drops them instead, which would leave the template half-applied).
+        cx.push(FieldError::forbidden(&path.child("ephemeralContainers"), "cannot be set on create"));
+    }
+    if let Some(node) = str_of(spec, "nodeName").filter(|n| !n.is_empty()) {
+        cx.rule(&path.child("nodeName"), node, Rule::Dns1123Subdomain);
+    }
+    if let Some(os) = spec.get("os").filter(|o| o.is_object()) {
+        match str_of(os, "name").filter(|n| !n.is_empty()) {
+            None => cx.push(FieldError::required(&path.child("os").child("name"), "")),
+            Some(name) => {
+                cx.rule(&path.child("os").child("name"), name, Rule::OneOf(&["linux", "windows"]));
+            }
+        }
+    }
     host_ports(cx, containers, &path.child("containers"));
     pod_resources(cx, spec, path);
     if let Some(policy) = str_of(spec, "restartPolicy").filter(|p| !p.is_empty()) {
@@ -151,6 +171,18 @@ fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
     }
     if let Some(selector) = obj(spec, "nodeSelector") {
         labels_map(cx, selector, &path.child("nodeSelector"));
+    }
+    dns_config(cx, spec, &path.child("dnsConfig"));
+    for (i, gate) in items(spec, "readinessGates").iter().enumerate() {
+        let condition = str_of(gate, "conditionType").unwrap_or_default();
+        cx.rule(&path.child("readinessGates").index(i).child("conditionType"), condition, Rule::QualifiedName);
+    }
+    if let Some(class) = str_of(spec, "runtimeClassName") {
+        cx.rule(&path.child("runtimeClassName"), class, Rule::Dns1123Subdomain);
+    }
+    tolerations(cx, items(spec, "tolerations"), &path.child("tolerations"));
+    if let Some(affinity) = spec.get("affinity").filter(|a| a.is_object()) {
+        self::affinity(cx, affinity, &path.child("affinity"));
     }
     if let Some(context) = spec.get("securityContext").filter(|c| c.is_object()) {
         pod_security_context(cx, context, &path.child("securityContext"));
@@ -200,6 +232,264 @@ fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
         }
         let when = str_of(constraint, "whenUnsatisfiable").unwrap_or_default();
         cx.rule(&at.child("whenUnsatisfiable"), when, Rule::OneOf(WHEN_UNSATISFIABLE));
+    }
+}
+
+/// `validatePodDNSConfig`: `dnsPolicy: None` needs a `dnsConfig` with a nameserver; nameservers are IP addresses,
+/// search domains DNS subdomains (a trailing dot allowed), each option named. Kubernetes 1.26 raised the limits
+/// (ExpandedDNSConfig, on by default) from 6 search paths and 256 characters to 32 and 2048; 1.33 accepts `.` and
+/// underscores in search domains (RelaxedDNSSearchValidation).
+fn dns_config(cx: &mut Cx, spec: &J, path: &FieldPath) {
+    let config = spec.get("dnsConfig").filter(|c| c.is_object());
+    if str_of(spec, "dnsPolicy") == Some("None") {
+        match config {
+            None => return cx.push(FieldError::required(path, "must provide `dnsConfig` when `dnsPolicy` is None")),
+            Some(config) if items(config, "nameservers").is_empty() => {
+                let detail = "must provide at least one DNS nameserver when `dnsPolicy` is None";
+                return cx.push(FieldError::required(&path.child("nameservers"), detail));
+            }
+            Some(_) => {}
+        }
+    }
+    let Some(config) = config else { return };
+    let nameservers = items(config, "nameservers");
+    if nameservers.len() > 3 {
+        let shown = J::Array(nameservers.to_vec()).to_string();
+        cx.push(FieldError::invalid(
+            &path.child("nameservers"),
+            shown.as_str(),
+            "must not have more than 3 nameservers",
+        ));
+    }
+    for (i, server) in nameservers.iter().enumerate() {
+        let server = server.as_str().unwrap_or_default();
+        if server.parse::<std::net::IpAddr>().is_err() {
+            cx.push(FieldError::invalid(&path.child("nameservers").index(i), server, "must be valid IP address"));
+        }
+    }
+    let searches: Vec<&str> = items(config, "searches").iter().map(|s| s.as_str().unwrap_or_default()).collect();
+    let (most, chars) = if cx.version.at_least(26) { (32, 2048) } else { (6, 256) };
+    let shown = || J::from(searches.clone()).to_string();
+    if searches.len() > most {
+        let detail = format!("must not have more than {most} search paths");
+        cx.push(FieldError::invalid(&path.child("searches"), shown().as_str(), detail));
+    }
+    if searches.join(" ").len() > chars {
+        let detail = format!("must not have more than {chars} characters (including spaces) in the search list");
+        cx.push(FieldError::invalid(&path.child("searches"), shown().as_str(), detail));
+    }
+    let relaxed = cx.version.at_least(33);
+    for (i, search) in searches.iter().enumerate() {
+        let at = path.child("searches").index(i);
+        if relaxed && *search == "." {
+            continue;
+        }
+        // A trailing dot is fine.
+        let name = search.strip_suffix('.').unwrap_or(search);
+        if relaxed {
+            let masked = name.replace('_', "a");
+            cx.rule_as(&at, &masked, search, Rule::Dns1123Subdomain);
+        } else {
+            cx.rule_as(&at, name, name, Rule::Dns1123Subdomain);
+        }
+    }
+    for (i, option) in items(config, "options").iter().enumerate() {
+        if str_of(option, "name").is_none_or(str::is_empty) {
+            cx.push(FieldError::required(&path.child("options").index(i), "Option.Name must not be empty"));
+        }
+    }
+}
+
+/// `ValidateTolerations`: keys are label names, an empty key goes with `Exists`, `tolerationSeconds` with
+/// `NoExecute`, the operator is `Equal` (or empty) with a label value or `Exists` with none, and the effect one of
+/// the taint effects.
+fn tolerations(cx: &mut Cx, tolerations: &[J], path: &FieldPath) {
+    for (i, toleration) in tolerations.iter().enumerate() {
+        let at = path.index(i);
+        let key = str_of(toleration, "key").unwrap_or_default();
+        let operator = str_of(toleration, "operator").unwrap_or_default();
+        let value = str_of(toleration, "value").unwrap_or_default();
+        let effect = str_of(toleration, "effect").unwrap_or_default();
+        if !key.is_empty() {
+            cx.rule(&at.child("key"), key, Rule::QualifiedName);
+        }
+        if key.is_empty() && operator != "Exists" {
+            let detail = "operator must be Exists when `key` is empty, which means \"match all values and all keys\"";
+            cx.push(FieldError::invalid(&at.child("operator"), operator, detail));
+        }
+        if is_set(toleration, "tolerationSeconds") && effect != "NoExecute" {
+            cx.push(FieldError::invalid(
+                &at.child("effect"),
+                effect,
+                "effect must be 'NoExecute' when `tolerationSeconds` is set",
+            ));
+        }
+        match operator {
+            "Equal" | "" => {
+                // The API server reports a bad value at the operator.
+                cx.record(&at.child("value"), Rule::LabelValue);
+                let messages = super::names::label_value(value);
+                if !messages.is_empty() {
+                    cx.push(FieldError::invalid(&at.child("operator"), value, messages.join(";")));
+                }
+            }
+            "Exists" if !value.is_empty() => {
+                let shown = toleration.to_string();
+                cx.push(FieldError::invalid(
+                    &at.child("operator"),
+                    shown.as_str(),
+                    "value must be empty when `operator` is 'Exists'",
+                ));
+            }
+            "Exists" => {}
+            other => cx.push(FieldError::not_supported(&at.child("operator"), other, TOLERATION_OPERATORS)),
+        }
+        if !effect.is_empty() {
+            cx.rule(&at.child("effect"), effect, Rule::OneOf(TAINT_EFFECTS));
+        }
+    }
+}
+
+/// `validateAffinity`: node affinity's selector terms and the pod (anti-)affinity terms.
+fn affinity(cx: &mut Cx, affinity: &J, path: &FieldPath) {
+    if let Some(node) = affinity.get("nodeAffinity").filter(|n| n.is_object()) {
+        let at = path.child("nodeAffinity");
+        let required = "requiredDuringSchedulingIgnoredDuringExecution";
+        if let Some(selector) = node.get(required).filter(|s| s.is_object()) {
+            let terms_path = at.child(required).child("nodeSelectorTerms");
+            let terms = items(selector, "nodeSelectorTerms");
+            if terms.is_empty() {
+                cx.push(FieldError::required(&terms_path, "must have at least one node selector term"));
+            }
+            for (i, term) in terms.iter().enumerate() {
+                node_selector_term(cx, term, &terms_path.index(i));
+            }
+        }
+        let preferred = "preferredDuringSchedulingIgnoredDuringExecution";
+        for (i, term) in items(node, preferred).iter().enumerate() {
+            let here = at.child(preferred).index(i);
+            weight(cx, term, &here);
+            let empty = J::Object(Map::new());
+            node_selector_term(cx, term.get("preference").unwrap_or(&empty), &here.child("preference"));
+        }
+    }
+    for kind in ["podAffinity", "podAntiAffinity"] {
+        let Some(pods) = affinity.get(kind).filter(|p| p.is_object()) else { continue };
+        let at = path.child(kind);
+        let required = "requiredDuringSchedulingIgnoredDuringExecution";
+        for (i, term) in items(pods, required).iter().enumerate() {
+            pod_affinity_term(cx, term, &at.child(required).index(i));
+        }
+        let preferred = "preferredDuringSchedulingIgnoredDuringExecution";
+        for (i, term) in items(pods, preferred).iter().enumerate() {
+            let here = at.child(preferred).index(i);
+            weight(cx, term, &here);
+            let empty = J::Object(Map::new());
+            pod_affinity_term(cx, term.get("podAffinityTerm").unwrap_or(&empty), &here.child("podAffinityTerm"));
+        }
+    }
+}
+
+fn weight(cx: &mut Cx, term: &J, path: &FieldPath) {
+    let weight = int_of(term, "weight").unwrap_or(0);
+    if !(1..=100).contains(&weight) {
+        cx.push(FieldError::invalid(&path.child("weight"), weight, WEIGHT_RANGE));
+    }
+}
+
+/// `ValidateNodeSelectorTerm`: label expressions, and field expressions (only `metadata.name`, with one value).
+fn node_selector_term(cx: &mut Cx, term: &J, path: &FieldPath) {
+    for (j, requirement) in items(term, "matchExpressions").iter().enumerate() {
+        let at = path.child("matchExpressions").index(j);
+        let values = items(requirement, "values");
+        match str_of(requirement, "operator").unwrap_or_default() {
+            "In" | "NotIn" if values.is_empty() => {
+                let detail = "must be specified when `operator` is 'In' or 'NotIn'";
+                cx.push(FieldError::required(&at.child("values"), detail));
+            }
+            "Exists" | "DoesNotExist" if !values.is_empty() => {
+                let detail = "may not be specified when `operator` is 'Exists' or 'DoesNotExist'";
+                cx.push(FieldError::forbidden(&at.child("values"), detail));
+            }
+            "Gt" | "Lt" if values.len() != 1 => {
+                let detail = "must be specified single value when `operator` is 'Lt' or 'Gt'";
+                cx.push(FieldError::required(&at.child("values"), detail));
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" | "Gt" | "Lt" => {}
+            other => cx.push(FieldError::invalid(&at.child("operator"), other, NOT_A_SELECTOR_OPERATOR)),
+        }
+        let key = str_of(requirement, "key").unwrap_or_default();
+        cx.rule(&at.child("key"), key, Rule::QualifiedName);
+    }
+    for (j, requirement) in items(term, "matchFields").iter().enumerate() {
+        let at = path.child("matchFields").index(j);
+        let values = items(requirement, "values");
+        match str_of(requirement, "operator").unwrap_or_default() {
+            "In" | "NotIn" if values.len() != 1 => {
+                let detail = "must be only one value when `operator` is 'In' or 'NotIn' for node field selector";
+                cx.push(FieldError::required(&at.child("values"), detail));
+            }
+            "In" | "NotIn" => {}
+            other => cx.push(FieldError::invalid(&at.child("operator"), other, NOT_A_SELECTOR_OPERATOR)),
+        }
+        let key = str_of(requirement, "key").unwrap_or_default();
+        if key != "metadata.name" {
+            cx.push(FieldError::invalid(&at.child("key"), key, "not a valid field selector key"));
+        } else {
+            // A node's name is a DNS subdomain.
+            for (k, value) in values.iter().enumerate() {
+                let value = value.as_str().unwrap_or_default();
+                cx.rule(&at.child("values").index(k), value, Rule::Dns1123Subdomain);
+            }
+        }
+    }
+}
+
+/// `validatePodAffinityTerm`: the label selector, the namespaces (DNS labels) and a topology key.
+fn pod_affinity_term(cx: &mut Cx, term: &J, path: &FieldPath) {
+    if let Some(selector) = term.get("labelSelector").filter(|s| s.is_object()) {
+        // Kubernetes 1.20 reports the selector's problems under `matchExpressions` (as measured against its API
+        // server); 1.21 (which added `namespaceSelector` beside it) under `labelSelector`.
+        let name = if cx.version.at_least(21) { "labelSelector" } else { "matchExpressions" };
+        label_selector(cx, selector, &path.child(name));
+    }
+    for namespace in items(term, "namespaces").iter().filter_map(J::as_str) {
+        cx.rule_as(&path.child("namespace"), namespace, namespace, Rule::Dns1123Label);
+    }
+    match str_of(term, "topologyKey").filter(|k| !k.is_empty()) {
+        Some(key) => {
+            cx.rule(&path.child("topologyKey"), key, Rule::QualifiedName);
+        }
+        None => {
+            cx.push(FieldError::required(&path.child("topologyKey"), "can not be empty"));
+            cx.rule(&path.child("topologyKey"), "", Rule::QualifiedName);
+        }
+    }
+}
+
+/// `ValidateLabelSelector`: its labels, and each expression's operator and key. (Values are held to label values
+/// only by newer API servers; they are not judged here.)
+fn label_selector(cx: &mut Cx, selector: &J, path: &FieldPath) {
+    if let Some(labels) = obj(selector, "matchLabels") {
+        labels_map(cx, labels, &path.child("matchLabels"));
+    }
+    for (i, requirement) in items(selector, "matchExpressions").iter().enumerate() {
+        let at = path.child("matchExpressions").index(i);
+        let values = items(requirement, "values");
+        match str_of(requirement, "operator").unwrap_or_default() {
+            "In" | "NotIn" if values.is_empty() => {
+                let detail = "must be specified when `operator` is 'In' or 'NotIn'";
+                cx.push(FieldError::required(&at.child("values"), detail));
+            }
+            "Exists" | "DoesNotExist" if !values.is_empty() => {
+                let detail = "may not be specified when `operator` is 'Exists' or 'DoesNotExist'";
+                cx.push(FieldError::forbidden(&at.child("values"), detail));
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => cx.push(FieldError::invalid(&at.child("operator"), other, NOT_A_SELECTOR_OPERATOR)),
+        }
+        let key = str_of(requirement, "key").unwrap_or_default();
+        cx.rule(&at.child("key"), key, Rule::QualifiedName);
     }
 }
 
@@ -418,9 +708,12 @@ fn container_list<'j>(
 }
 
 fn container(cx: &mut Cx, c: &J, init: bool, volumes: &HashSet<&str>, path: &FieldPath) {
-    if str_of(c, "image").is_none_or(str::is_empty) {
+    let image = str_of(c, "image").unwrap_or_default();
+    if image.is_empty() {
         cx.push(FieldError::required(&path.child("image"), ""));
     }
+    // `validateContainersOnlyForPod`: a pod's (not a pod template's) images, regular and init.
+    cx.rule(&path.child("image"), image, Rule::Image);
     let sidecar = restart_policy(cx, c, init, path);
     // Init containers run to completion, so they have no probes and no hooks; native sidecars do.
     let runs_alongside = !init || sidecar;

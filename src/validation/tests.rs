@@ -374,3 +374,137 @@ fn pod_level_resources_hold_the_containers_requests_and_limits_from_1_34() {
         ]
     );
 }
+
+// Issue 35: fields the validator did not judge.
+
+#[test]
+fn images_have_no_leading_or_trailing_whitespace() {
+    rule(
+        c(json!({"image": "nginx:1.27"})),
+        c(json!({"image": "nginx:1.27 "})),
+        r#"spec.containers[0].image: Invalid value: "nginx:1.27 ": must not have leading or trailing whitespace"#,
+    );
+    let init = s(json!({"initContainers": [{"name": "init", "image": "\tbusybox"}]}));
+    assert!(errors(&init).iter().any(|e| e.starts_with("spec.initContainers[0].image: Invalid value")));
+}
+
+#[test]
+fn dns_policy_none_needs_a_dns_config_with_a_nameserver() {
+    let good = s(json!({"dnsPolicy": "None", "dnsConfig": {"nameservers": ["10.0.0.10"], "searches": ["svc.local."]}}));
+    rule(
+        good.clone(),
+        s(json!({"dnsPolicy": "None"})),
+        "spec.dnsConfig: Required value: must provide `dnsConfig` when `dnsPolicy` is None",
+    );
+    rule(
+        good.clone(),
+        s(json!({"dnsPolicy": "None", "dnsConfig": {"searches": ["a"]}})),
+        "spec.dnsConfig.nameservers: Required value: must provide at least one DNS nameserver when `dnsPolicy` is None",
+    );
+    rule(
+        good.clone(),
+        s(json!({"dnsConfig": {"nameservers": ["dns"]}})),
+        r#"spec.dnsConfig.nameservers[0]: Invalid value: "dns": must be valid IP address"#,
+    );
+    rule(
+        good,
+        s(json!({"dnsConfig": {"options": [{"value": "2"}]}})),
+        "spec.dnsConfig.options[0]: Required value: Option.Name must not be empty",
+    );
+    // Seven search paths: too many before 1.26 (ExpandedDNSConfig), fine after.
+    let seven = s(json!({"dnsConfig": {"searches": ["a", "b", "c", "d", "e", "f", "g"]}}));
+    assert!(errors_at(&seven, 25).iter().any(|e| e.contains("must not have more than 6 search paths")));
+    assert_eq!(errors_at(&seven, 26), Vec::<String>::new());
+    let underscore = s(json!({"dnsConfig": {"searches": ["_srv.example.com"]}}));
+    assert_eq!(errors_at(&underscore, 32).len(), 1);
+    assert_eq!(errors_at(&underscore, 33), Vec::<String>::new());
+}
+
+#[test]
+fn readiness_gates_runtime_classes_tolerations_and_affinity() {
+    rule(
+        s(json!({"readinessGates": [{"conditionType": "example.com/ready"}]})),
+        s(json!({"readinessGates": [{"conditionType": "not ready"}]})),
+        "spec.readinessGates[0].conditionType: Invalid value: \"not ready\": name part must consist of alphanumeric \
+         characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or \
+         'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+    );
+    let bad_class = errors(&s(json!({"runtimeClassName": "Kata"})));
+    assert!(bad_class[0].starts_with("spec.runtimeClassName: Invalid value: \"Kata\": a lowercase RFC 1123 subdomain"));
+    assert_eq!(errors(&s(json!({"runtimeClassName": "kata.v2"}))), Vec::<String>::new());
+    let good = s(json!({"tolerations": [
+        {"key": "dedicated", "operator": "Equal", "value": "proxy", "effect": "NoSchedule"},
+        {"operator": "Exists"},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+    ]}));
+    for (bad, message) in [
+        (
+            json!({"key": "a", "operator": "Gt"}),
+            r#"spec.tolerations[0].operator: Unsupported value: "Gt": supported values: "Equal", "Exists""#,
+        ),
+        (
+            json!({"operator": "Equal"}),
+            "spec.tolerations[0].operator: Invalid value: \"Equal\": operator must be Exists when `key` is empty, \
+             which means \"match all values and all keys\"",
+        ),
+        (
+            json!({"key": "a", "operator": "Exists", "tolerationSeconds": 5}),
+            "spec.tolerations[0].effect: Invalid value: \"\": effect must be 'NoExecute' when `tolerationSeconds` is set",
+        ),
+        (
+            json!({"key": "a", "effect": "NoRun"}),
+            r#"spec.tolerations[0].effect: Unsupported value: "NoRun": supported values: "NoExecute", "NoSchedule", "PreferNoSchedule""#,
+        ),
+    ] {
+        rule(good.clone(), s(json!({"tolerations": [bad]})), message);
+    }
+    let term = |expression: J| {
+        s(json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}}}}))
+    };
+    let at = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].\
+              matchExpressions[0]";
+    rule(
+        term(json!({"key": "zone", "operator": "In", "values": ["a"]})),
+        term(json!({"key": "zone", "operator": "Near", "values": ["a"]})),
+        &format!(r#"{at}.operator: Invalid value: "Near": not a valid selector operator"#),
+    );
+    rule(
+        term(json!({"key": "cores", "operator": "Gt", "values": ["4"]})),
+        term(json!({"key": "cores", "operator": "Gt", "values": ["4", "8"]})),
+        &format!("{at}.values: Required value: must be specified single value when `operator` is 'Lt' or 'Gt'"),
+    );
+    let pods =
+        |term: J| s(json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}));
+    rule(
+        pods(
+            json!({"topologyKey": "zone", "labelSelector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}}),
+        ),
+        pods(
+            json!({"topologyKey": "zone", "labelSelector": {"matchExpressions": [{"key": "app", "operator": "Has"}]}}),
+        ),
+        "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector.matchExpressions[0].\
+         operator: Invalid value: \"Has\": not a valid selector operator",
+    );
+    rule(
+        pods(json!({"topologyKey": "zone"})),
+        pods(json!({})),
+        "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: Required value: can \
+         not be empty",
+    );
+}
+
+#[test]
+fn ephemeral_containers_node_names_and_the_os() {
+    rule(
+        s(json!({})),
+        s(json!({"ephemeralContainers": [{"name": "debug", "image": "busybox"}]})),
+        "spec.ephemeralContainers: Forbidden: cannot be set on create",
+    );
+    rule(
+        s(json!({"os": {"name": "linux"}})),
+        s(json!({"os": {"name": "plan9"}})),
+        r#"spec.os.name: Unsupported value: "plan9": supported values: "linux", "windows""#,
+    );
+    assert_eq!(errors(&s(json!({"nodeName": "node-1.example.com"}))), Vec::<String>::new());
+}

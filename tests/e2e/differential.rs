@@ -56,7 +56,36 @@ enum Change {
     AnnotationKey(&'static str),
     HostAliasIp(&'static str),
     InitContainerProbe,
+    /// `dnsPolicy` and a `dnsConfig`, if any.
+    Dns(&'static str, Option<DnsConfig>),
+    ReadinessGate(&'static str),
+    RuntimeClass(&'static str),
+    /// key, operator, value, effect, tolerationSeconds
+    Toleration(&'static str, &'static str, &'static str, &'static str, Option<i64>),
+    /// A required node affinity expression: key, operator, how many values.
+    NodeAffinity(&'static str, &'static str, usize),
+    /// A node field selector: key, operator, its values.
+    NodeField(&'static str, &'static str, &'static [&'static str]),
+    /// A preferred pod anti-affinity term: weight, topology key, selector operator, how many values, namespace.
+    PodAntiAffinity(i64, &'static str, &'static str, usize, &'static str),
+    /// The app pod has a second container (a worker), with this host port (0: none).
+    Worker(i64),
+    /// The app container uses this host port and protocol.
+    AppHostPort(i64, &'static str),
+    /// The sidecar's port has this host port and protocol.
+    SidecarHostPort(i64, &'static str),
+    /// `containerDefaults` add a port with this host port (0: none) to every container of the pod.
+    DefaultsPort(i64),
+    /// The sidecar's probe port, its memory request and its image read from the pod's annotations, set to these.
+    RenderedProbePort(&'static str),
+    RenderedRequest(&'static str),
+    RenderedImage(&'static str),
+    /// A label rendered from the pod's labels: `tier` set on the pod to this.
+    RenderedLabel(&'static str),
 }
+
+/// A `dnsConfig`: its nameservers, its searches, and whether it has an option without a name.
+type DnsConfig = (&'static [&'static str], &'static [&'static str], bool);
 
 #[derive(Debug, Clone, Copy)]
 enum PortRef {
@@ -70,7 +99,7 @@ fn change() -> impl Strategy<Value = Change> {
     let quantities = ["10m", "0", "1", "0.5", "1500m", "-100m", "64Mi", "1Gi", "2Gi", "1e3", "1 core", "12ab", "+5"];
     prop_oneof![
         prop::sample::select(names.to_vec()).prop_map(ContainerName),
-        prop::sample::select(vec!["proxy:1", ""]).prop_map(Image),
+        prop::sample::select(vec!["proxy:1", "", " proxy:1", "proxy:1 ", "proxy:1\t"]).prop_map(Image),
         prop::sample::select(vec![1i64, 80, 15000, 65535, 65536, 99999, -1, 0]).prop_map(Port),
         prop::sample::select(vec!["admin", "Admin", "admin_port", "a-long-port-name-x", "1234", "x-1", "http-2"])
             .prop_map(PortName),
@@ -149,14 +178,82 @@ fn change() -> impl Strategy<Value = Change> {
         prop::sample::select(vec!["example.com/note", "Example.com/Note", "bad key", "a/b/c"]).prop_map(AnnotationKey),
         prop::sample::select(vec!["127.0.0.1", "::1", "not-an-ip"]).prop_map(HostAliasIp),
         Just(InitContainerProbe),
+        dns(),
+        prop::sample::select(vec!["example.com/ready", "ready", "not ready", "a/b/c", "", "-x"])
+            .prop_map(ReadinessGate),
+        // `kata` exists (the RuntimeClass admission plugin refuses a pod naming one that does not, and answers 500
+        // for an empty name before validation sees it).
+        prop::sample::select(vec!["kata", "Kata", "kata_v2"]).prop_map(RuntimeClass),
+        toleration(),
+        (
+            prop::sample::select(vec!["zone", "topology.kubernetes.io/zone", "Bad Key", ""]),
+            prop::sample::select(vec!["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Within"]),
+            0usize..3
+        )
+            .prop_map(|(k, o, n)| NodeAffinity(k, o, n)),
+        (
+            prop::sample::select(vec!["metadata.name", "metadata.namespace"]),
+            prop::sample::select(vec!["In", "NotIn", "Exists"]),
+            prop::sample::select(vec![&["node-1"][..], &[], &["node-1", "node-2"], &["Node_1"]])
+        )
+            .prop_map(|(k, o, v)| NodeField(k, o, v)),
+        (
+            prop::sample::select(vec![1i64, 100, 0, 101]),
+            prop::sample::select(vec!["kubernetes.io/hostname", "", "bad key"]),
+            prop::sample::select(vec!["In", "Exists", "Has"]),
+            0usize..2,
+            prop::sample::select(vec!["", "shop", "Shop"])
+        )
+            .prop_map(|(w, t, o, n, ns)| PodAntiAffinity(w, t, o, n, ns)),
+        prop::sample::select(vec![0i64, 9100, 15000]).prop_map(Worker),
+        (prop::sample::select(vec![9100i64, 15000, 15001]), prop::sample::select(vec!["TCP", "UDP"]))
+            .prop_map(|(p, t)| AppHostPort(p, t)),
+        (prop::sample::select(vec![9100i64, 15000, 70000]), prop::sample::select(vec!["TCP", "UDP"]))
+            .prop_map(|(p, t)| SidecarHostPort(p, t)),
+        prop::sample::select(vec![0i64, 9100, 9200]).prop_map(DefaultsPort),
+        prop::sample::select(vec!["8081", "99999", "0", "-1"]).prop_map(RenderedProbePort),
+        prop::sample::select(vec!["128Mi", "1Gi", "-1Mi", "lots"]).prop_map(RenderedRequest),
+        prop::sample::select(vec!["proxy:2", " proxy:2", "proxy:2 ", "proxy :2"]).prop_map(RenderedImage),
+        prop::sample::select(vec!["edge", "Edge", "a.b", "x".repeat(60).leak()])
+            .prop_map(|v: &'static str| RenderedLabel(v)),
     ]
 }
 
-/// A template and the pod's override annotations, made from the changes.
+fn dns() -> impl Strategy<Value = Change> {
+    let seven: &'static [&'static str] = &["a", "b", "c", "d", "e", "f", "g"];
+    let configs: Vec<Option<DnsConfig>> = vec![
+        None,
+        Some((&[], &[], false)),
+        Some((&["10.0.0.10"], &[], false)),
+        Some((&["10.0.0.10", "::1"], &["svc.cluster.local.", "example.com"], false)),
+        Some((&["dns.local"], &[], false)),
+        Some((&["1.1.1.1", "1.0.0.1", "8.8.8.8", "8.8.4.4"], &[], false)),
+        Some((&["10.0.0.10"], &["Bad_Domain"], false)),
+        Some((&["10.0.0.10"], seven, false)),
+        Some((&["10.0.0.10"], &[], true)),
+    ];
+    (prop::sample::select(vec!["None", "ClusterFirst", "Default", "Sometimes"]), prop::sample::select(configs))
+        .prop_map(|(policy, config)| Change::Dns(policy, config))
+}
+
+fn toleration() -> impl Strategy<Value = Change> {
+    (
+        prop::sample::select(vec!["dedicated", "", "Bad Key", "example.com/gpu"]),
+        prop::sample::select(vec!["Equal", "Exists", "", "Equals", "Gt"]),
+        prop::sample::select(vec!["", "proxy", "a b"]),
+        prop::sample::select(vec!["", "NoSchedule", "NoExecute", "NoRun"]),
+        prop::sample::select(vec![None, Some(30i64)]),
+    )
+        .prop_map(|(k, o, v, e, t)| Change::Toleration(k, o, v, e, t))
+}
+
+/// A template, the pod's override annotations and labels, and the pod's own containers, made from the changes.
 #[derive(Debug)]
 struct Case {
     template: String,
     annotations: Value,
+    labels: Value,
+    containers: Value,
 }
 
 fn case(changes: &[Change]) -> Case {
@@ -173,6 +270,10 @@ fn case(changes: &[Change]) -> Case {
         json!({"name": "proxy-data", "configMap": {"name": "proxy", "items": [{"key": "k", "path": "k"}]}});
     let mut pod = json!({"metadata": {"labels": {}, "annotations": {}}, "spec": {"containers": []}});
     let mut annotations = json!({});
+    let mut labels = json!({"app": "shop"});
+    let mut app = json!({"name": "app", "image": "nginx:1.27"});
+    let mut worker = None;
+    let mut defaults = None;
     let mut init = None;
     for change in changes {
         use Change::*;
@@ -254,9 +355,95 @@ fn case(changes: &[Change]) -> Case {
                 init = Some(json!({"name": "proxy-init", "image": "init:1",
                                    "readinessProbe": {"exec": {"command": ["ok"]}}}));
             }
+            Dns(policy, config) => {
+                pod["spec"]["dnsPolicy"] = json!(policy);
+                if let Some((nameservers, searches, unnamed_option)) = config {
+                    let mut dns = json!({"nameservers": nameservers, "searches": searches});
+                    if *unnamed_option {
+                        dns["options"] = json!([{"value": "2"}]);
+                    }
+                    pod["spec"]["dnsConfig"] = dns;
+                }
+            }
+            ReadinessGate(condition) => pod["spec"]["readinessGates"] = json!([{"conditionType": condition}]),
+            RuntimeClass(class) => pod["spec"]["runtimeClassName"] = json!(class),
+            Toleration(key, operator, value, effect, seconds) => {
+                let mut toleration = json!({});
+                for (field, text) in [("key", key), ("operator", operator), ("value", value), ("effect", effect)] {
+                    if !text.is_empty() {
+                        toleration[field] = json!(text);
+                    }
+                }
+                if let Some(seconds) = seconds {
+                    toleration["tolerationSeconds"] = json!(seconds);
+                }
+                pod["spec"]["tolerations"] = json!([toleration]);
+            }
+            NodeAffinity(key, operator, values) => {
+                let values: Vec<String> = (0..*values).map(|i| (i + 4).to_string()).collect();
+                let expression = json!({"key": key, "operator": operator, "values": values});
+                pod["spec"]["affinity"]["nodeAffinity"] = json!({"requiredDuringSchedulingIgnoredDuringExecution":
+                    {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}});
+            }
+            NodeField(key, operator, values) => {
+                let expression = json!({"key": key, "operator": operator, "values": values});
+                pod["spec"]["affinity"]["nodeAffinity"] = json!({"preferredDuringSchedulingIgnoredDuringExecution":
+                    [{"weight": 10, "preference": {"matchFields": [expression]}}]});
+            }
+            PodAntiAffinity(weight, topology, operator, values, namespace) => {
+                let values: Vec<&str> = ["web", "shop"][..*values].to_vec();
+                let mut term = json!({"topologyKey": topology, "labelSelector":
+                    {"matchExpressions": [{"key": "app", "operator": operator, "values": values}]}});
+                if !namespace.is_empty() {
+                    term["namespaces"] = json!([namespace]);
+                }
+                pod["spec"]["affinity"]["podAntiAffinity"] = json!({"preferredDuringSchedulingIgnoredDuringExecution":
+                    [{"weight": weight, "podAffinityTerm": term}]});
+            }
+            Worker(host_port) => {
+                let mut port = json!({"containerPort": 8080});
+                if *host_port != 0 {
+                    port["hostPort"] = json!(host_port);
+                }
+                worker = Some(json!({"name": "worker", "image": "worker:1", "ports": [port]}));
+            }
+            AppHostPort(port, protocol) => {
+                app["ports"] = json!([{"containerPort": 8080, "hostPort": port, "protocol": protocol}]);
+            }
+            SidecarHostPort(port, protocol) => {
+                proxy["ports"][0]["hostPort"] = json!(port);
+                proxy["ports"][0]["protocol"] = json!(protocol);
+            }
+            DefaultsPort(host_port) => {
+                let mut port = json!({"name": "node-metrics", "containerPort": 9101});
+                if *host_port != 0 {
+                    port["hostPort"] = json!(host_port);
+                }
+                defaults = Some(json!({"ports": [port]}));
+            }
+            RenderedProbePort(value) => {
+                annotations["example.com/probe-port"] = json!(value);
+                proxy["livenessProbe"] = json!({"tcpSocket":
+                    {"port": "{{ pod.annotations['example.com/probe-port'] | default(15000) | int }}"}});
+            }
+            RenderedRequest(value) => {
+                annotations["example.com/proxy-memory"] = json!(value);
+                proxy["resources"]["requests"]["memory"] =
+                    json!("{{ pod.annotations['example.com/proxy-memory'] | default('64Mi') }}");
+            }
+            RenderedImage(value) => {
+                annotations["example.com/proxy-image"] = json!(value);
+                proxy["image"] = json!("{{ pod.annotations['example.com/proxy-image'] | default('proxy:1') }}");
+            }
+            RenderedLabel(value) => {
+                labels["tier"] = json!(value);
+                pod["metadata"]["labels"]["sidecar-tier"] = json!("{{ pod.labels.tier | default('none') }}-sidecar");
+            }
         }
     }
     pod["spec"]["containers"] = json!([proxy]);
+    let mut containers = vec![app];
+    containers.extend(worker);
     pod["spec"]["volumes"] = json!([volume]);
     if let Some(init) = init {
         pod["spec"]["initContainers"] = json!([init]);
@@ -268,7 +455,11 @@ fn case(changes: &[Change]) -> Case {
          proxy-memory-limit: {{value: memoryLimit, type: quantity}}\n\
          pod: {pod}\n"
     );
-    Case { template, annotations }
+    let template = match defaults {
+        Some(defaults) => format!("{template}containerDefaults: {defaults}\n"),
+        None => template,
+    };
+    Case { template, annotations, labels, containers: json!(containers) }
 }
 
 /// `spec.containers[1].name` as `spec.containers.name`; map keys (`limits[cpu]`) stay.
@@ -289,11 +480,11 @@ fn without_indices(field: &str) -> String {
 }
 
 /// The pod the generated case is injected into.
-fn app_pod(annotations: &Value, name: &str) -> Value {
+fn app_pod(case: &Case, name: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "shop"}, "annotations": annotations},
-        "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]},
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": case.labels, "annotations": case.annotations},
+        "spec": {"containers": case.containers},
     })
 }
 
@@ -310,8 +501,9 @@ async fn api_server_verdict(cluster: &Cluster, pod: &Value) -> Result<(), Refusa
     let message = body["message"].as_str().unwrap_or_default().to_owned();
     match status {
         201 => Ok(()),
-        // A body it cannot decode: no field list.
-        400 => Err(Refusal { message, fields: None }),
+        // A body it cannot decode: no field list. Or refused by an admission plugin before validation (403: the
+        // RuntimeClass plugin looks the pod's runtime class up first).
+        400 | 403 => Err(Refusal { message, fields: None }),
         422 => {
             let causes = body["details"]["causes"].as_array().cloned().unwrap_or_default();
             // 1.20 copies a seccomp profile into its deprecated annotations and reports it twice: the field is ours.
@@ -324,14 +516,40 @@ async fn api_server_verdict(cluster: &Cluster, pod: &Value) -> Result<(), Refusa
     }
 }
 
-async fn run_case(cluster: &Cluster, changes: &[Change], counts: &mut [usize; 3]) -> Result<(), TestCaseError> {
+/// What a run covered: cases refused by both, accepted by both, served by the engine; the fields the generated
+/// templates set (their paths without indices); the fields refusals named.
+#[derive(Default)]
+struct Coverage {
+    counts: [usize; 3],
+    set: std::collections::BTreeSet<String>,
+    refused: std::collections::BTreeSet<String>,
+}
+
+/// The paths of every leaf of `value` under `at`, without list indices.
+fn leaf_paths(value: &Value, at: &str, out: &mut std::collections::BTreeSet<String>) {
+    match value {
+        Value::Object(members) => {
+            for (key, member) in members {
+                leaf_paths(member, &if at.is_empty() { key.clone() } else { format!("{at}.{key}") }, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| leaf_paths(item, at, out)),
+        _ => {
+            out.insert(at.to_owned());
+        }
+    }
+}
+
+async fn run_case(cluster: &Cluster, changes: &[Change], coverage: &mut Coverage) -> Result<(), TestCaseError> {
     let case = case(changes);
     let settings = Settings { kubernetes_version: VERSION, ..Settings::default() };
-    let pod = app_pod(&case.annotations, "rules");
+    let pod = app_pod(&case, "rules");
     let Ok(injected) = Template::inject_unchecked(&case.template, &pod, &settings) else {
         return Ok(()); // refused before the API rules (a YAML or type problem): nothing to compare
     };
     let ours = validate_pod(&injected, VERSION);
+    leaf_paths(&injected, "", &mut coverage.set);
+    coverage.refused.extend(ours.iter().map(|e| without_indices(&e.path.to_string())));
     let theirs = api_server_verdict(cluster, &injected).await;
     prop_assert_eq!(
         ours.is_empty(),
@@ -358,12 +576,15 @@ async fn run_case(cluster: &Cluster, changes: &[Change], counts: &mut [usize; 3]
             message
         );
     }
-    counts[usize::from(ours.is_empty())] += 1;
+    coverage.counts[usize::from(ours.is_empty())] += 1;
 
     // The guarantee: a template our checks accept, served by the engine with its overrides vetted, yields a pod
-    // the API server stores.
+    // the API server stores (when it stores the pod without the sidecar: a pod's own faults are not ours).
+    if api_server_verdict(cluster, &pod).await.is_err() {
+        return Ok(());
+    }
     if let Ok(template) = TemplateSet::from_source("generated", "generated.yaml", &case.template, &settings) {
-        counts[2] += 1;
+        coverage.counts[2] += 1;
         let engine = Engine::new(template, &settings);
         let (outcome, _, patch) = crate::common::answer(&engine, &crate::common::review(&pod));
         if let (Verdict::Injected { .. }, Some(patch)) = (outcome.verdict, patch) {
@@ -389,6 +610,9 @@ fn the_validator_agrees_with_the_api_server() {
     runtime.block_on(async {
         let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
         cluster.must_create("/api/v1/namespaces", namespace).await;
+        let kata = json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "kata"},
+                          "handler": "kata"});
+        cluster.must_create("/apis/node.k8s.io/v1/runtimeclasses", kata).await;
     });
     // The same cases on every run (CI stays reproducible); `E2E_CASES=N` draws N new ones from a random seed.
     let campaign: Option<u32> = std::env::var("E2E_CASES").ok().and_then(|n| n.parse().ok());
@@ -397,14 +621,18 @@ fn the_validator_agrees_with_the_api_server() {
         Some(_) => TestRunner::new(config),
         None => TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha)),
     };
-    let counts = std::cell::RefCell::new([0usize; 3]);
+    let coverage = std::cell::RefCell::new(Coverage::default());
     let strategy = prop::collection::vec(change(), 0..4);
     let result =
-        runner.run(&strategy, |changes| runtime.block_on(run_case(&cluster, &changes, &mut counts.borrow_mut())));
-    let [refused, accepted, served] = *counts.borrow();
+        runner.run(&strategy, |changes| runtime.block_on(run_case(&cluster, &changes, &mut coverage.borrow_mut())));
+    let coverage = coverage.into_inner();
+    let [refused, accepted, served] = coverage.counts;
     eprintln!(
-        "{} cases compared: {accepted} accepted and {refused} refused by both; {served} served by the engine",
-        refused + accepted
+        "{} cases compared: {accepted} accepted and {refused} refused by both; {served} served by the engine; {} \
+         fields set, {} fields named in refusals",
+        refused + accepted,
+        coverage.set.len(),
+        coverage.refused.len()
     );
     result.unwrap();
     assert!(refused + accepted >= 500, "at least 500 cases compared");
