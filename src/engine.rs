@@ -250,6 +250,26 @@ struct Failure {
     message: String,
 }
 
+/// The pod as JSON and the pod with `template` merged in, for the rare checks that judge the injected pod whole
+/// (off the request path's common case): the merge's own patch, applied. `None` when the merge adds nothing (the
+/// two would be the same) or the patch does not apply.
+#[cold]
+fn injected_pod(
+    template: &Template,
+    pod: &PodView<'_, '_>,
+    overridden: bool,
+    work: &mut Work,
+) -> Option<(serde_json::Value, serde_json::Value)> {
+    if work.merge(template, overridden, pod, &mut ()) == 0 {
+        return None;
+    }
+    let patch: json_patch::Patch = serde_json::from_slice(&work.staged).ok()?;
+    let original = pod.to_json();
+    let mut injected = original.clone();
+    json_patch::patch(&mut injected, &patch).ok()?;
+    Some((original, injected))
+}
+
 impl Engine {
     /// An engine injecting from `set`.
     pub fn new(set: TemplateSet, settings: &Settings) -> Self {
@@ -669,11 +689,7 @@ impl Engine {
         work: &mut Work,
     ) -> Option<Failure> {
         let version = self.settings.kubernetes_version;
-        work.merge(template, overridden, pod, &mut ());
-        let patch: json_patch::Patch = serde_json::from_slice(&work.staged).ok()?;
-        let original = pod.to_json();
-        let mut injected = original.clone();
-        json_patch::patch(&mut injected, &patch).ok()?;
+        let (original, injected) = injected_pod(template, pod, overridden, work)?;
         let own: Vec<String> =
             validation::pod_resources(&original, version).iter().map(|e| e.path.to_string()).collect();
         let problem =
@@ -705,13 +721,7 @@ impl Engine {
         work: &mut Work,
     ) -> Option<Failure> {
         let version = self.settings.kubernetes_version;
-        if work.merge(template, overridden, pod, &mut ()) == 0 {
-            return None;
-        }
-        let patch: json_patch::Patch = serde_json::from_slice(&work.staged).ok()?;
-        let original = pod.to_json();
-        let mut injected = original.clone();
-        json_patch::patch(&mut injected, &patch).ok()?;
+        let (original, injected) = injected_pod(template, pod, overridden, work)?;
         let own: Vec<String> = validation::validate_pod(&original, version).iter().map(FieldError::body).collect();
         let problem = validation::validate_pod(&injected, version).into_iter().find(|e| !own.contains(&e.body()))?;
         Some(Failure {

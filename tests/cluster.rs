@@ -78,19 +78,24 @@ impl Cluster {
         serde_json::from_str(&self.kubectl_ok(&args)).unwrap()
     }
 
-    /// Applies YAML from standard input.
-    fn apply(&self, yaml: &str) {
+    /// kubectl with `input` on its standard input.
+    fn kubectl_with_input(&self, args: &[&str], input: &str) -> Output {
         let mut child = self
             .command("kubectl")
-            .args(["apply", "-f", "-"])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         use std::io::Write;
-        child.stdin.take().unwrap().write_all(yaml.as_bytes()).unwrap();
-        let output = child.wait_with_output().unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// Applies YAML from standard input.
+    fn apply(&self, yaml: &str) {
+        let output = self.kubectl_with_input(&["apply", "-f", "-"], yaml);
         assert!(output.status.success(), "kubectl apply:\n{}\n{yaml}", text(&output));
     }
 
@@ -420,17 +425,7 @@ fn dry_run_pod(cluster: &Cluster, namespace: &str, name: &str, template: &str) -
             "annotations": {{"sidecar-injector.io/template": "{template}"}}}},
             "spec": {{"containers": [{{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}}]}}}}"#
     );
-    let mut child = cluster
-        .command("kubectl")
-        .args(["create", "--dry-run=server", "-o", "json", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child.stdin.take().unwrap().write_all(pod.as_bytes()).unwrap();
-    let output = child.wait_with_output().unwrap();
+    let output = cluster.kubectl_with_input(&["create", "--dry-run=server", "-o", "json", "-f", "-"], &pod);
     if output.status.success() { Ok(serde_json::from_slice(&output.stdout).unwrap()) } else { Err(text(&output)) }
 }
 

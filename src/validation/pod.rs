@@ -402,21 +402,16 @@ fn node_selector_term(cx: &mut Cx, term: &J, path: &FieldPath) {
     for (j, requirement) in items(term, "matchExpressions").iter().enumerate() {
         let at = path.child("matchExpressions").index(j);
         let values = items(requirement, "values");
-        match str_of(requirement, "operator").unwrap_or_default() {
-            "In" | "NotIn" if values.is_empty() => {
-                let detail = "must be specified when `operator` is 'In' or 'NotIn'";
-                cx.push(FieldError::required(&at.child("values"), detail));
+        let operator = str_of(requirement, "operator").unwrap_or_default();
+        if !set_operator_values(cx, operator, values, &at) {
+            match operator {
+                "Gt" | "Lt" if values.len() != 1 => {
+                    let detail = "must be specified single value when `operator` is 'Lt' or 'Gt'";
+                    cx.push(FieldError::required(&at.child("values"), detail));
+                }
+                "Gt" | "Lt" => {}
+                other => cx.push(FieldError::invalid(&at.child("operator"), other, NOT_A_SELECTOR_OPERATOR)),
             }
-            "Exists" | "DoesNotExist" if !values.is_empty() => {
-                let detail = "may not be specified when `operator` is 'Exists' or 'DoesNotExist'";
-                cx.push(FieldError::forbidden(&at.child("values"), detail));
-            }
-            "Gt" | "Lt" if values.len() != 1 => {
-                let detail = "must be specified single value when `operator` is 'Lt' or 'Gt'";
-                cx.push(FieldError::required(&at.child("values"), detail));
-            }
-            "In" | "NotIn" | "Exists" | "DoesNotExist" | "Gt" | "Lt" => {}
-            other => cx.push(FieldError::invalid(&at.child("operator"), other, NOT_A_SELECTOR_OPERATOR)),
         }
         let key = str_of(requirement, "key").unwrap_or_default();
         cx.rule(&at.child("key"), key, Rule::QualifiedName);
@@ -467,6 +462,24 @@ fn pod_affinity_term(cx: &mut Cx, term: &J, path: &FieldPath) {
     }
 }
 
+/// The values of a requirement with a set-based operator (`In`, `NotIn`, `Exists`, `DoesNotExist`), which label
+/// selectors and node selector terms judge alike: `true` if `operator` is one of them (judged here).
+fn set_operator_values(cx: &mut Cx, operator: &str, values: &[J], at: &FieldPath) -> bool {
+    match operator {
+        "In" | "NotIn" if values.is_empty() => {
+            let detail = "must be specified when `operator` is 'In' or 'NotIn'";
+            cx.push(FieldError::required(&at.child("values"), detail));
+        }
+        "Exists" | "DoesNotExist" if !values.is_empty() => {
+            let detail = "may not be specified when `operator` is 'Exists' or 'DoesNotExist'";
+            cx.push(FieldError::forbidden(&at.child("values"), detail));
+        }
+        "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+        _ => return false,
+    }
+    true
+}
+
 /// `ValidateLabelSelector`: its labels, and each expression's operator and key. (Values are held to label values
 /// only by newer API servers; they are not judged here.)
 fn label_selector(cx: &mut Cx, selector: &J, path: &FieldPath) {
@@ -476,17 +489,9 @@ fn label_selector(cx: &mut Cx, selector: &J, path: &FieldPath) {
     for (i, requirement) in items(selector, "matchExpressions").iter().enumerate() {
         let at = path.child("matchExpressions").index(i);
         let values = items(requirement, "values");
-        match str_of(requirement, "operator").unwrap_or_default() {
-            "In" | "NotIn" if values.is_empty() => {
-                let detail = "must be specified when `operator` is 'In' or 'NotIn'";
-                cx.push(FieldError::required(&at.child("values"), detail));
-            }
-            "Exists" | "DoesNotExist" if !values.is_empty() => {
-                let detail = "may not be specified when `operator` is 'Exists' or 'DoesNotExist'";
-                cx.push(FieldError::forbidden(&at.child("values"), detail));
-            }
-            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            other => cx.push(FieldError::invalid(&at.child("operator"), other, NOT_A_SELECTOR_OPERATOR)),
+        let operator = str_of(requirement, "operator").unwrap_or_default();
+        if !set_operator_values(cx, operator, values, &at) {
+            cx.push(FieldError::invalid(&at.child("operator"), operator, NOT_A_SELECTOR_OPERATOR));
         }
         let key = str_of(requirement, "key").unwrap_or_default();
         cx.rule(&at.child("key"), key, Rule::QualifiedName);
