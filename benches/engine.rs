@@ -79,6 +79,28 @@ fn review_of_size(target: usize) -> Vec<u8> {
     bytes
 }
 
+/// The CPU request the judged-values benchmarks read from an annotation: 8 digits they may rewrite, in nanocores
+/// (10m to 100m, below the template's limit).
+const JUDGED_CPU: &str = "10000000n";
+
+/// Writes a number of 8 digits made from `n` (10,000,000 to 99,999,998) over the 8 digits at `at`.
+fn stamp_decimal(buf: &mut [u8], at: usize, n: u32) {
+    let n = n % 89_999_999 + 10_000_000;
+    buf[at..at + 8].copy_from_slice(format!("{n:08}").as_bytes());
+}
+
+/// The built-in template, its sidecar's CPU request read from the pod's `example.com/cpu` annotation.
+fn judged_values_engine() -> Engine {
+    let settings = Settings::default();
+    let source = sidecar_injector::template::BUILTIN_SOURCE;
+    let edited = source.replace(
+        r#"requests: { cpu: "{{ values.proxyCPU }}""#,
+        r#"requests: { cpu: "{{ pod.annotations['example.com/cpu'] | default(values.proxyCPU) }}""#,
+    );
+    assert_ne!(edited, source, "the built-in template's CPU request is where this expects it");
+    Engine::new(TemplateSet::from_source("default", "default.yaml", &edited, &settings).unwrap(), &settings)
+}
+
 fn engine() -> Engine {
     let settings = Settings::default();
     Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings)
@@ -133,6 +155,35 @@ fn bench(c: &mut Criterion) {
                     black_box(engine.review(&mut buf, &mut out).unwrap());
                 })
             });
+        }
+
+        if label == "2KB" {
+            // Issue 35: a template whose pod-dependent leaf renders a quantity (a CPU request read from an
+            // annotation) has its part judged whole with each pod's values. The same value on every call is judged
+            // once per thread (cached by the rendered values); a new value on every call is judged every time. The
+            // shipped templates render strings only from the pod and never pay this (`engine` above).
+            let judged = judged_values_engine();
+            let mut review: Value = serde_json::from_slice(&body).unwrap();
+            review["request"]["object"]["metadata"]["annotations"]["example.com/cpu"] = json!(JUDGED_CPU);
+            let body = serde_json::to_vec(&review).unwrap();
+            let outcome = judged.review(&mut body.clone(), &mut out).unwrap();
+            assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
+            for (id, vary) in [("engine-judged-same-values", false), ("engine-judged-new-values", true)] {
+                let digits = digits_of(&body, JUDGED_CPU.trim_end_matches('n'));
+                group.bench_with_input(BenchmarkId::new(id, label), &body, |b, body| {
+                    let mut buf = Vec::with_capacity(body.len());
+                    let mut n = 0u32;
+                    b.iter(|| {
+                        buf.clear();
+                        buf.extend_from_slice(body);
+                        if vary {
+                            n = n.wrapping_add(1);
+                            stamp_decimal(&mut buf, digits, n);
+                        }
+                        black_box(judged.review(&mut buf, &mut out).unwrap());
+                    })
+                });
+            }
         }
 
         group.bench_with_input(BenchmarkId::new("simd-json-parse", label), &body, |b, body| {

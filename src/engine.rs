@@ -86,6 +86,16 @@ pub enum Verdict {
     },
 }
 
+impl Verdict {
+    /// Why a pod was skipped or refused; `None` for the other verdicts.
+    pub fn reason(self) -> Option<SkipReason> {
+        match self {
+            Verdict::Skipped(reason) | Verdict::Denied(reason) => Some(reason),
+            _ => None,
+        }
+    }
+}
+
 /// What the engine is asked: to inject (`/mutate`) or to check that injection is complete (`/validate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {

@@ -196,6 +196,7 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
         let mut missing = 0;
         for item in &t.items {
             match find_item(item.key.as_ref(), items, merge_key) {
+                Some((_, existing)) if another_object(field, item, existing) => {}
                 Some((index, existing)) => {
                     let mark = self.enter_index(index);
                     self.present(&item.node, existing, "", None, None);
@@ -284,6 +285,14 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
 
 /// A map of the pod whose keys are the user's: a container's `limits` beside its `requests`, and back.
 type Taken<'t, 'i> = Option<Value<'t, 'i>>;
+
+/// Is the pod's `existing` item, found by the template item's merge key, one of the pod's own objects rather than
+/// the template's (see [`schema::identified_by_name`])?
+fn another_object(field: &str, item: &Item, existing: Value<'_, '_>) -> bool {
+    let theirs = || existing.member("name").and_then(Existing::string);
+    schema::identified_by_name(field)
+        && item.name.as_deref().is_some_and(|ours| theirs().is_some_and(|theirs| theirs != ours))
+}
 
 /// The pod's item whose `merge_key` equals the template item's key, with its index.
 fn find_item<'t, 'i>(key: Option<&KeyValue>, items: Array<'t, 'i>, merge_key: &str) -> Option<(usize, Value<'t, 'i>)> {

@@ -201,6 +201,23 @@ fn serve_refuses_to_start_without_a_valid_template_and_says_why() {
     let output = run(&["serve", &format!("--template-dir=Canary_1={dir}")], "");
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8(output.stderr).unwrap().contains(r#"revision "Canary_1""#));
+
+    // The ConfigMap read through the API server: of a revision served from a directory, by a valid name, in a pod
+    // with a service account.
+    let refused = [
+        (vec!["--template-configmap=Bad_Name".to_owned()], r#"ConfigMap name "Bad_Name""#),
+        (vec!["--template-configmap=canary=templates".to_owned()], r#"revision "canary" has no --template-dir"#),
+        (vec!["--template-configmap=templates".to_owned()], "no in-cluster service account"),
+    ];
+    for (args, says) in refused {
+        let mut all = vec!["serve".to_owned(), format!("--template-dir={dir}"), "--listen=127.0.0.1:0".to_owned()];
+        all.extend(args);
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let output = run(&all, "");
+        assert_eq!(output.status.code(), Some(2), "{all:?}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(stderr.contains(says), "{all:?}: {stderr}");
+    }
 }
 
 #[test]
@@ -359,6 +376,26 @@ fn certs_for_an_older_cluster_patches_out_what_it_lacks() {
     assert_eq!(code(&output), 0);
     let kustomization = std::fs::read_to_string(current.join("kustomization.yaml")).unwrap();
     assert!(!kustomization.contains("kubernetes-version") && !kustomization.contains("op:"), "{kustomization}");
+    // 1.19: no bound token for the ConfigMap read; the Deployment patches apply to the base (their `test`s hold).
+    let oldest = dir.path().join("oldest");
+    let output = run(&["certs", "--out", oldest.to_str().unwrap(), "--base", base, "--kubernetes-version", "1.19"], "");
+    assert_eq!(code(&output), 0, "{}", String::from_utf8_lossy(&output.stderr));
+    let kustomization = std::fs::read_to_string(oldest.join("kustomization.yaml")).unwrap();
+    let kustomization = &sidecar_injector::offline::read_documents(&kustomization).unwrap()[0];
+    let deployment_text = std::fs::read_to_string(format!("{base}/deployment.yaml")).unwrap();
+    let mut deployment = sidecar_injector::offline::read_documents(&deployment_text).unwrap().remove(0);
+    for patch in kustomization["patches"].as_array().unwrap() {
+        if patch["target"]["kind"] != "Deployment" {
+            continue;
+        }
+        let ops = sidecar_injector::offline::read_documents(patch["patch"].as_str().unwrap()).unwrap().remove(0);
+        let ops: json_patch::Patch = serde_json::from_value(ops).unwrap();
+        json_patch::patch(&mut deployment, &ops).unwrap_or_else(|e| panic!("{e}: {}", patch["patch"]));
+    }
+    let pod = &deployment["spec"]["template"]["spec"];
+    let text = pod.to_string();
+    assert!(!text.contains("api-access") && !text.contains("--template-configmap"), "{text}");
+    assert!(text.contains("--template-dir") && text.contains("--kubernetes-version=1.19"), "{text}");
     // Too old for admissionregistration.k8s.io/v1.
     let absent = dir.path().join("absent");
     let output = run(&["certs", "--out", absent.to_str().unwrap(), "--base", base, "--kubernetes-version", "1.15"], "");

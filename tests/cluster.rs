@@ -455,29 +455,31 @@ fn apply_templates(cluster: &Cluster, edit: impl Fn(&Path)) -> Instant {
 }
 
 /// A template edit through the API reaches every replica through the kubelet's projection: new pods get the new
-/// version, pods created before keep theirs, and while the edit rolls through the replicas no pod is refused
-/// because the mutating and the validating call met replicas with different sets (the edit adds a template that
-/// pods ask for at once). Returns the seconds from the apply to the first pod injected with the new version.
-fn check_a_template_edit_through_the_api(cluster: &Cluster) -> u64 {
+/// version, pods created before keep theirs, and while the edit rolls through the replicas no pod is refused.
+/// Then an edit that adds a template pods ask for at once: each replica that meets such a pod before the kubelet
+/// updated its volume reads the ConfigMap itself, so none is admitted without its sidecar and none is refused
+/// because the mutating and the validating call met replicas with different sets. Returns the seconds from the
+/// first apply to the first pod injected with the new version, and from the second to the first pod with the new
+/// template.
+fn check_a_template_edit_through_the_api(cluster: &Cluster) -> (u64, u64) {
     let before = cluster.json(&["-n", "demo", "get", "pods", "-l", "app=shop"]);
     let old_versions: Vec<Option<String>> = before["items"].as_array().unwrap().iter().map(injected_version).collect();
     let old_version = old_versions[0].clone().expect("the shop pods are injected");
     let old_sets: Vec<String> = replica_metrics(cluster).iter().map(|(_, page)| served_set(page)).collect();
     cluster.kubectl_ok(&["create", "namespace", "rollout"]);
     cluster.kubectl_ok(&["label", "namespace", "rollout", "sidecar-injector.io/inject=enabled"]);
-
-    let applied = apply_templates(cluster, |dir| {
+    let edit_demo = |dir: &Path| {
         let demo = std::fs::read_to_string(dir.join("demo.yaml")).unwrap();
         let edited = demo.replace("  port: 15000\n", "  port: 15000\n  edition: 2\n");
         assert_ne!(demo, edited);
         std::fs::write(dir.join("demo.yaml"), edited).unwrap();
-        let second =
-            demo.replace("demo-sidecar", "demo2-sidecar").replace("sidecar-injector-demo", "sidecar-injector-demo2");
-        std::fs::write(dir.join("demo2.yaml"), second).unwrap();
-    });
-    // Pods asking for the edited template and for the new one, one of each a second, until a pod carries the new
-    // version and every replica serves the new set; none may be refused.
-    let (mut refused, mut new_template_missed, mut first_new) = (Vec::new(), 0, None);
+        demo
+    };
+
+    // 1. An edit of a template: the kubelet brings it to each replica on its own sync.
+    let applied = apply_templates(cluster, |dir| drop(edit_demo(dir)));
+    let mut refused = Vec::new();
+    let mut first_new = None;
     for round in 0..240 {
         match dry_run_pod(cluster, "rollout", &format!("edited-{round}"), "demo") {
             Ok(pod) => {
@@ -488,10 +490,6 @@ fn check_a_template_edit_through_the_api(cluster: &Cluster) -> u64 {
             }
             Err(e) => refused.push(e),
         }
-        match dry_run_pod(cluster, "rollout", &format!("new-{round}"), "demo2") {
-            Ok(pod) => new_template_missed += usize::from(!names(&pod, "containers").contains(&"demo2-sidecar")),
-            Err(e) => refused.push(e),
-        }
         let sets: Vec<String> = replica_metrics(cluster).iter().map(|(_, page)| served_set(page)).collect();
         if first_new.is_some() && sets.len() == 2 && sets.iter().all(|set| !old_sets.contains(set)) {
             break;
@@ -500,18 +498,48 @@ fn check_a_template_edit_through_the_api(cluster: &Cluster) -> u64 {
         std::thread::sleep(Duration::from_secs(1));
     }
     assert!(refused.is_empty(), "pods refused while the edit rolled through the replicas: {refused:#?}");
-    let seconds = first_new.unwrap();
+    let edited_after = first_new.unwrap();
+
+    // 2. An edit that adds a template, named by pods from the moment it is applied.
+    let edited_sets: Vec<String> = replica_metrics(cluster).iter().map(|(_, page)| served_set(page)).collect();
+    let applied = apply_templates(cluster, |dir| {
+        let demo = edit_demo(dir);
+        let second =
+            demo.replace("demo-sidecar", "demo2-sidecar").replace("sidecar-injector-demo", "sidecar-injector-demo2");
+        std::fs::write(dir.join("demo2.yaml"), second).unwrap();
+    });
+    let (mut missed, mut first_added) = (0, None);
+    for round in 0..240 {
+        match dry_run_pod(cluster, "rollout", &format!("new-{round}"), "demo2") {
+            Ok(pod) if names(&pod, "containers").contains(&"demo2-sidecar") => {
+                first_added.get_or_insert(applied.elapsed().as_secs());
+            }
+            Ok(_) => missed += 1,
+            Err(e) => refused.push(e),
+        }
+        let sets: Vec<String> = replica_metrics(cluster).iter().map(|(_, page)| served_set(page)).collect();
+        if round >= 10 && sets.len() == 2 && sets.iter().all(|set| !edited_sets.contains(set)) {
+            break;
+        }
+        assert!(round < 239, "the new template did not reach every replica within 240 rounds: {sets:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(refused.is_empty(), "pods refused while the new template rolled through the replicas: {refused:#?}");
+    assert_eq!(missed, 0, "pods asking for the new template admitted without it");
+    let reads: f64 = (replica_metrics(cluster).iter())
+        .filter_map(|(_, page)| metric(page, "sidecar_injector_template_configmap_reads_total", r#"result="changed""#))
+        .sum();
+    assert!(reads >= 1.0, "a replica read the ConfigMap for the new template");
+    let added_after = first_added.unwrap();
     eprintln!(
-        "template edit: first pod with the new version {seconds} s after the apply; {new_template_missed} pods asking for the new template admitted without it before their mutating call met a replica that had it"
+        "template edit: first pod with the new version {edited_after} s after the apply (the kubelet's sync); a new \
+         template: first pod with it {added_after} s after the apply, none without it ({reads} ConfigMap reads)"
     );
-    // Every replica has both now: a pod asking for the new template gets it.
-    let pod = dry_run_pod(cluster, "rollout", "settled", "demo2").unwrap();
-    assert!(names(&pod, "containers").contains(&"demo2-sidecar"), "{}", pod["spec"]);
     // Pods created before the edit keep the version they were injected with.
     let after = cluster.json(&["-n", "demo", "get", "pods", "-l", "app=shop"]);
     let versions: Vec<Option<String>> = after["items"].as_array().unwrap().iter().map(injected_version).collect();
     assert_eq!(versions, old_versions);
-    seconds
+    (edited_after, added_after)
 }
 
 /// A broken edit through the API is refused by every replica (the metric, the log naming the file and line), the
@@ -760,8 +788,8 @@ fn check_load_spread(cluster: &Cluster) {
     let without = shares_after_scaling_out(cluster, "0s", Duration::from_secs(45));
     eprintln!("shares after scaling 2 -> 3, no maximum connection age (newest first): {without:.2?}");
     assert!(without[0] < 0.05, "the replica added last got a share without connection ages: {without:?}");
-    let with = shares_after_scaling_out(cluster, "5s", Duration::from_secs(60));
-    eprintln!("shares after scaling 2 -> 3, --max-connection-age=5s (newest first): {with:.2?}");
+    let with = shares_after_scaling_out(cluster, "1s", Duration::from_secs(60));
+    eprintln!("shares after scaling 2 -> 3, --max-connection-age=1s (newest first): {with:.2?}");
     assert!(with.iter().all(|share| *share >= 0.1), "a replica got less than 0.1 of the reviews: {with:?}");
 }
 
@@ -849,13 +877,15 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     check_what_is_not_injected(&cluster);
 
     // Day two (issue 37): edits, the drift report and a certificate rotation through the API and the kubelet.
-    let propagation = check_a_template_edit_through_the_api(&cluster);
+    let (propagation, new_template) = check_a_template_edit_through_the_api(&cluster);
     check_a_broken_edit_is_refused_and_the_fix_recovers(&cluster);
     check_the_drift_report(&cluster);
     check_certificate_rotation(&cluster);
     check_disruption(&cluster);
     check_load_spread(&cluster);
-    eprintln!("template edit to the first pod with the new version: {propagation} s");
+    eprintln!(
+        "template edit to the first pod with the new version: {propagation} s; with a new template: {new_template} s"
+    );
     for line in webhook_latency(&cluster) {
         eprintln!("as the API server saw our calls: {line}");
     }

@@ -245,6 +245,38 @@ fn container_defaults_reach_every_app_container_but_not_the_template_sidecar() {
 }
 
 #[test]
+fn a_mount_of_the_pods_own_volume_at_the_path_the_template_mounts_is_left_as_the_pod_has_it() {
+    // The template mounts its volume read-only in every app container, at a path where one container already
+    // mounts a volume of its own: that mount is the pod's (found by path, it is another volume's), so neither is
+    // `readOnly` added to it nor a second mount at the path (the API server refuses two).
+    let template = format!(
+        "{SMALL}containerDefaults:\n  volumeMounts:\n    - {{ name: data, mountPath: /shared, readOnly: true }}\n"
+    );
+    let engine = engine_from(&template);
+    let mut pod = full_pod();
+    pod["spec"]["volumes"] = json!([{"name": "mine", "emptyDir": {}}]);
+    pod["spec"]["containers"] = json!([
+        {"name": "a", "image": "a", "volumeMounts": [{"name": "mine", "mountPath": "/shared"}]},
+        {"name": "b", "image": "b"},
+        {"name": "c", "image": "c", "volumeMounts": [{"name": "data", "mountPath": "/shared"}]}
+    ]);
+    let patch = patch_for(&engine, &pod).unwrap();
+    let mounts: Vec<&Value> = ops_under(&patch, "/spec/containers")
+        .into_iter()
+        .filter(|op| op["path"].as_str().unwrap().contains("volumeMounts"))
+        .collect();
+    assert_eq!(
+        mounts,
+        [
+            // `b` gets the mount; `c`, which mounts our volume there already, is completed.
+            &json!({"op": "add", "path": "/spec/containers/1/volumeMounts", "value": [{"name": "data", "mountPath": "/shared", "readOnly": true}]}),
+            &json!({"op": "add", "path": "/spec/containers/2/volumeMounts/0/readOnly", "value": true})
+        ]
+    );
+    check_properties(&engine, &pod);
+}
+
+#[test]
 fn completing_a_users_sidecar_never_sets_two_fields_the_api_server_accepts_one_of() {
     let engine = builtin();
     let mut pod = full_pod();

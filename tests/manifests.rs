@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use serde_json::Value;
 use sidecar_injector::cli::certs::names;
 use sidecar_injector::decision::OPT_OUT_VALUES;
@@ -110,6 +111,8 @@ fn every_object_deserialises_into_its_kubernetes_type_without_losing_a_field() {
         match kind {
             "Namespace" => round_trips_as::<Namespace>(file, object),
             "ServiceAccount" => round_trips_as::<ServiceAccount>(file, object),
+            "Role" => round_trips_as::<Role>(file, object),
+            "RoleBinding" => round_trips_as::<RoleBinding>(file, object),
             "ConfigMap" => round_trips_as::<ConfigMap>(file, object),
             "Deployment" => round_trips_as::<Deployment>(file, object),
             "Service" => round_trips_as::<Service>(file, object),
@@ -122,7 +125,7 @@ fn every_object_deserialises_into_its_kubernetes_type_without_losing_a_field() {
         }
         kinds.insert(kind);
     }
-    assert_eq!(kinds.len(), 10, "one of each: {kinds:?}");
+    assert_eq!(kinds.len(), 12, "one of each: {kinds:?}");
     for (file, object) in objects(CERT_MANAGER) {
         match object["kind"].as_str().unwrap() {
             "Issuer" => drop(serde_json::from_value::<cert_manager::Issuer>(object).unwrap()),
@@ -351,8 +354,35 @@ fn the_deployment_is_hardened_and_runs_what_it_mounts() {
     assert_eq!(serve.tls_key.unwrap(), tls_dir.join("tls.key"));
     let (templates_dir, templates) = mounted("templates");
     let configmap: ConfigMap = typed(the(&base, "ConfigMap"));
-    assert_eq!(templates.config_map.unwrap().name, configmap.metadata.name.unwrap());
+    assert_eq!(templates.config_map.unwrap().name, configmap.metadata.name.clone().unwrap());
     assert_eq!(serve.template.template_dir[0].dir, templates_dir);
+
+    // The ConfigMap read through the API server is the one mounted, and the one thing the account may do is read
+    // it, with the token mounted for this container alone.
+    let name = configmap.metadata.name.clone().unwrap();
+    assert_eq!(serve.template_configmap.len(), 1);
+    assert_eq!(
+        (serve.template_configmap[0].revision.as_str(), serve.template_configmap[0].name.as_str()),
+        ("default", name.as_str())
+    );
+    let role: Role = typed(the(&base, "Role"));
+    let rules = serde_json::to_value(role.rules.unwrap()).unwrap();
+    assert_eq!(
+        rules,
+        serde_json::json!([{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [name], "verbs": ["get"]}])
+    );
+    let binding: RoleBinding = typed(the(&base, "RoleBinding"));
+    assert_eq!(binding.role_ref.name, role.metadata.name.unwrap());
+    let subjects = binding.subjects.unwrap();
+    assert_eq!((subjects.len(), subjects[0].kind.as_str()), (1, "ServiceAccount"));
+    assert_eq!(Some(&subjects[0].name), pod.service_account_name.as_ref());
+    let (token_dir, token) = mounted("api-access");
+    assert_eq!(token_dir, Path::new("/var/run/secrets/kubernetes.io/serviceaccount"), "where in-cluster clients look");
+    let sources = token.projected.unwrap().sources.unwrap();
+    let token = sources.iter().find_map(|s| s.service_account_token.clone()).expect("a bound token");
+    assert!(token.expiration_seconds.unwrap() <= 3600, "short-lived");
+    assert!(sources.iter().any(|s| s.config_map.as_ref().is_some_and(|c| c.name == "kube-root-ca.crt")), "the CA");
+    assert!(sources.iter().any(|s| s.downward_api.is_some()), "the namespace");
 
     // The injector's own pods are never injected, wherever they run.
     let labels = spec.template.metadata.unwrap().labels.unwrap();
@@ -799,13 +829,25 @@ fn the_canary_component_adds_a_revision_the_server_serves_for_its_namespaces_alo
         revisions,
         [
             ("default".to_owned(), "sidecar-injector-templates".to_owned()),
-            ("canary".to_owned(), configmap.metadata.name.unwrap())
+            ("canary".to_owned(), configmap.metadata.name.clone().unwrap())
         ]
     );
+    // Each revision reads, through the API server, the ConfigMap it mounts, and the role allows exactly those.
+    let read: Vec<(String, String)> =
+        serve.template_configmap.iter().map(|c| (c.revision.clone(), c.name.clone())).collect();
+    assert_eq!(read, revisions);
+    let base = objects(BASE);
+    let mut role = the(&base, "Role").clone();
+    let patch: json_patch::Patch =
+        serde_json::from_value(documents(&root().join(REVISION_CANARY).join("role.yaml")).remove(0)).unwrap();
+    json_patch::patch(&mut role, &patch).unwrap();
+    let allowed: Vec<&str> =
+        role["rules"][0]["resourceNames"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert_eq!(allowed, revisions.iter().map(|(_, name)| name.as_str()).collect::<Vec<_>>());
 }
 
 /// The NetworkPolicy lets anyone reach the webhooks (the API server's address is the cluster's), the metrics port
-/// only from pods carrying the label docs/operations.md tells Prometheus to carry, and nothing out.
+/// only from pods carrying the label docs/operations.md tells Prometheus to carry, and out only to the API server.
 #[test]
 fn the_network_policy_admits_the_metrics_port_only_from_labelled_scrapers() {
     use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -823,7 +865,13 @@ fn the_network_policy_admits_the_metrics_port_only_from_labelled_scrapers() {
     };
     let pod_labels: Vec<(&str, &str)> = pod_labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     assert!(selects(&spec.pod_selector.unwrap(), &pod_labels), "the policy selects the injector's pods");
-    assert_eq!(spec.egress, Some(vec![]), "no egress");
+    // Egress: TCP to the API server's usual ports, nothing else (no DNS).
+    let egress = serde_json::to_value(spec.egress.unwrap()).unwrap();
+    assert_eq!(
+        egress,
+        serde_json::json!([{"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]}]),
+        "egress to the API server only"
+    );
     let rules = spec.ingress.unwrap();
     let port_of = |port: i32| {
         let rule = rules.iter().find(|r| {

@@ -94,6 +94,7 @@ async fn serve_volume(initial: &str, poll: Duration, events: bool) -> (Running, 
         poll_interval: poll,
         debounce: Duration::from_millis(50),
         events,
+        source: None,
     };
     let running = start_with(engine, |config, _| config.templates = vec![watch]).await;
     (running, ConfigMapVolume { _dir: Some(volume_dir), ..volume })
@@ -281,6 +282,7 @@ fn revision_volume(name: &str, initial: &str) -> (ConfigMapVolume, Arc<ArcSwap<E
         poll_interval: Duration::from_millis(100),
         debounce: Duration::from_millis(20),
         events: true,
+        source: None,
     };
     (ConfigMapVolume { _dir: Some(dir), ..volume }, engine, watch)
 }
@@ -371,4 +373,136 @@ async fn revisions_are_served_side_by_side_each_reloaded_alone_and_wholly_under_
     let (status, body) = conn.send(post("/mutate/beta", "application/json", REVIEW)).await.unwrap();
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(String::from_utf8_lossy(&body).contains("for stable, canary"), "{body:?}");
+}
+
+/// [`REVIEW`] with its pod naming `template`, and an annotation full of escapes: simd-json unescapes strings in
+/// place, so a second review of the same request must start again from the bytes received.
+fn review_naming(template: &str) -> Vec<u8> {
+    let mut review: Value = serde_json::from_slice(REVIEW).unwrap();
+    review["request"]["object"]["metadata"]["annotations"] =
+        serde_json::json!({"sidecar-injector.io/template": template, "note": "a \"quoted\"\\ttab\n\u{e9}"});
+    serde_json::to_vec(&review).unwrap()
+}
+
+/// The template a review's answer was injected with (its status annotation), or `None` without a patch.
+fn injected_template(body: &[u8]) -> Option<String> {
+    let answer: Value = serde_json::from_slice(body).unwrap();
+    let patch = answer["response"]["patch"].as_str()?;
+    let patch: Value =
+        serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(patch).unwrap()).unwrap();
+    let stamp = patch.as_array().unwrap().iter().find_map(|op| match op["path"].as_str() {
+        Some("/metadata/annotations") => op["value"]["sidecar-injector.io/status"].as_str(),
+        Some("/metadata/annotations/sidecar-injector.io~1status") => op["value"].as_str(),
+        _ => None,
+    })?;
+    Some(sidecar_injector::Stamp::parse(stamp).unwrap().template)
+}
+
+/// The ConfigMap behind a volume, as the API server has it (ahead of the volume after an edit), and how often it
+/// was read.
+#[derive(Clone, Default)]
+struct FakeConfigMap {
+    data: Arc<std::sync::Mutex<std::collections::BTreeMap<String, String>>>,
+    reads: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl FakeConfigMap {
+    fn set(&self, files: &[(&str, &str)]) {
+        *self.data.lock().unwrap() = files.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    }
+
+    fn reads(&self) -> usize {
+        self.reads.load(Ordering::SeqCst)
+    }
+
+    fn source(&self) -> sidecar_injector::server::refresh::TemplateSource {
+        let this = self.clone();
+        sidecar_injector::server::refresh::TemplateSource::from_fn("ConfigMap test/templates".into(), move || {
+            this.reads.fetch_add(1, Ordering::SeqCst);
+            let data = this.data.lock().unwrap().clone();
+            Box::pin(async move { Ok(data) })
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_the_volume_does_not_have_yet_is_read_from_the_configmap_and_injected() {
+    let volume_dir = tempfile::tempdir().unwrap();
+    let (old, new) = (template("a"), template("x"));
+    let mut volume = ConfigMapVolume::new(volume_dir.path(), &[("default.yaml", &old)]);
+    let settings = Settings::default();
+    let set = TemplateSet::load_dir(volume_dir.path(), "default", &settings).unwrap();
+    let engine = Arc::new(ArcSwap::from_pointee(Engine::new(set, &settings)));
+    let configmap = FakeConfigMap::default();
+    // The edit that adds `extra` has reached the API server, not yet the volume.
+    configmap.set(&[("default.yaml", &old), ("extra.yaml", &new)]);
+    let watch = TemplateWatch {
+        dir: volume_dir.path().to_owned(),
+        default_template: "default".into(),
+        settings,
+        poll_interval: Duration::from_millis(100),
+        debounce: Duration::from_millis(20),
+        events: true,
+        source: Some(configmap.source()),
+    };
+    let server = start_with(engine, |config, _| config.templates = vec![watch]).await;
+    let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+    let metrics = async || admin_get(server.metrics, "/metrics").await.1;
+    let reads = |m: &str, result: &str| {
+        counter(
+            m,
+            &format!(r#"sidecar_injector_template_configmap_reads_total{{revision="default",result="{result}"}}"#),
+        )
+    };
+
+    // Pods that name no template, or a known one, never read the ConfigMap.
+    assert_eq!(injected_template(&conn.review(REVIEW).await.1).as_deref(), Some("default"));
+    assert_eq!(injected_template(&conn.review(&review_naming("default")).await.1).as_deref(), Some("default"));
+    assert_eq!(configmap.reads(), 0);
+
+    // The pod naming the new template is injected with it: read, published, reviewed again.
+    let (status, body) = conn.review(&review_naming("extra")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(injected_template(&body).as_deref(), Some("extra"), "{}", String::from_utf8_lossy(&body));
+    assert_eq!(configmap.reads(), 1);
+    let m = metrics().await;
+    assert_eq!(reads(&m, "changed"), 1.0, "{m}");
+    assert_eq!(counter(&m, r#"sidecar_injector_template_generation{revision="default"}"#), 2.0);
+    // So is the validating call, from the same set, without another read.
+    let validated = conn.send(post("/validate", "application/json", &review_naming("extra"))).await.unwrap();
+    assert_eq!(validated.0, StatusCode::OK);
+
+    // The volume, rewritten by the kubelet but still without the edit, does not take the replica back.
+    volume.update(&[("default.yaml", &old)]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(injected_template(&conn.review(&review_naming("extra")).await.1).as_deref(), Some("extra"));
+    // And when the edit reaches the volume, it is the set serving already: no new generation.
+    volume.update(&[("default.yaml", &old), ("extra.yaml", &new)]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let m = metrics().await;
+    assert_eq!(counter(&m, r#"sidecar_injector_template_generation{revision="default"}"#), 2.0, "{m}");
+
+    // A template nobody has: one read (it may have been added since), then answered as unknown.
+    let (status, body) = conn.review(&review_naming("nope")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(injected_template(&body), None);
+    assert!(String::from_utf8_lossy(&body).contains("no template named nope"), "{}", String::from_utf8_lossy(&body));
+    assert_eq!(configmap.reads(), 2);
+    assert_eq!(reads(&metrics().await, "unchanged"), 1.0);
+
+    // Many at once share reads: at most one at a time, a quarter of a second apart.
+    let before = configmap.reads();
+    let mut flood = Vec::new();
+    for _ in 0..24 {
+        let (addr, ca) = (server.addr, server.ca_pem.clone());
+        flood.push(tokio::spawn(async move {
+            let mut conn = Conn::open(addr, &ca, false).await;
+            conn.review(&review_naming("nope")).await.0
+        }));
+    }
+    for one in flood {
+        assert_eq!(one.await.unwrap(), StatusCode::OK);
+    }
+    let flood_reads = configmap.reads() - before;
+    assert!((1..=4).contains(&flood_reads), "24 requests made {flood_reads} reads");
 }

@@ -117,6 +117,17 @@ const OLDER_CLUSTERS: &[(u32, &str, &str)] = &[
         "  - target: {kind: PodDisruptionBudget, name: sidecar-injector}\n    patch: |-\n      - {op: replace, path: \
          /apiVersion, value: policy/v1beta1}\n",
     ),
+    (
+        20,
+        "the token mounted to read the template ConfigMap (bound tokens, kube-root-ca.crt) needs 1.20: not mounted, \
+         not read; a template just added reaches each replica with the kubelet's update of its volume",
+        "  - target: {kind: Deployment, name: sidecar-injector}\n    patch: |-\n      - {op: test, path: \
+         /spec/template/spec/containers/0/args/4, value: --template-configmap=sidecar-injector-templates}\n      - \
+         {op: remove, path: /spec/template/spec/containers/0/args/4}\n      - {op: test, path: \
+         /spec/template/spec/containers/0/volumeMounts/2/name, value: api-access}\n      - {op: remove, path: \
+         /spec/template/spec/containers/0/volumeMounts/2}\n      - {op: test, path: /spec/template/spec/volumes/2/name, \
+         value: api-access}\n      - {op: remove, path: /spec/template/spec/volumes/2}\n",
+    ),
 ];
 
 /// The overlay's patches for a cluster of `version`: each of [`OLDER_CLUSTERS`] it lacks, and the injector told

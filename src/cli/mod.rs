@@ -227,18 +227,25 @@ impl std::str::FromStr for RevisionDir {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let (revision, dir) = match text.split_once('=') {
-            Some((name, dir)) => (name, dir),
-            None => (crate::template::DEFAULT_REVISION, text),
-        };
-        if let Some(problem) = crate::validation::names::dns1123_label(revision).into_iter().next() {
-            return Err(format!("revision {revision:?}: {problem}"));
-        }
-        if dir.is_empty() {
-            return Err(format!("revision {revision:?} names no directory"));
-        }
-        Ok(RevisionDir { revision: revision.to_owned(), dir: PathBuf::from(dir) })
+        let (revision, dir) = split_revision(text, "directory")?;
+        Ok(RevisionDir { revision, dir: PathBuf::from(dir) })
     }
+}
+
+/// `[REVISION=]VALUE`: the revision (the default one without `REVISION=`, which must be a DNS-1123 label) and
+/// the value, which must not be empty (`what` names it in the message).
+pub(crate) fn split_revision<'t>(text: &'t str, what: &str) -> Result<(String, &'t str), String> {
+    let (revision, value) = match text.split_once('=') {
+        Some((name, value)) => (name, value),
+        None => (crate::template::DEFAULT_REVISION, text),
+    };
+    if let Some(problem) = crate::validation::names::dns1123_label(revision).into_iter().next() {
+        return Err(format!("revision {revision:?}: {problem}"));
+    }
+    if value.is_empty() {
+        return Err(format!("revision {revision:?} names no {what}"));
+    }
+    Ok((revision.to_owned(), value))
 }
 
 impl TemplateArgs {

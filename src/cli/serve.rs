@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::server::defaults::*;
+use crate::server::refresh::TemplateSource;
 use crate::server::reload::TemplateWatch;
 use crate::server::{ServeConfig, Server, TlsSource};
 use arc_swap::ArcSwap;
@@ -108,6 +109,13 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_SHUTDOWN_TIMEOUT.into(), env = "SIDECAR_INJECTOR_SHUTDOWN_TIMEOUT")]
     pub shutdown_timeout: humantime::Duration,
 
+    /// `[REVISION=]NAME` (repeatable): the ConfigMap, in this pod's namespace, that the revision's --template-dir
+    /// is mounted from. A pod naming a template the directory lacks makes the server read it through the API
+    /// server (a minute before the kubelet updates the volume, after an edit that added it). Needs the in-cluster
+    /// service account and `get` on that ConfigMap (the manifests grant it).
+    #[arg(long, value_name = "[REVISION=]NAME", env = "SIDECAR_INJECTOR_TEMPLATE_CONFIGMAP", value_delimiter = ',')]
+    pub template_configmap: Vec<RevisionConfigMap>,
+
     /// With --template-dir: how often the directory is read even without a change event (events can be missed).
     #[arg(long, default_value_t = DEFAULT_TEMPLATE_POLL_INTERVAL.into(), env = "SIDECAR_INJECTOR_TEMPLATE_POLL_INTERVAL")]
     pub template_poll_interval: humantime::Duration,
@@ -173,9 +181,66 @@ impl ServeArgs {
                     poll_interval: self.template_poll_interval.into(),
                     debounce: TEMPLATE_DEBOUNCE,
                     events: true,
+                    source: None,
                 })
                 .collect(),
         }
+    }
+}
+
+/// `--template-configmap [REVISION=]NAME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevisionConfigMap {
+    /// The revision whose --template-dir the ConfigMap is mounted as.
+    pub revision: String,
+    /// The ConfigMap's name, in the pod's own namespace.
+    pub name: String,
+}
+
+impl std::str::FromStr for RevisionConfigMap {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let (revision, name) = super::split_revision(text, "ConfigMap")?;
+        if let Some(problem) = crate::validation::names::dns1123_subdomain(name).into_iter().next() {
+            return Err(format!("ConfigMap name {name:?}: {problem}"));
+        }
+        Ok(RevisionConfigMap { revision, name: name.to_owned() })
+    }
+}
+
+impl ServeArgs {
+    /// Gives each revision named by --template-configmap its ConfigMap as a [`TemplateSource`], read with the
+    /// in-cluster service account; an error if a revision has no --template-dir or the pod has no account.
+    fn attach_configmaps(&self, config: &mut ServeConfig) -> Result<(), CliError> {
+        let Some(first) = self.template_configmap.first() else { return Ok(()) };
+        let mut watches = Vec::new();
+        for (i, wanted) in self.template_configmap.iter().enumerate() {
+            if self.template_configmap[..i].iter().any(|other| other.revision == wanted.revision) {
+                let revision = &wanted.revision;
+                return Err(CliError::Config(format!("revision {revision:?} is given twice (--template-configmap)")));
+            }
+            let Some(watch) = config.templates.iter().position(|w| w.settings.revision == wanted.revision) else {
+                return Err(CliError::Config(format!(
+                    "--template-configmap {}: revision {:?} has no --template-dir the ConfigMap could be mounted as",
+                    wanted.name, wanted.revision
+                )));
+            };
+            watches.push((watch, &wanted.name));
+        }
+        let incluster = kube::Config::incluster().map_err(|e| {
+            CliError::Config(format!(
+                "--template-configmap {}: no in-cluster service account to read it with ({e})",
+                first.name
+            ))
+        })?;
+        let namespace = incluster.default_namespace.clone();
+        let client = kube::Client::try_from(incluster)
+            .map_err(|e| CliError::Config(format!("--template-configmap: cannot make an API client: {e}")))?;
+        for (watch, name) in watches {
+            config.templates[watch].source = Some(TemplateSource::config_map(client.clone(), &namespace, name));
+        }
+        Ok(())
     }
 }
 
@@ -198,7 +263,12 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::Config(format!("cannot start the runtime: {e}")))?;
-    let config = args.config();
+    let mut config = args.config();
+    {
+        // The API client starts a task of its own: it is made in the runtime.
+        let _runtime = runtime.enter();
+        args.attach_configmaps(&mut config)?;
+    }
     let describe = |e: &crate::Engine| {
         let left_out = e.set().unavailable_summary();
         let left_out = if left_out.is_empty() {

@@ -133,8 +133,14 @@ mod tests {
         let engine = Arc::new(ArcSwap::from_pointee(Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings)));
         let templates = Arc::new(reload::ReloadState::new(&engine.load()));
         let metrics = telemetry::Metrics::new().unwrap();
-        let revision =
-            Revision { name: settings.revision.clone(), engine, templates, metrics: metrics.revision("default") };
+        let revision = Revision {
+            name: settings.revision.clone(),
+            engine,
+            templates,
+            metrics: metrics.revision("default"),
+            reloader: None,
+            refresh: None,
+        };
         let body_budget = super::super::budget::BodyBudget::new(1 << 20, metrics.clone());
         Arc::new(Shared {
             revisions: Box::new([revision]),

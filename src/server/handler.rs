@@ -18,7 +18,7 @@ use super::budget::BODY_BUDGET_WAIT;
 use super::conn::{Answering, RequestGuard};
 use super::telemetry::{ErrorReason, RevisionMetrics};
 use super::{Revision, Shared};
-use crate::{Outcome, ReviewError, Verdict};
+use crate::{Outcome, ReviewError, SkipReason, Verdict};
 
 type Answer = Response<Full<Bytes>>;
 
@@ -117,7 +117,7 @@ async fn respond(shared: &Shared, req: &hyper::http::request::Parts, body: &mut 
     });
     let work = async {
         match accepted {
-            Ok((revision, endpoint)) => read_and_review(shared, revision, body, endpoint).await,
+            Ok((revision, endpoint)) => read_and_review(shared, revision, body, endpoint, deadline).await,
             Err((reason, status, message)) => {
                 // Read what was sent (up to the limit): an HTTP/1.1 connection whose request body is left unread
                 // is closed after the answer; read, it serves the client's next request.
@@ -150,7 +150,13 @@ async fn discard(body: &mut Incoming, max: usize) {
     }
 }
 
-async fn read_and_review(shared: &Shared, revision: &Revision, body: &mut Incoming, endpoint: Endpoint) -> Answer {
+async fn read_and_review(
+    shared: &Shared,
+    revision: &Revision,
+    body: &mut Incoming,
+    endpoint: Endpoint,
+    deadline: Duration,
+) -> Answer {
     let max = shared.config.max_body_bytes;
     let too_large = || format!("request body larger than the limit of {max} bytes");
     let announced = body.size_hint().lower();
@@ -158,6 +164,7 @@ async fn read_and_review(shared: &Shared, revision: &Revision, body: &mut Incomi
         // Refused from Content-Length, without reading the body.
         return refuse(shared, ErrorReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, too_large());
     }
+    let arrived = tokio::time::Instant::now();
     let expected = if announced > 0 { announced as usize } else { UNANNOUNCED_BODY_CAPACITY };
     // The buffer's every byte is reserved in the in-flight budget before it is allocated, and released when the
     // request ends (answered, or dropped by hyper when the client goes away).
@@ -165,6 +172,9 @@ async fn read_and_review(shared: &Shared, revision: &Revision, body: &mut Incomi
         return overloaded(shared);
     };
     let mut buf = Vec::with_capacity(expected + crate::PARSE_PADDING);
+    // The body as received, kept (by reference) where a review may be made twice: the first one parses `buf` in
+    // place.
+    let mut received = Received::default();
     while let Some(frame) = body.frame().await {
         let frame = match frame {
             Ok(frame) => frame,
@@ -188,16 +198,29 @@ async fn read_and_review(shared: &Shared, revision: &Revision, body: &mut Incomi
                 buf.reserve_exact(target - buf.len());
             }
             buf.extend_from_slice(&data);
+            if revision.refresh.is_some() {
+                received.keep(data);
+            }
         }
     }
     shared.metrics.body_bytes(buf.len());
-    let engine = revision.engine.load();
     let mut out = Vec::with_capacity(ANSWER_CAPACITY);
-    let run = || match endpoint {
-        Endpoint::Mutate => engine.review(&mut buf, &mut out),
-        Endpoint::Validate => engine.validate(&mut buf, &mut out),
-    };
-    match review_guarded(run) {
+    let mut reviewed = review(revision, endpoint, &mut buf, &mut out);
+    if let (Some(refresh), Ok(Ok(outcome))) = (&revision.refresh, &reviewed)
+        && outcome.verdict.reason() == Some(SkipReason::UnknownTemplate)
+    {
+        // A template this replica lacks: perhaps one a ConfigMap edit added that the kubelet has not projected
+        // here yet. Read the ConfigMap, and review again if that changed the set.
+        let engine = revision.engine.load_full();
+        if refresh.read_since(arrived, REFRESH_WAIT.min(deadline / 2)).await
+            && !Arc::ptr_eq(&engine, &revision.engine.load_full())
+        {
+            received.refill(&mut buf);
+            out.clear();
+            reviewed = review(revision, endpoint, &mut buf, &mut out);
+        }
+    }
+    match reviewed {
         Ok(Ok(outcome)) => {
             record(&revision.metrics, endpoint, &outcome);
             let mut answer = Response::new(Full::new(Bytes::from(out)));
@@ -209,6 +232,49 @@ async fn read_and_review(shared: &Shared, revision: &Revision, body: &mut Incomi
             tracing::error!(panic = %panic, "the engine panicked on a request; answered 500");
             let message = "internal error: the request could not be processed".to_owned();
             refuse(shared, ErrorReason::Panic, StatusCode::INTERNAL_SERVER_ERROR, message)
+        }
+    }
+}
+
+/// How long a request naming a template this replica lacks waits for a read of the template ConfigMap
+/// ([`super::refresh`]), at most: well within the API server's timeout for the call.
+const REFRESH_WAIT: Duration = Duration::from_secs(2);
+
+/// Reviews `buf` with the revision's engine serving now.
+fn review(
+    revision: &Revision,
+    endpoint: Endpoint,
+    buf: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> Result<Result<Outcome, ReviewError>, String> {
+    let engine = revision.engine.load();
+    review_guarded(|| match endpoint {
+        Endpoint::Mutate => engine.review(buf, out),
+        Endpoint::Validate => engine.validate(buf, out),
+    })
+}
+
+/// A request body's frames as hyper handed them over: reference-counted, so keeping them copies nothing, and the
+/// usual body of one frame allocates nothing either.
+#[derive(Default)]
+struct Received {
+    first: Option<Bytes>,
+    more: Vec<Bytes>,
+}
+
+impl Received {
+    fn keep(&mut self, data: Bytes) {
+        match self.first {
+            None => self.first = Some(data),
+            Some(_) => self.more.push(data),
+        }
+    }
+
+    /// Writes the body into `buf` again (a parse in place changed it).
+    fn refill(&self, buf: &mut Vec<u8>) {
+        buf.clear();
+        for data in self.first.iter().chain(&self.more) {
+            buf.extend_from_slice(data);
         }
     }
 }

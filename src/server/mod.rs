@@ -11,6 +11,7 @@ mod budget;
 mod conn;
 pub mod defaults;
 mod handler;
+pub mod refresh;
 pub mod reload;
 mod telemetry;
 pub mod tls;
@@ -177,6 +178,11 @@ pub(crate) struct Revision {
     /// The template generation serving and the newest refused edit.
     pub templates: Arc<reload::ReloadState>,
     pub metrics: telemetry::RevisionMetrics,
+    /// Reloads `engine` when its template directory changes (`--template-dir`).
+    pub reloader: Option<reload::Reloader>,
+    /// Reads the directory's ConfigMap through the API server for a pod naming a template `engine` lacks
+    /// (`--template-configmap`).
+    pub refresh: Option<Arc<refresh::Refresher>>,
 }
 
 impl Shared {
@@ -247,7 +253,19 @@ impl Server {
                 let revision_metrics = metrics.revision(&name);
                 revision_metrics.template_start(engine.load().set().hash());
                 let templates = Arc::new(reload::ReloadState::new(&engine.load()));
-                Revision { name, engine, templates, metrics: revision_metrics }
+                let watch = config.templates.iter().find(|w| w.settings.revision == name);
+                let reloader = watch.map(|watch| reload::Reloader {
+                    watch: watch.clone(),
+                    engine: engine.clone(),
+                    state: templates.clone(),
+                    metrics: revision_metrics.clone(),
+                    compile: reload::TemplateWatch::compile,
+                });
+                let refresh = reloader.as_ref().and_then(|reloader| {
+                    let source = reloader.watch.source.clone()?;
+                    Some(refresh::Refresher::new(source, reloader.clone()))
+                });
+                Revision { name, engine, templates, metrics: revision_metrics, reloader, refresh }
             })
             .collect();
         let body_budget = budget::BodyBudget::new(config.max_inflight_body_bytes, metrics.clone());
@@ -283,20 +301,10 @@ impl Server {
                 move || tls.clone().watch(interval),
             ))
         };
-        let template_watches: Vec<_> = shared
-            .revisions
-            .iter()
-            .filter_map(|revision| {
-                let watch = config.templates.iter().find(|w| w.settings.revision == revision.name)?.clone();
-                let reloader = reload::Reloader {
-                    watch,
-                    engine: revision.engine.clone(),
-                    state: revision.templates.clone(),
-                    metrics: revision.metrics.clone(),
-                    compile: reload::TemplateWatch::compile,
-                };
-                Some(tokio::spawn(reloader.run()))
-            })
+        let template_watches: Vec<_> = (shared.revisions.iter())
+            .filter_map(|revision| revision.reloader.clone())
+            .map(|reloader| tokio::spawn(reloader.run()))
+            .chain(shared.revisions.iter().filter_map(|r| r.refresh.clone()).map(|r| tokio::spawn(r.run())))
             .collect();
         let admin_task = tokio::spawn(admin::serve(admin, shared.clone()));
         let upkeep = tokio::spawn(telemetry::upkeep(shared.metrics.clone()));

@@ -19,6 +19,7 @@ use std::time::Duration;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use notify::Watcher;
 
+use super::refresh::ReadResult;
 use super::telemetry::RevisionMetrics;
 
 /// When reading the directory fails, read it once more after this pause before calling the edit refused: a read
@@ -41,6 +42,9 @@ pub struct TemplateWatch {
     pub debounce: Duration,
     /// Watch for change events (inotify); `false` polls only, for filesystems that send none.
     pub events: bool,
+    /// The ConfigMap the directory is mounted from, read through the API server when a pod names a template
+    /// the directory does not have yet ([`super::refresh`]); `None` reads the directory only.
+    pub source: Option<super::refresh::TemplateSource>,
 }
 
 impl TemplateWatch {
@@ -174,10 +178,36 @@ impl Reloader {
         if **self.state.seen.load() == hash {
             return;
         }
-        self.state.seen.store(Arc::new(hash));
+        self.state.seen.store(Arc::new(hash.clone()));
+        // The same set may already serve, read through the API server before the kubelet projected it
+        // ([`super::refresh`]): nothing to publish.
+        if self.engine.load().set().hash() == hash {
+            return;
+        }
         match (self.compile)(&self.watch, sources) {
             Ok(engine) => self.publish(engine),
             Err(e) => self.refuse(&e),
+        }
+    }
+
+    /// Publishes the set a read of the directory's ConfigMap through the API server gave, unless it is the one
+    /// serving: compiled and published (or refused) as the same edit will be when it reaches the directory. The
+    /// directory's own content, and so what its watch compares against, is left as it is: until the kubelet
+    /// projects the edit, the directory still shows the older set, which must not be published over this one.
+    pub(crate) fn apply_config_map(&self, data: std::collections::BTreeMap<String, String>) -> ReadResult {
+        let sources = SetSources::from_config_map(&self.watch.dir.display().to_string(), data);
+        if self.engine.load().set().hash() == sources.hash() {
+            return ReadResult::Unchanged;
+        }
+        match (self.compile)(&self.watch, sources) {
+            Ok(engine) => {
+                self.publish(engine);
+                ReadResult::Changed
+            }
+            Err(e) => {
+                self.refuse(&e);
+                ReadResult::Error
+            }
         }
     }
 
@@ -250,6 +280,7 @@ mod tests {
                 poll_interval: Duration::from_secs(3600),
                 debounce: Duration::ZERO,
                 events: false,
+                source: None,
             },
             state: Arc::new(ReloadState::new(&engine.load())),
             engine,

@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use metrics::{Counter, Gauge, Histogram};
 use metrics_exporter_prometheus::{LabelSet, Matcher, PrometheusBuilder, PrometheusHandle, formatting};
 
+use super::refresh::ReadResult;
 use crate::SkipReason;
 
 /// Why a request got an error status (the `reason` label of `result="error"`).
@@ -190,6 +191,7 @@ struct RevisionHandles {
     validated_skipped: Vec<(SkipReason, Counter)>,
     template_reloads_ok: Counter,
     template_reloads_failed: Counter,
+    template_reads: Vec<(ReadResult, Counter)>,
     template_generation: Gauge,
     template_last_reload_ok: Gauge,
     /// The hash of the set serving, for `sidecar_injector_template_set_info` (empty before the first).
@@ -202,6 +204,7 @@ const DURATION: &str = "sidecar_injector_request_duration_seconds";
 const BODY: &str = "sidecar_injector_request_body_bytes";
 const TEMPLATE_RELOADS: &str = "sidecar_injector_template_reloads_total";
 const TEMPLATE_SET: &str = "sidecar_injector_template_set_info";
+const TEMPLATE_READS: &str = "sidecar_injector_template_configmap_reads_total";
 const CONNECTION_ERRORS: &str = "sidecar_injector_connection_errors_total";
 const INFLIGHT_BODY_BYTES: &str = "sidecar_injector_inflight_body_bytes";
 const TEMPLATE_GENERATION: &str = "sidecar_injector_template_generation";
@@ -241,6 +244,13 @@ impl Metrics {
                 validated_skipped: reasons(VALIDATIONS, "skipped"),
                 template_reloads_ok: template_reloads("ok"),
                 template_reloads_failed: template_reloads("error"),
+                template_reads: (ReadResult::ALL.iter())
+                    .map(|&result| {
+                        let counter =
+                            metrics::counter!(TEMPLATE_READS, "revision" => label(), "result" => result.as_str());
+                        (result, counter)
+                    })
+                    .collect(),
                 template_generation: metrics::gauge!(TEMPLATE_GENERATION, "revision" => label()),
                 template_last_reload_ok: metrics::gauge!(TEMPLATE_LAST_RELOAD, "revision" => label()),
                 template_set: ArcSwap::from_pointee(String::new()),
@@ -291,6 +301,11 @@ impl Metrics {
             "Connections ended by an error, by kind: tls-handshake, timeout, http1, http2, io."
         );
         metrics::describe_counter!(TEMPLATE_RELOADS, "Template directory changes applied (ok) or refused (error).");
+        metrics::describe_counter!(
+            TEMPLATE_READS,
+            "Reads of the template ConfigMap through the API server, made for pods naming a template this replica \
+             lacked: the set changed, unchanged, or error."
+        );
         metrics::describe_gauge!(TEMPLATE_GENERATION, "Template sets published since start (1 at start), by revision.");
         metrics::describe_gauge!(
             TEMPLATE_LAST_RELOAD,
@@ -421,6 +436,13 @@ impl RevisionMetrics {
     pub(crate) fn template_reload(&self, ok: bool) {
         if ok { &self.0.template_reloads_ok } else { &self.0.template_reloads_failed }.increment(1);
         self.0.template_last_reload_ok.set(if ok { 1.0 } else { 0.0 });
+    }
+
+    /// A read of the template ConfigMap through the API server ([`super::refresh`]).
+    pub(crate) fn template_read(&self, result: ReadResult) {
+        if let Some((_, counter)) = self.0.template_reads.iter().find(|(r, _)| *r == result) {
+            counter.increment(1);
+        }
     }
 
     /// A new set was published: its generation, and the info series now names its hash (only its hash).

@@ -2,7 +2,7 @@
 //! template ConfigMaps, and the restarts. The only module of the crate that talks to an API server; the injector
 //! itself never does.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -62,34 +62,6 @@ pub enum ClusterError {
         /// Why.
         #[source]
         source: kube::Error,
-    },
-    /// A ConfigMap's templates could not be laid out as files to be read as `serve` reads its directory.
-    #[error("cannot write the templates of {origin} to {}", .dir.display())]
-    Scratch {
-        /// The ConfigMap.
-        origin: String,
-        /// The scratch directory.
-        dir: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A ConfigMap key that cannot be a file name (the API server allows none such).
-    #[error("{origin}: key {key:?} is not a valid ConfigMap key")]
-    Key {
-        /// The ConfigMap.
-        origin: String,
-        /// The key.
-        key: String,
-    },
-    /// A ConfigMap's template files could not be read back.
-    #[error("{origin}")]
-    Templates {
-        /// The ConfigMap.
-        origin: String,
-        /// Why.
-        #[source]
-        source: crate::TemplateError,
     },
 }
 
@@ -223,13 +195,13 @@ impl Cluster {
         Ok(parent)
     }
 
-    /// Reads the ConfigMap `namespace/name` and lays out its `data` as the kubelet mounts it, one file per key,
-    /// then reads that directory exactly as `serve` reads its template directory.
+    /// Reads the ConfigMap `namespace/name`: its `data` as `serve` reads the directory the kubelet mounts it
+    /// as ([`SetSources::from_config_map`]).
     pub async fn configmap_sources(&self, namespace: &str, name: &str) -> Result<SetSources, ClusterError> {
         let api = Api::<ConfigMap>::namespaced(self.client.clone(), namespace);
         let what = format!("reading ConfigMap {namespace}/{name} (--configmap)");
         let configmap = api.get(name).await.map_err(|e| ClusterError::call(&self.server, what, e))?;
-        sources_from_data(&format!("configmap/{namespace}/{name}"), &configmap.data.unwrap_or_default())
+        Ok(SetSources::from_config_map(&format!("configmap/{namespace}/{name}"), configmap.data.unwrap_or_default()))
     }
 
     /// Rolls `target` as `kubectl rollout restart` does, with `patch` ([`restart::patch`]); a paused Deployment
@@ -273,80 +245,6 @@ impl Cluster {
                 Some(token) => params = params.continue_token(&token),
                 None => return Ok(objects),
             }
-        }
-    }
-}
-
-/// A ConfigMap's `data` as `serve` sees it mounted: each key a file of a scratch directory, read back by
-/// [`SetSources::read_dir`] (so the same files are templates, the shared values or ignored), and labelled
-/// `origin/KEY` in messages rather than with the scratch path.
-pub(crate) fn sources_from_data(origin: &str, data: &BTreeMap<String, String>) -> Result<SetSources, ClusterError> {
-    let dir =
-        scratch_dir().map_err(|(dir, source)| ClusterError::Scratch { origin: origin.to_owned(), dir, source })?;
-    let read = write_and_read(origin, &dir.0, data);
-    drop(dir);
-    let mut sources = read?;
-    let prefix = format!("{}/", dir_label(&sources.origin));
-    let relabel = |file: &mut String| {
-        if let Some(key) = file.strip_prefix(&prefix) {
-            *file = format!("{origin}/{key}");
-        }
-    };
-    for (_, file, _) in &mut sources.templates {
-        relabel(file);
-    }
-    if let Some((file, _)) = &mut sources.values {
-        relabel(file);
-    }
-    sources.ignored.iter_mut().for_each(relabel);
-    sources.origin = origin.to_owned();
-    Ok(sources)
-}
-
-fn write_and_read(origin: &str, dir: &Path, data: &BTreeMap<String, String>) -> Result<SetSources, ClusterError> {
-    for (key, value) in data {
-        // The API server's rule for keys: [-._a-zA-Z0-9]+, not `.` or `..`; so never a path.
-        let valid = !key.is_empty()
-            && key != "."
-            && key != ".."
-            && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-        if !valid {
-            return Err(ClusterError::Key { origin: origin.to_owned(), key: key.clone() });
-        }
-        let file = dir.join(key);
-        std::fs::write(&file, value).map_err(|source| ClusterError::Scratch {
-            origin: origin.to_owned(),
-            dir: dir.to_owned(),
-            source,
-        })?;
-    }
-    SetSources::read_dir(dir).map_err(|source| ClusterError::Templates { origin: origin.to_owned(), source })
-}
-
-/// The label [`SetSources::read_dir`] gives the directory (and, under it, each file).
-fn dir_label(origin: &str) -> &str {
-    origin.trim_end_matches('/')
-}
-
-/// A new, empty directory of our own under the system's temporary directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn scratch_dir() -> Result<Scratch, (PathBuf, std::io::Error)> {
-    let base = std::env::temp_dir();
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    let mut attempt = 0;
-    loop {
-        let dir = base.join(format!("sidecar-injector-status-{}-{nanos}-{attempt}", std::process::id()));
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return Ok(Scratch(dir)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => attempt += 1,
-            Err(e) => return Err((dir, e)),
         }
     }
 }

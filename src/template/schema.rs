@@ -34,6 +34,13 @@ pub(crate) fn merge_key_for(field: &str) -> Option<&'static str> {
     }
 }
 
+/// Keyed lists whose items are found by their merge key but belong to the object their `name` refers to: a pod's
+/// mount, at the path the template mounts its volume, of a volume of the pod's own is the pod's, and not ours to
+/// complete (adding `readOnly` to it would change the user's mount).
+pub(crate) fn identified_by_name(field: &str) -> bool {
+    matches!(field, "volumeMounts" | "volumeDevices")
+}
+
 /// How the members of an object relate, for the add-only merge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Shape {

@@ -45,34 +45,64 @@ impl SetSources {
             dir: label.clone(),
             reason: format!("cannot read the template directory: {e}"),
         };
-        let mut sources =
-            SetSources { origin: label.clone(), templates: Vec::new(), values: None, ignored: Vec::new() };
+        let mut sources = SetSources::empty(label.clone());
         let mut errors = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(unreadable)? {
             let path = entry.map_err(unreadable)?.path();
             let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else { continue };
-            // `..data`, `..2026_11_21_...`: the kubelet's machinery; the files we want are symlinks beside them.
-            if file_name.starts_with('.') || path.is_dir() {
-                continue;
-            }
-            let (stem, extension) = file_name.rsplit_once('.').unwrap_or((file_name, ""));
-            if !matches!(extension, "yaml" | "yml") || stem.is_empty() {
-                sources.ignored.push(path.display().to_string());
+            if path.is_dir() {
                 continue;
             }
             let file = path.display().to_string();
-            match std::fs::read_to_string(&path) {
-                Ok(source) if stem == VALUES_FILE => sources.values = Some((file, source)),
-                Ok(source) => sources.templates.push((stem.to_owned(), file, source)),
-                Err(source) => errors.push(TemplateError::Read { file, source }),
+            match FileKind::of(file_name) {
+                FileKind::Machinery => {}
+                FileKind::Other => sources.ignored.push(file),
+                kind => match std::fs::read_to_string(&path) {
+                    Ok(source) => sources.add(kind, file, source),
+                    Err(source) => errors.push(TemplateError::Read { file, source }),
+                },
             }
         }
         if !errors.is_empty() {
             return Err(several(errors));
         }
-        sources.templates.sort();
-        sources.ignored.sort();
+        sources.sort();
         Ok(sources)
+    }
+
+    /// The sources a ConfigMap's `data` holds, each key a file as the kubelet projects it, labelled
+    /// `origin/KEY`: with the directory it is mounted at as `origin`, the same set, hash and file names in
+    /// messages as [`SetSources::read_dir`] gives once the kubelet has projected it.
+    pub fn from_config_map(origin: &str, data: impl IntoIterator<Item = (String, String)>) -> SetSources {
+        let origin = origin.trim_end_matches('/');
+        let mut sources = SetSources::empty(origin.to_owned());
+        for (key, source) in data {
+            let file = format!("{origin}/{key}");
+            match FileKind::of(&key) {
+                FileKind::Machinery => {}
+                FileKind::Other => sources.ignored.push(file),
+                kind => sources.add(kind, file, source),
+            }
+        }
+        sources.sort();
+        sources
+    }
+
+    fn empty(origin: String) -> SetSources {
+        SetSources { origin, templates: Vec::new(), values: None, ignored: Vec::new() }
+    }
+
+    fn add(&mut self, kind: FileKind<'_>, file: String, source: String) {
+        match kind {
+            FileKind::Template(name) => self.templates.push((name.to_owned(), file, source)),
+            FileKind::Values => self.values = Some((file, source)),
+            FileKind::Machinery | FileKind::Other => {}
+        }
+    }
+
+    fn sort(&mut self) {
+        self.templates.sort();
+        self.ignored.sort();
     }
 
     /// The hash of the whole set: every template's name and source, and the shared values.
@@ -81,6 +111,32 @@ impl SetSources {
             self.templates.iter().map(|(n, _, s)| (n.as_str(), s.as_str())),
             self.values.as_ref().map(|v| v.1.as_str()),
         )
+    }
+}
+
+/// What a file of a template directory (a key of its ConfigMap) is, by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileKind<'a> {
+    /// `NAME.yaml` or `NAME.yml`: the template NAME.
+    Template(&'a str),
+    /// `values.yaml`: the shared values.
+    Values,
+    /// `..data`, `..2026_11_21_...`: the kubelet's machinery; the files we want are symlinks beside them.
+    Machinery,
+    /// Anything else: listed as ignored.
+    Other,
+}
+
+impl FileKind<'_> {
+    fn of(file_name: &str) -> FileKind<'_> {
+        if file_name.starts_with('.') {
+            return FileKind::Machinery;
+        }
+        match file_name.rsplit_once('.') {
+            Some((VALUES_FILE, "yaml" | "yml")) => FileKind::Values,
+            Some((stem, "yaml" | "yml")) if !stem.is_empty() => FileKind::Template(stem),
+            _ => FileKind::Other,
+        }
     }
 }
 

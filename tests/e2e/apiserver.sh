@@ -61,6 +61,9 @@ start() {
   mkdir -p "$dir"
   dir="$(cd "$dir" && pwd)"
   [ -x "$APISERVER" ] || { echo "no kube-apiserver at $APISERVER: run '$0 build' first" >&2; exit 1; }
+  # The address it listens on and advertises (the `kubernetes` Service's endpoint): loopback, unless a cluster's
+  # pods must reach it (cluster.sh gives the node's bridge address).
+  local address="${APISERVER_ADDRESS:-127.0.0.1}"
   # Certificates: a CA, the API server's serving certificate, an admin client (system:masters), SA keys.
   (
     cd "$dir"
@@ -68,7 +71,8 @@ start() {
       -keyout ca.key -out ca.crt 2>/dev/null
     openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=kube-apiserver \
       -keyout apiserver.key -out apiserver.csr 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n' > apiserver.ext
+    printf 'subjectAltName=IP:127.0.0.1,IP:%s,DNS:localhost,DNS:kubernetes.default.svc%s\n' "$address" \
+      "${APISERVER_EXTRA_SANS:+,$APISERVER_EXTRA_SANS}" > apiserver.ext
     openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
       -extfile apiserver.ext -out apiserver.crt 2>/dev/null
     openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/O=system:masters/CN=e2e-admin" \
@@ -87,8 +91,8 @@ start() {
     --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
     --initial-cluster "default=http://127.0.0.1:$etcd_peer" >"$dir/etcd.log" 2>&1 &
   echo "ETCD_PID=$!" > "$dir/env"
-  "$APISERVER" --etcd-servers "http://127.0.0.1:$etcd_client" --bind-address 127.0.0.1 --secure-port "$port" \
-    --advertise-address 127.0.0.1 --tls-cert-file "$dir/apiserver.crt" --tls-private-key-file "$dir/apiserver.key" \
+  "$APISERVER" --etcd-servers "http://127.0.0.1:$etcd_client" --bind-address "$address" --secure-port "$port" \
+    --advertise-address "$address" --tls-cert-file "$dir/apiserver.crt" --tls-private-key-file "$dir/apiserver.key" \
     --client-ca-file "$dir/ca.crt" --authorization-mode RBAC \
     --service-account-key-file "$dir/sa.pub" --service-account-signing-key-file "$dir/sa.key" \
     --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range "${SERVICE_CIDR:-10.0.0.0/24}" \
@@ -101,7 +105,7 @@ apiVersion: v1
 kind: Config
 clusters:
 - name: e2e
-  cluster: {server: "https://127.0.0.1:$port", certificate-authority: "$dir/ca.crt"}
+  cluster: {server: "https://$address:$port", certificate-authority: "$dir/ca.crt"}
 users:
 - name: admin
   user: {client-certificate: "$dir/admin.crt", client-key: "$dir/admin.key"}
@@ -112,8 +116,8 @@ current-context: e2e
 KUBECONFIG
   for _ in $(seq 1 120); do
     if curl -sf --cacert "$dir/ca.crt" --cert "$dir/admin.crt" --key "$dir/admin.key" \
-        "https://127.0.0.1:$port/readyz" >/dev/null 2>&1; then
-      echo "kube-apiserver ready on 127.0.0.1:$port"
+        "https://$address:$port/readyz" >/dev/null 2>&1; then
+      echo "kube-apiserver ready on $address:$port"
       return
     fi
     sleep 0.5

@@ -25,6 +25,8 @@ BRIDGE=sie2e0
 POD_CIDR=10.209.0.0/24
 NODE_IP=10.209.0.1
 SERVICE_CIDR=10.209.1.0/24
+# The first address of SERVICE_CIDR: the `kubernetes` Service, through which pods reach the API server.
+KUBERNETES_SERVICE_IP=10.209.1.1
 NODE_NAME=sidecar-injector-e2e
 # The node's images, imported at `up` under the names pods and containerd ask for.
 PAUSE_IMAGE=localhost/sidecar-injector-e2e/pause:3.4
@@ -229,6 +231,9 @@ TOML
   local kubelet_port kubelet_healthz proxy_healthz proxy_metrics cm_port sched_port
   kubelet_port=$(free_port); kubelet_healthz=$(free_port); proxy_healthz=$(free_port); proxy_metrics=$(free_port)
   cm_port=$(free_port); sched_port=$(free_port)
+  # The API server listens on the node's bridge address, which pods reach through the `kubernetes` Service (the
+  # injector reads its template ConfigMap so); its certificate names that Service's address too.
+  APISERVER_ADDRESS=$NODE_IP APISERVER_EXTRA_SANS="IP:$KUBERNETES_SERVICE_IP" \
   SERVICE_CIDR=$SERVICE_CIDR APISERVER_EXTRA_ARGS="--allow-privileged=true \
     --kubelet-client-certificate=$dir/control-plane/admin.crt --kubelet-client-key=$dir/control-plane/admin.key \
     --kubelet-preferred-address-types=InternalIP" \
@@ -238,7 +243,7 @@ TOML
   cp "$kubeconfig" "$dir/kubeconfig"
   "$CACHE/kube-controller-manager" --kubeconfig "$kubeconfig" --port 0 --secure-port "$cm_port" \
     --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials=false \
-    --controllers '*,-serviceaccount-token,-nodeipam' >"$dir/logs/controller-manager.log" 2>&1 &
+    --controllers '*,-serviceaccount-token,-nodeipam' --root-ca-file "$cp/ca.crt" >"$dir/logs/controller-manager.log" 2>&1 &
   echo "CONTROLLER_MANAGER_PID=$!" >> "$dir/node.env"
   "$CACHE/kube-scheduler" --kubeconfig "$kubeconfig" --port 0 --secure-port "$sched_port" \
     --bind-address 127.0.0.1 --leader-elect=false >"$dir/logs/scheduler.log" 2>&1 &
