@@ -750,13 +750,7 @@ impl Engine {
     #[cold]
     fn unknown_annotation_warning(&self, template: &Template, key: &str) -> String {
         let known: Vec<&str> = self.keys.own().chain(template.annotations_read_or_written()).collect();
-        let closest = known
-            .iter()
-            .map(|k| (strsim::levenshtein(k, key), *k))
-            .filter(|(distance, _)| *distance <= 2)
-            .min()
-            .map(|(_, k)| k);
-        match closest {
+        match crate::suggest::closest(key, known.iter().copied()) {
             Some(closest) => format!(
                 "sidecar-injector: annotation {} is not one the injector reads (did you mean {closest}?); it is ignored",
                 shorten(key)

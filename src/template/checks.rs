@@ -130,15 +130,15 @@ pub(crate) fn dry_run(template: &Template, pod: &J, overrides: &super::Overrides
     Ok(injected)
 }
 
-/// Dry-runs `template` on every sample pod and validates the results: `Ok`, or every problem at its line of
-/// `file`. `pod` and `defaults` are the template's `pod` and `containerDefaults` sections, with their lines.
+/// Dry-runs `template` on every sample pod and validates the results: every problem at its line of `file`.
+/// `pod` and `defaults` are the template's `pod` and `containerDefaults` sections, with their lines.
 pub(super) fn check(
     template: &Template,
     pod: &YNode,
     defaults: Option<&YNode>,
     file: &str,
     version: KubeVersion,
-) -> Result<(), TemplateError> {
+) -> Vec<TemplateError> {
     let injects = template.injects();
     let sidecar = injects
         .containers
@@ -163,15 +163,10 @@ pub(super) fn check(
             problems.push((line, body, format!("{error} (the API server would refuse {shape} with this injected)")));
         }
     }
-    let errors: Vec<TemplateError> = problems
+    problems
         .into_iter()
         .map(|(line, _, reason)| TemplateError::Invalid { file: file.to_owned(), line, reason })
-        .collect();
-    match errors.len() {
-        0 => Ok(()),
-        1 => Err(errors.into_iter().next().expect("one error")),
-        _ => Err(TemplateError::Several(errors)),
-    }
+        .collect()
 }
 
 /// The line of the template that put the field at `path` into `injected`: the template's node for it, found by
