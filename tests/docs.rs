@@ -151,6 +151,13 @@ fn the_documented_exit_codes_are_the_binarys() {
     let inject_broken_template: Run = (&["inject", "-f", "-", "--template", broken], manifest.as_bytes());
     let not_a_review: Run = (&["review"], b"{not json");
     let not_yaml: Run = (&["inject", "-f", "-"], b"a: [1\n");
+    // Issue 38: a pod template the template fails to render for (it reads a label the pod lacks) is not injected.
+    let unlabelled = dir.path().join("unlabelled.yaml");
+    let reads_app =
+        "pod:\n  spec:\n    containers:\n      - { name: side, image: x, args: [\"{{ pod.labels.app }}\"] }\n";
+    std::fs::write(&unlabelled, reads_app).unwrap();
+    let unlabelled = unlabelled.to_str().unwrap();
+    let not_injected: Run = (&["inject", "-f", "-", "--template", unlabelled], manifest.as_bytes());
     let pod_refused: Run = (&["review", "--validate"], &review_body);
     let unknown_flag: Run = (&["review", "--no-such-flag"], b"");
     let unreadable: Run = (&["review", "-f", missing], b"");
@@ -172,6 +179,7 @@ fn the_documented_exit_codes_are_the_binarys() {
                 ("refused a pod", pod_refused),
                 ("the input is not a review", not_a_review),
                 ("not YAML", not_yaml),
+                ("`inject` could not inject", not_injected),
                 ("unknown flag", unknown_flag),
                 ("unreadable file", unreadable),
                 ("a template that does not load", review_broken_template),
@@ -186,6 +194,7 @@ fn the_documented_exit_codes_are_the_binarys() {
                 ("check refused a template", check_refused),
                 ("refused a pod", pod_refused),
                 ("the input is not a review", not_a_review),
+                ("inject could not inject", not_injected),
                 ("unknown flag", unknown_flag),
                 ("a template that does not load", review_broken_template),
             ],
@@ -207,6 +216,7 @@ fn the_documented_exit_codes_are_the_binarys() {
             exit_clauses(inject_section, "Exit codes:"),
             vec![
                 ("YAML with its line", not_yaml),
+                ("could not inject", not_injected),
                 ("unknown flag", unknown_flag),
                 ("a template that does not load", inject_broken_template),
             ],

@@ -352,8 +352,10 @@ fn a_refused_pod_or_bad_yaml_fails_with_the_reason_and_prints_nothing() {
     let stderr = String::from_utf8(refused.stderr).unwrap();
     assert!(stderr.contains("Pod default/p: refused:") && stderr.contains("no template named nope"), "{stderr}");
 
+    // Admitted without the sidecar by the webhook, which `inject` reports as a failure too (issue 38).
     let allowed = run(&["inject", "-f", "-"], asks);
-    assert!(allowed.status.success(), "the default policy admits it without the sidecar");
+    assert_eq!(allowed.status.code(), Some(1));
+    assert!(allowed.stdout.is_empty());
     assert!(String::from_utf8(allowed.stderr).unwrap().contains("warning"));
 
     let broken = run(&["inject", "-f", "-"], "kind: Pod\nspec: [1, 2\nmetadata: {}\n");
@@ -361,4 +363,38 @@ fn a_refused_pod_or_bad_yaml_fails_with_the_reason_and_prints_nothing() {
     assert!(broken.stdout.is_empty());
     let stderr = String::from_utf8(broken.stderr).unwrap();
     assert!(stderr.starts_with("sidecar-injector: stdin: ") && stderr.contains("line"), "{stderr}");
+}
+
+/// Issue 38: a pod template that should get the sidecar and cannot (an expression fails to render for it, a
+/// template it names is not there) exits 1 with nothing on stdout, naming the workload and, through the
+/// webhook's warning, the fix; a pod the rules leave out (opted out) is not a failure.
+#[test]
+fn a_pod_template_that_cannot_be_injected_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("reads-app.yaml");
+    let source = "pod:\n  spec:\n    containers:\n      - { name: side, image: x, args: [\"{{ pod.labels.app }}\"] }\n";
+    std::fs::write(&template, source).unwrap();
+    let template = template.to_str().unwrap();
+    let deployment = |labels: &str, annotations: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  template:\n    metadata: \
+             {{labels: {labels}, annotations: {annotations}}}\n    spec:\n      containers: [{{name: web, image: nginx}}]\n"
+        )
+    };
+    let unlabelled = run(&["inject", "-f", "-", "--template", template], deployment("{x: y}", "{}"));
+    assert_eq!(unlabelled.status.code(), Some(1));
+    assert!(unlabelled.stdout.is_empty(), "nothing on stdout");
+    let stderr = String::from_utf8(unlabelled.stderr).unwrap();
+    assert!(stderr.contains("could not inject Deployment default/web (render-failed)"), "{stderr}");
+    assert!(stderr.contains("`{{ pod.labels.app | default(...) }}`"), "the fix: {stderr}");
+
+    let labelled = run(&["inject", "-f", "-", "--template", template], deployment("{app: web}", "{}"));
+    assert_eq!(labelled.status.code(), Some(0), "{}", String::from_utf8_lossy(&labelled.stderr));
+
+    let unknown = run(&["inject", "-f", "-"], deployment("{}", "{sidecar-injector.io/template: nope}"));
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("(unknown-template)"));
+
+    let opted_out = run(&["inject", "-f", "-"], deployment("{}", "{sidecar-injector.io/inject: \"false\"}"));
+    assert_eq!(opted_out.status.code(), Some(0), "left out by the rules, not a failure");
 }

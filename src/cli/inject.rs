@@ -43,7 +43,9 @@ pub enum OutputFormat {
     Json,
 }
 
-/// Runs `inject`. Nothing is printed unless every document could be injected.
+/// Runs `inject`. Nothing is printed unless every document could be injected: a pod template that should get the
+/// sidecar and could not (a render that failed, a template it names that is not there) exits 1, as a refused
+/// one does, with the reason on stderr.
 pub fn run(args: &InjectArgs) -> Result<(), CliError> {
     let engine = args.template.engine().map_err(|e| CliError::templates(e, false))?;
     let (label, text) = if args.file.as_os_str() == "-" {
@@ -57,6 +59,7 @@ pub fn run(args: &InjectArgs) -> Result<(), CliError> {
     };
     let mut documents = offline::read_documents(&text).map_err(|e| CliError::Refused(format!("{label}: {e}")))?;
     let mut notes = String::new();
+    let mut failed = Vec::new();
     for document in &mut documents {
         let reports = offline::inject_document(&engine, document, &args.namespace)
             .map_err(|e| CliError::Refused(format!("{label}: {e}")))?;
@@ -64,11 +67,25 @@ pub fn run(args: &InjectArgs) -> Result<(), CliError> {
             for warning in &report.warnings {
                 notes.push_str(&format!("{}: warning: {warning}\n", report.workload));
             }
-            if let (Verdict::Skipped(reason), false) = (report.verdict, args.quiet) {
-                let (name, why) = (reason.as_str(), reason.explain());
-                notes.push_str(&format!("{}: not injected ({name}): {why}\n", report.workload));
+            match report.verdict {
+                Verdict::Skipped(reason) if reason.is_failure() => failed.push((report.workload, reason.as_str())),
+                Verdict::Skipped(reason) if !args.quiet => {
+                    let (name, why) = (reason.as_str(), reason.explain());
+                    notes.push_str(&format!("{}: not injected ({name}): {why}\n", report.workload));
+                }
+                _ => {}
             }
         }
+    }
+    if !failed.is_empty() {
+        // The warnings above say why (the field, the template, the fix); the error names what failed.
+        super::stderr(format_args!("{notes}"));
+        let workloads: Vec<String> = failed.iter().map(|(workload, reason)| format!("{workload} ({reason})")).collect();
+        return Err(CliError::Refused(format!(
+            "{label}: could not inject {}: the webhook would admit such pods without the sidecar (or refuse them, as \
+             onError says)",
+            workloads.join(", ")
+        )));
     }
     let format = match args.output {
         Some(OutputFormat::Yaml) => Format::Yaml,
