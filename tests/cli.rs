@@ -151,6 +151,20 @@ fn check_summarises_a_good_directory_and_lists_every_problem_of_a_bad_one() {
     assert!(stderr.contains("default.yaml:") && stderr.contains("not a valid quantity"), "{stderr}");
     assert!(output.stdout.is_empty());
 
+    // Issue 38: a label read without a default passes (the sample pods carry `app`), with a warning and the fix.
+    let reads_app = dir.path().join("reads-app.yaml");
+    let source = "pod:\n  spec:\n    containers:\n      - name: side\n        image: x\n        args: [\"{{ pod.labels.app }}\"]\n";
+    std::fs::write(&reads_app, source).unwrap();
+    let output = run(&["check", reads_app.to_str().unwrap()], "");
+    assert!(output.status.success());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        stdout.contains("    warning: ")
+            && stdout.contains("reads-app.yaml:6: pod.spec.containers[0].args[0]: fails on a pod without labels"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("`{{ pod.labels.app | default(...) }}`"), "{stdout}");
+
     let output = run(&["check", "/nonexistent/t.yaml"], "");
     assert_eq!(output.status.code(), Some(2), "nothing to check is bad usage");
     assert!(String::from_utf8(output.stderr).unwrap().contains("/nonexistent/t.yaml"));
