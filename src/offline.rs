@@ -55,6 +55,8 @@ pub struct TemplateReport {
     pub verdict: Verdict,
     /// The warnings the webhook would have sent.
     pub warnings: Vec<String>,
+    /// Why it was not injected, when it was skipped ([`crate::Outcome::skip_explanation`]).
+    pub why: Option<String>,
 }
 
 /// The format of manifests.
@@ -237,7 +239,8 @@ fn inject_pod(
         target.insert("metadata".into(), injected["metadata"].take());
         target.insert("spec".into(), injected["spec"].take());
     }
-    Ok(TemplateReport { workload: workload.to_owned(), verdict: outcome.verdict, warnings: outcome.warnings })
+    let why = outcome.skip_explanation();
+    Ok(TemplateReport { workload: workload.to_owned(), verdict: outcome.verdict, warnings: outcome.warnings, why })
 }
 
 /// The Pod CREATE review (admission.k8s.io/v1) the API server would send for `pod` in `namespace`: how the

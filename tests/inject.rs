@@ -398,3 +398,25 @@ fn a_pod_template_that_cannot_be_injected_exits_1() {
     let opted_out = run(&["inject", "-f", "-"], deployment("{}", "{sidecar-injector.io/inject: \"false\"}"));
     assert_eq!(opted_out.status.code(), Some(0), "left out by the rules, not a failure");
 }
+
+/// Issue 38: a CronJob's pod on a Kubernetes without native sidecars is reported with that cause, once, not as
+/// its template's `jobs` setting; with `jobs: skip` the setting is the cause.
+#[test]
+fn a_jobs_pod_left_out_for_the_kubernetes_version_says_so() {
+    let cronjob = "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: nightly}\nspec:\n  schedule: '0 0 * * *'\n  \
+                   jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          \
+                   containers: [{name: job, image: busybox}]\n";
+    let old = run(&["inject", "-f", "-", "--kubernetes-version", "1.27"], cronjob);
+    assert!(old.status.success());
+    let stderr = String::from_utf8(old.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.starts_with("CronJob default/nightly: not injected (job): "), "{stderr}");
+    assert!(stderr.contains("needs Kubernetes 1.29, and this injector is set for 1.27"), "{stderr}");
+    assert!(!stderr.contains("`jobs` setting"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let skip = dir.path().join("skip.yaml");
+    std::fs::write(&skip, "jobs: skip\npod:\n  spec:\n    containers: [{name: side, image: x}]\n").unwrap();
+    let skipped = run(&["inject", "-f", "-", "--template", skip.to_str().unwrap()], cronjob);
+    assert!(String::from_utf8(skipped.stderr).unwrap().contains("(its `jobs` setting)"));
+}

@@ -64,14 +64,16 @@ pub fn run(args: &InjectArgs) -> Result<(), CliError> {
         let reports = offline::inject_document(&engine, document, &args.namespace)
             .map_err(|e| CliError::Refused(format!("{label}: {e}")))?;
         for report in reports {
-            for warning in &report.warnings {
+            // A warning that says why the pod was skipped is the note below.
+            let said = |warning: &String| report.why.as_deref().is_some_and(|why| warning.ends_with(why));
+            for warning in report.warnings.iter().filter(|w| !said(w)) {
                 notes.push_str(&format!("{}: warning: {warning}\n", report.workload));
             }
             match report.verdict {
                 Verdict::Skipped(reason) if reason.is_failure() => failed.push((report.workload, reason.as_str())),
                 Verdict::Skipped(reason) if !args.quiet => {
-                    let (name, why) = (reason.as_str(), reason.explain());
-                    notes.push_str(&format!("{}: not injected ({name}): {why}\n", report.workload));
+                    let why = report.why.as_deref().unwrap_or_default();
+                    notes.push_str(&format!("{}: not injected ({}): {why}\n", report.workload, reason.as_str()));
                 }
                 _ => {}
             }

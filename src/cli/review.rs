@@ -94,7 +94,8 @@ fn explain(engine: &crate::Engine, outcome: &Outcome) -> String {
             text.push('\n');
         }
         Verdict::Skipped(reason) => {
-            text.push_str(&format!("decision: not injected ({}): {}\n", reason.as_str(), reason.explain()));
+            let why = outcome.skip_explanation().unwrap_or_default();
+            text.push_str(&format!("decision: not injected ({}): {why}\n", reason.as_str()));
         }
         Verdict::Denied(reason) => {
             text.push_str(&format!("decision: refused ({}): {message}\n", reason.as_str()));
