@@ -95,7 +95,7 @@ async fn serve_volume(initial: &str, poll: Duration, events: bool) -> (Running, 
         debounce: Duration::from_millis(50),
         events,
     };
-    let running = start_with(engine, |config, _| config.templates = vec![watch]).await;
+    let running = start_with(engine, |config, _| config.template_watches = vec![watch]).await;
     (running, ConfigMapVolume { _dir: Some(volume_dir), ..volume })
 }
 
@@ -302,7 +302,7 @@ async fn revisions_are_served_side_by_side_each_reloaded_alone_and_wholly_under_
     let (mut stable, stable_engine, stable_watch) = revision_volume("stable", &stable_a);
     let (mut canary, canary_engine, canary_watch) = revision_volume("canary", &canary_a);
     let server = start_revisions(vec![stable_engine, canary_engine], |config, _| {
-        config.templates = vec![stable_watch, canary_watch];
+        config.template_watches = vec![stable_watch, canary_watch];
     })
     .await;
 

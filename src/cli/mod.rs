@@ -286,6 +286,16 @@ impl TemplateArgs {
         }
     }
 
+    /// Where `revision`'s templates come from, for the start log: its directory, the template file, or the
+    /// built-in template.
+    pub fn source_of(&self, revision: &str) -> String {
+        match (self.template_dir.iter().find(|r| r.revision == revision), &self.template) {
+            (Some(dir), _) => format!("{} (reloaded when it changes)", dir.dir.display()),
+            (None, Some(file)) => file.display().to_string(),
+            (None, None) => "the built-in template (templates/default.yaml)".to_owned(),
+        }
+    }
+
     /// Loads one revision's templates and builds its engine.
     pub fn revision_engine(&self, revision: &RevisionDir) -> Result<crate::Engine, crate::TemplateError> {
         let settings = self.settings_for(&revision.revision);

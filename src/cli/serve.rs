@@ -165,7 +165,7 @@ impl ServeArgs {
             write_timeout: self.write_timeout.into(),
             shutdown_delay: self.shutdown_delay.into(),
             shutdown_timeout: self.shutdown_timeout.into(),
-            templates: (self.template.template_dir.iter())
+            template_watches: (self.template.template_dir.iter())
                 .map(|revision| TemplateWatch {
                     dir: revision.dir.clone(),
                     default_template: self.template.default_template.clone(),
@@ -206,7 +206,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         } else {
             format!("; left out for {}: {left_out}", e.settings().kubernetes_version)
         };
-        format!("{} (set {}: {}{left_out})", e.settings().revision, e.set().hash(), e.set().names())
+        let revision = &e.settings().revision;
+        let from = args.template.source_of(revision);
+        format!("{revision} (from {from}; set {}: {}{left_out})", e.set().hash(), e.set().names())
     };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -332,7 +334,7 @@ mod tests {
             write_timeout,
             shutdown_delay,
             shutdown_timeout,
-            templates,
+            template_watches,
         } = parse(&[]).config();
         assert_eq!(listen, default.listen, "--listen");
         assert_eq!(metrics_listen, default.metrics_listen, "--metrics-listen");
@@ -353,7 +355,17 @@ mod tests {
         assert_eq!(write_timeout, default.write_timeout, "--write-timeout");
         assert_eq!(shutdown_delay, default.shutdown_delay, "--shutdown-delay");
         assert_eq!(shutdown_timeout, default.shutdown_timeout, "--shutdown-timeout");
-        assert!(templates.is_empty() && default.templates.is_empty(), "--template-dir");
+        assert!(template_watches.is_empty() && default.template_watches.is_empty(), "--template-dir");
+    }
+
+    /// Issue 38: the start log said `templates: []` (no directory watched) while the built-in template served.
+    #[test]
+    fn the_start_log_names_where_each_revisions_templates_come_from() {
+        assert_eq!(parse(&[]).template.source_of("default"), "the built-in template (templates/default.yaml)");
+        assert_eq!(parse(&["--template", "t.yaml"]).template.source_of("default"), "t.yaml");
+        let dirs = parse(&["--template-dir", "/a", "--template-dir", "canary=/b"]);
+        assert_eq!(dirs.template.source_of("default"), "/a (reloaded when it changes)");
+        assert_eq!(dirs.template.source_of("canary"), "/b (reloaded when it changes)");
     }
 
     #[test]
@@ -376,7 +388,7 @@ mod tests {
         let args =
             parse(&["--template-dir", "/nonexistent", "--shutdown-delay", "1m30s", "--request-timeout", "250ms"]);
         let config = args.config();
-        let [watch] = config.templates.as_slice() else { panic!("--template-dir watches the directory") };
+        let [watch] = config.template_watches.as_slice() else { panic!("--template-dir watches the directory") };
         assert_eq!(watch.poll_interval, DEFAULT_TEMPLATE_POLL_INTERVAL);
         assert_eq!(watch.debounce, TEMPLATE_DEBOUNCE);
         assert_eq!(config.shutdown_delay, Duration::from_secs(90));
