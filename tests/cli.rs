@@ -420,6 +420,39 @@ fn certs_run_again_keeps_the_image_and_version_of_its_overlay() {
     assert!(!changed.contains("shutdown-delay"), "1.30 has the sleep action: {changed}");
 }
 
+/// Issue 38: the canary component added by hand to a `certs` overlay (as the README offers) had webhooks without
+/// a caBundle. `certs` run again keeps it, with any other component added by hand, and patches its webhooks.
+#[test]
+fn certs_run_again_keeps_a_component_added_by_hand_and_gives_its_webhooks_the_ca_bundle() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/base");
+    let out = dir.path().join("overlay");
+    let args = ["certs", "--out", out.to_str().unwrap(), "--base", base, "--kubernetes-version", "1.22"];
+    assert_eq!(code(&run(&args, "")), 0);
+    let written = std::fs::read_to_string(out.join("kustomization.yaml")).unwrap();
+    assert!(written.contains("run `certs` again"), "the overlay says how to add a revision: {written}");
+    let manifests = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests");
+    let by_hand =
+        format!("{written}components:\n  - {manifests}/revision-canary\n  - {manifests}/availability-first\n");
+    std::fs::write(out.join("kustomization.yaml"), by_hand).unwrap();
+    let output = run(&["certs", "--out", out.to_str().unwrap(), "--base", base], "");
+    assert_eq!(code(&output), 0, "{}", String::from_utf8_lossy(&output.stderr));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("revision-canary of the existing overlay (its webhooks get the caBundle)"), "{stderr}");
+    assert!(stderr.contains("keeping the component ") && stderr.contains("availability-first"), "{stderr}");
+    let patch = std::fs::read_to_string(out.join("webhook-ca-patch.yaml")).unwrap();
+    for webhook in ["canary.inject", "canary.validate"] {
+        assert!(patch.contains(&format!("  - name: {webhook}.sidecar-injector.io\n")), "{webhook}: {patch}");
+    }
+    let again = std::fs::read_to_string(out.join("kustomization.yaml")).unwrap();
+    assert!(again.contains("revision-canary") && again.contains("availability-first"), "{again}");
+    assert!(again.contains("{op: remove, path: /webhooks/1/matchConditions}"), "the canary's webhooks too: {again}");
+    // Run once more, nothing changes: the component is named once.
+    assert_eq!(code(&run(&["certs", "--out", out.to_str().unwrap(), "--base", base], "")), 0);
+    let third = std::fs::read_to_string(out.join("kustomization.yaml")).unwrap();
+    assert_eq!(third, again);
+}
+
 /// Issue 35: `sidecar-injector check templates | head -1` panicked on the broken pipe (exit 101, a backtrace).
 /// A reader that goes away ends the output quietly, for every command that writes to stdout.
 #[test]
