@@ -236,3 +236,31 @@ fn the_documented_exit_codes_are_the_binarys() {
         }
     }
 }
+
+/// Issue 38: each subcommand's help describes its own flags in its own terms. The webhook's answer policies are
+/// `serve`'s and `review`'s (which answers as the webhook does), not `inject`'s or `status`'s; `--template-dir`
+/// speaks of reloading and of revisions' paths for `serve` only.
+#[test]
+fn each_subcommand_describes_only_its_own_flags() {
+    let cli = Cli::command();
+    let help_of = |command: &str, flag: &str| -> Option<String> {
+        let sub = cli.find_subcommand(command).unwrap_or_else(|| panic!("a {command} subcommand"));
+        let arg = sub.get_arguments().find(|a| a.get_long() == Some(flag))?;
+        Some(arg.get_help().map(ToString::to_string).unwrap_or_default())
+    };
+    for policy in ["on-error", "unknown-template", "validation"] {
+        for command in ["serve", "review"] {
+            assert!(help_of(command, policy).is_some(), "{command} --{policy}");
+        }
+        for command in ["inject", "status"] {
+            assert!(help_of(command, policy).is_none(), "{command} lists serve's --{policy}");
+        }
+    }
+    let serve = help_of("serve", "template-dir").unwrap();
+    assert!(serve.contains("reloaded when it changes") && serve.contains("/mutate/REVISION"), "{serve}");
+    for command in ["review", "inject", "status"] {
+        let help = help_of(command, "template-dir").unwrap();
+        assert!(!help.contains("reload") && !help.contains("/mutate"), "{command}: {help}");
+    }
+    assert!(help_of("status", "template-dir").unwrap().contains("judged by the templates of the revision"));
+}

@@ -346,11 +346,18 @@ fn json_in_json_out_and_files_work_like_stdin() {
 #[test]
 fn a_refused_pod_or_bad_yaml_fails_with_the_reason_and_prints_nothing() {
     let asks = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations:\n    sidecar-injector.io/template: nope\nspec:\n  containers:\n  - {name: a, image: b}\n";
-    let refused = run(&["inject", "-f", "-", "--unknown-template", "deny"], asks);
+    // A template whose `onError: deny` refuses a pod it cannot render for.
+    let dir = tempfile::tempdir().unwrap();
+    let denies = dir.path().join("denies.yaml");
+    let source =
+        "onError: deny\npod:\n  spec:\n    containers: [{name: s, image: x, args: [\"{{ pod.labels.app }}\"]}]\n";
+    std::fs::write(&denies, source).unwrap();
+    let plain = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: a, image: b}\n";
+    let refused = run(&["inject", "-f", "-", "--template", denies.to_str().unwrap()], plain);
     assert_eq!(refused.status.code(), Some(1));
     assert!(refused.stdout.is_empty());
     let stderr = String::from_utf8(refused.stderr).unwrap();
-    assert!(stderr.contains("Pod default/p: refused:") && stderr.contains("no template named nope"), "{stderr}");
+    assert!(stderr.contains("Pod default/p: refused:") && stderr.contains("pod.labels.app"), "{stderr}");
 
     // Admitted without the sidecar by the webhook, which `inject` reports as a failure too (issue 38).
     let allowed = run(&["inject", "-f", "-"], asks);

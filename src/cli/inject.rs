@@ -29,7 +29,7 @@ pub struct InjectArgs {
     #[arg(short = 'q', long)]
     pub quiet: bool,
 
-    /// Which templates, and how to apply them.
+    /// Which templates.
     #[command(flatten)]
     pub template: TemplateArgs,
 }
@@ -47,7 +47,7 @@ pub enum OutputFormat {
 /// sidecar and could not (a render that failed, a template it names that is not there) exits 1, as a refused
 /// one does, with the reason on stderr.
 pub fn run(args: &InjectArgs) -> Result<(), CliError> {
-    let engine = args.template.engine().map_err(|e| CliError::templates(e, false))?;
+    let engine = args.template.engine(None).map_err(|e| CliError::templates(e, false))?;
     let (label, text) = if args.file.as_os_str() == "-" {
         let mut text = String::new();
         std::io::stdin().read_to_string(&mut text).map_err(|e| CliError::Config(format!("reading stdin: {e}")))?;

@@ -10,7 +10,7 @@ use crate::server::{ServeConfig, Server, TlsSource};
 use arc_swap::ArcSwap;
 use clap::{Args, ValueEnum};
 
-use super::{CliError, TemplateArgs};
+use super::{CliError, PolicyArgs, TemplateArgs};
 
 /// Arguments of `serve`. Every flag also reads `SIDECAR_INJECTOR_<FLAG>`. The defaults are those of
 /// [`crate::server::defaults`], the same that [`ServeConfig::default`] has; durations are written as humantime
@@ -125,9 +125,13 @@ pub struct ServeArgs {
     #[arg(long, default_value = "info", env = "SIDECAR_INJECTOR_LOG")]
     pub log: String,
 
-    /// Which templates, and how to apply them.
+    /// Which templates.
     #[command(flatten)]
     pub template: TemplateArgs,
+
+    /// How to answer a pod that cannot be injected, or whose injection is incomplete.
+    #[command(flatten)]
+    pub policies: PolicyArgs,
 }
 
 /// How log lines look.
@@ -169,7 +173,7 @@ impl ServeArgs {
                 .map(|revision| TemplateWatch {
                     dir: revision.dir.clone(),
                     default_template: self.template.default_template.clone(),
-                    settings: self.template.settings_for(&revision.revision),
+                    settings: self.template.settings_for(&revision.revision, Some(&self.policies)),
                     poll_interval: self.template_poll_interval.into(),
                     debounce: TEMPLATE_DEBOUNCE,
                     events: true,
@@ -184,8 +188,10 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     init_logging(args)?;
     // One engine per revision (`--template-dir NAME=DIR`, repeated), or the one of --template or the built-in.
     let engines = match args.template.revisions()? {
-        [] => vec![args.template.engine()],
-        revisions => revisions.iter().map(|revision| args.template.revision_engine(revision)).collect(),
+        [] => vec![args.template.engine(Some(&args.policies))],
+        revisions => {
+            revisions.iter().map(|revision| args.template.revision_engine(revision, Some(&args.policies))).collect()
+        }
     };
     let engines = engines.into_iter().collect::<Result<Vec<_>, _>>().map_err(|e| CliError::templates(e, false))?;
     // std reads the cgroup CPU quota, so a container limited to 2 CPUs gets 2 workers, not one per host core.
