@@ -264,3 +264,51 @@ fn each_subcommand_describes_only_its_own_flags() {
     }
     assert!(help_of("status", "template-dir").unwrap().contains("judged by the templates of the revision"));
 }
+
+/// The 16-hex-digit hash after `marker` at each place it occurs in `text`.
+fn hashes_after<'t>(text: &'t str, marker: &str) -> Vec<&'t str> {
+    text.match_indices(marker)
+        .map(|(at, _)| &text[at + marker.len()..])
+        .filter(|rest| rest.len() >= 16 && rest[..16].bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(|rest| &rest[..16])
+        .collect()
+}
+
+/// Issue 38: the hashes the docs show as the shipped templates' (`check templates`, the status annotation, the
+/// validating webhook's refusal) are the ones `check templates` prints, so an edit of `templates/` that changes
+/// them fails here until the docs say the new ones.
+#[test]
+fn the_documented_hashes_are_the_shipped_templates() {
+    let output = common::run(&["check", "templates"], "");
+    assert!(output.status.success());
+    let check = String::from_utf8(output.stdout).unwrap();
+    let set = hashes_after(&check, "templates: set ")[0];
+    let version = |name: &str| hashes_after(&check, &format!("  {name}: version ")).first().copied();
+    let templates = read("docs/templates.md");
+    let operations = read("docs/operations.md");
+    // (where, what the docs say, what it is)
+    let mut shown: Vec<(String, &str, &str)> = Vec::new();
+    for hash in hashes_after(&templates, "templates: set ") {
+        shown.push(("docs/templates.md: check's set".into(), hash, set));
+    }
+    for hash in hashes_after(&templates, "\"set\":\"") {
+        shown.push(("docs/templates.md: the status annotation's set".into(), hash, set));
+    }
+    for hash in hashes_after(&templates, "\"template\":\"default\",\"version\":\"") {
+        shown.push(("docs/templates.md: the status annotation's version".into(), hash, version("default").unwrap()));
+    }
+    for hash in hashes_after(&operations, "template default (version ") {
+        shown.push(("docs/operations.md: /validate's refusal".into(), hash, version("default").unwrap()));
+    }
+    for line in templates.lines().filter(|l| l.starts_with("  ") && l.contains(": version ")) {
+        let name = line.trim_start().split(':').next().unwrap();
+        let real = version(name).unwrap_or_else(|| panic!("docs/templates.md shows a template {name} the set lacks"));
+        for hash in hashes_after(line, ": version ") {
+            shown.push((format!("docs/templates.md: check's {name}"), hash, real));
+        }
+    }
+    assert!(shown.len() >= 7, "the examples were found: {shown:?}");
+    for (place, documented, real) in shown {
+        assert_eq!(documented, real, "{place} shows {documented}; `sidecar-injector check templates` says {real}");
+    }
+}
