@@ -88,6 +88,19 @@ impl SkipReason {
         }
     }
 
+    /// The pod was one to inject and could not be injected (the template or the pod is at fault), rather than
+    /// one the rules leave out: `inject` exits 1 for it, as it does for a refused one.
+    pub fn is_failure(self) -> bool {
+        matches!(
+            self,
+            SkipReason::RenderFailed
+                | SkipReason::PodResources
+                | SkipReason::PodConflict
+                | SkipReason::UnknownTemplate
+                | SkipReason::TemplateUnavailable
+        )
+    }
+
     /// A sentence for `review --explain`.
     pub fn explain(self) -> &'static str {
         match self {

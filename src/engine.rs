@@ -37,6 +37,9 @@ pub struct Outcome {
     pub missing: Vec<String>,
     /// With [`Engine::trace`] only: the pod's name and the patch as plain JSON.
     pub trace: Option<Trace>,
+    /// Why the pod was not injected, where the reason's own sentence is not the cause: a Job's pod left out because
+    /// the Kubernetes version has no native sidecars, not by its template's `jobs` setting.
+    pub because: Option<String>,
 }
 
 /// What [`Engine::trace`] adds to an outcome, for people reading a decision (`review --explain`, `inject`).
@@ -58,6 +61,16 @@ impl Outcome {
             message: None,
             missing: Vec::new(),
             trace: trace.then(Trace::default),
+            because: None,
+        }
+    }
+
+    /// Why a skipped pod was not injected, for people: the cause when the engine knows it
+    /// ([`Outcome::because`]), or else the reason's sentence. `None` for a pod that was not skipped.
+    pub fn skip_explanation(&self) -> Option<String> {
+        match self.verdict {
+            Verdict::Skipped(reason) => Some(self.because.clone().unwrap_or_else(|| reason.explain().to_owned())),
+            _ => None,
         }
     }
 }
@@ -456,13 +469,13 @@ impl Engine {
                 Ok(shaped) => shaped,
                 Err(fell_back) => {
                     if fell_back {
-                        outcome.warnings.push(format!(
-                            "{}: not injected: a pod that runs to completion (a Job's) gets the sidecar as a native \
-                             sidecar, which needs Kubernetes 1.{NATIVE_SIDECAR_MINOR}, and this injector is set for {} \
-                             (--kubernetes-version)",
-                            pod.display_name(),
-                            self.settings.kubernetes_version,
-                        ));
+                        let because = format!(
+                            "a pod that runs to completion (a Job's) gets the sidecar as a native sidecar, which needs \
+                             Kubernetes 1.{NATIVE_SIDECAR_MINOR}, and this injector is set for {} (--kubernetes-version)",
+                            self.settings.kubernetes_version
+                        );
+                        outcome.warnings.push(format!("{}: not injected: {because}", pod.display_name()));
+                        outcome.because = Some(because);
                     }
                     return Err(Decision::Allow(Verdict::Skipped(SkipReason::Job)));
                 }
@@ -760,13 +773,7 @@ impl Engine {
     #[cold]
     fn unknown_annotation_warning(&self, template: &Template, key: &str) -> String {
         let known: Vec<&str> = self.keys.own().chain(template.annotations_read_or_written()).collect();
-        let closest = known
-            .iter()
-            .map(|k| (strsim::levenshtein(k, key), *k))
-            .filter(|(distance, _)| *distance <= 2)
-            .min()
-            .map(|(_, k)| k);
-        match closest {
+        match crate::suggest::closest(key, known.iter().copied()) {
             Some(closest) => format!(
                 "sidecar-injector: annotation {} is not one the injector reads (did you mean {closest}?); it is ignored",
                 shorten(key)

@@ -44,6 +44,7 @@ mod response;
 pub mod review;
 pub mod server;
 pub mod status;
+mod suggest;
 pub mod template;
 mod validate;
 pub mod validation;

@@ -55,6 +55,8 @@ pub struct TemplateReport {
     pub verdict: Verdict,
     /// The warnings the webhook would have sent.
     pub warnings: Vec<String>,
+    /// Why it was not injected, when it was skipped ([`crate::Outcome::skip_explanation`]).
+    pub why: Option<String>,
 }
 
 /// The format of manifests.
@@ -85,8 +87,8 @@ pub fn read_documents(text: &str) -> Result<Vec<Value>, OfflineError> {
     Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
 }
 
-/// Writes `documents` in `format`: YAML separated by `---`, or JSON values one after another (as kubectl prints
-/// several objects).
+/// Writes `documents` in `format`: YAML separated by `---`; JSON, one document as itself and several as one
+/// `List`, as `kubectl get -o json` prints several objects (concatenated objects are not one JSON document).
 pub fn write_documents(documents: &[Value], format: Format) -> String {
     match format {
         Format::Yaml => {
@@ -101,13 +103,16 @@ pub fn write_documents(documents: &[Value], format: Format) -> String {
             out
         }
         Format::Json => {
-            let mut out = String::new();
-            for document in documents {
-                // As above: a `Value` always serialises.
-                out.push_str(&serde_json::to_string_pretty(document).expect("JSON values serialise"));
-                out.push('\n');
-            }
-            out
+            let list;
+            let document = match documents {
+                [one] => one,
+                several => {
+                    list = json!({"apiVersion": "v1", "items": several, "kind": "List", "metadata": {"resourceVersion": ""}});
+                    &list
+                }
+            };
+            // As above: a `Value` always serialises.
+            serde_json::to_string_pretty(document).expect("JSON values serialise") + "\n"
         }
     }
 }
@@ -237,7 +242,8 @@ fn inject_pod(
         target.insert("metadata".into(), injected["metadata"].take());
         target.insert("spec".into(), injected["spec"].take());
     }
-    Ok(TemplateReport { workload: workload.to_owned(), verdict: outcome.verdict, warnings: outcome.warnings })
+    let why = outcome.skip_explanation();
+    Ok(TemplateReport { workload: workload.to_owned(), verdict: outcome.verdict, warnings: outcome.warnings, why })
 }
 
 /// The Pod CREATE review (admission.k8s.io/v1) the API server would send for `pod` in `namespace`: how the
@@ -274,6 +280,20 @@ mod tests {
         let text = write_documents(&docs, Format::Yaml);
         assert_eq!(read_documents(&text).unwrap(), docs, "{text}");
         assert!(matches!(read_documents("a: [1\nb: 2\n"), Err(OfflineError::Syntax(m)) if m.contains("line")));
+    }
+
+    /// Issue 38: several documents as JSON are one `List`, as kubectl prints them, which reads back as they were.
+    #[test]
+    fn several_documents_as_json_are_one_list() {
+        let docs =
+            [json!({"kind": "Service", "metadata": {"name": "a"}}), json!({"kind": "Pod", "metadata": {"name": "b"}})];
+        let text = write_documents(&docs, Format::Json);
+        let list: Value = serde_json::from_str(&text).expect("one JSON document");
+        assert_eq!(list["kind"], "List");
+        assert_eq!(list["apiVersion"], "v1");
+        assert_eq!(list["items"], json!(docs));
+        let one = write_documents(&docs[..1], Format::Json);
+        assert_eq!(serde_json::from_str::<Value>(&one).unwrap(), docs[0], "one document is itself");
     }
 
     #[test]

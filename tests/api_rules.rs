@@ -39,6 +39,9 @@ fn a_negative_quantity_override_is_refused_naming_the_rule() {
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].contains("sidecar-injector.io/proxy-cpu=\"-100m\" refused"), "{warnings:?}");
     assert!(warnings[0].contains("Invalid value: \"-100m\": must be greater than or equal to 0"), "{warnings:?}");
+    // The proxy follows the pod's own container (`containers[1]`): the warning names it, not the index it has in
+    // the template (issue 38 met `spec.containers[0]`, the app).
+    assert!(warnings[0].contains("spec.containers[proxy].resources.requests[cpu]"), "{warnings:?}");
 }
 
 #[test]

@@ -151,6 +151,20 @@ fn check_summarises_a_good_directory_and_lists_every_problem_of_a_bad_one() {
     assert!(stderr.contains("default.yaml:") && stderr.contains("not a valid quantity"), "{stderr}");
     assert!(output.stdout.is_empty());
 
+    // Issue 38: a label read without a default passes (the sample pods carry `app`), with a warning and the fix.
+    let reads_app = dir.path().join("reads-app.yaml");
+    let source = "pod:\n  spec:\n    containers:\n      - name: side\n        image: x\n        args: [\"{{ pod.labels.app }}\"]\n";
+    std::fs::write(&reads_app, source).unwrap();
+    let output = run(&["check", reads_app.to_str().unwrap()], "");
+    assert!(output.status.success());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        stdout.contains("    warning: ")
+            && stdout.contains("reads-app.yaml:6: pod.spec.containers[0].args[0]: fails on a pod without labels"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("`{{ pod.labels.app | default(...) }}`"), "{stdout}");
+
     let output = run(&["check", "/nonexistent/t.yaml"], "");
     assert_eq!(output.status.code(), Some(2), "nothing to check is bad usage");
     assert!(String::from_utf8(output.stderr).unwrap().contains("/nonexistent/t.yaml"));
@@ -441,6 +455,39 @@ fn certs_run_again_keeps_the_image_and_version_of_its_overlay() {
     let changed = std::fs::read_to_string(dir.path().join("overlay/kustomization.yaml")).unwrap();
     assert!(changed.contains("digest: \"sha256:abc\"") && changed.contains("--kubernetes-version=1.30"), "{changed}");
     assert!(!changed.contains("shutdown-delay"), "1.30 has the sleep action: {changed}");
+}
+
+/// Issue 38: the canary component added by hand to a `certs` overlay (as the README offers) had webhooks without
+/// a caBundle. `certs` run again keeps it, with any other component added by hand, and patches its webhooks.
+#[test]
+fn certs_run_again_keeps_a_component_added_by_hand_and_gives_its_webhooks_the_ca_bundle() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/base");
+    let out = dir.path().join("overlay");
+    let args = ["certs", "--out", out.to_str().unwrap(), "--base", base, "--kubernetes-version", "1.22"];
+    assert_eq!(code(&run(&args, "")), 0);
+    let written = std::fs::read_to_string(out.join("kustomization.yaml")).unwrap();
+    assert!(written.contains("run `certs` again"), "the overlay says how to add a revision: {written}");
+    let manifests = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests");
+    let by_hand =
+        format!("{written}components:\n  - {manifests}/revision-canary\n  - {manifests}/availability-first\n");
+    std::fs::write(out.join("kustomization.yaml"), by_hand).unwrap();
+    let output = run(&["certs", "--out", out.to_str().unwrap(), "--base", base], "");
+    assert_eq!(code(&output), 0, "{}", String::from_utf8_lossy(&output.stderr));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("revision-canary of the existing overlay (its webhooks get the caBundle)"), "{stderr}");
+    assert!(stderr.contains("keeping the component ") && stderr.contains("availability-first"), "{stderr}");
+    let patch = std::fs::read_to_string(out.join("webhook-ca-patch.yaml")).unwrap();
+    for webhook in ["canary.inject", "canary.validate"] {
+        assert!(patch.contains(&format!("  - name: {webhook}.sidecar-injector.io\n")), "{webhook}: {patch}");
+    }
+    let again = std::fs::read_to_string(out.join("kustomization.yaml")).unwrap();
+    assert!(again.contains("revision-canary") && again.contains("availability-first"), "{again}");
+    assert!(again.contains("{op: remove, path: /webhooks/1/matchConditions}"), "the canary's webhooks too: {again}");
+    // Run once more, nothing changes: the component is named once.
+    assert_eq!(code(&run(&["certs", "--out", out.to_str().unwrap(), "--base", base], "")), 0);
+    let third = std::fs::read_to_string(out.join("kustomization.yaml")).unwrap();
+    assert_eq!(third, again);
 }
 
 /// Issue 35: `sidecar-injector check templates | head -1` panicked on the broken pipe (exit 101, a backtrace).

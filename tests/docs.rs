@@ -151,6 +151,13 @@ fn the_documented_exit_codes_are_the_binarys() {
     let inject_broken_template: Run = (&["inject", "-f", "-", "--template", broken], manifest.as_bytes());
     let not_a_review: Run = (&["review"], b"{not json");
     let not_yaml: Run = (&["inject", "-f", "-"], b"a: [1\n");
+    // Issue 38: a pod template the template fails to render for (it reads a label the pod lacks) is not injected.
+    let unlabelled = dir.path().join("unlabelled.yaml");
+    let reads_app =
+        "pod:\n  spec:\n    containers:\n      - { name: side, image: x, args: [\"{{ pod.labels.app }}\"] }\n";
+    std::fs::write(&unlabelled, reads_app).unwrap();
+    let unlabelled = unlabelled.to_str().unwrap();
+    let not_injected: Run = (&["inject", "-f", "-", "--template", unlabelled], manifest.as_bytes());
     let pod_refused: Run = (&["review", "--validate"], &review_body);
     let unknown_flag: Run = (&["review", "--no-such-flag"], b"");
     let unreadable: Run = (&["review", "-f", missing], b"");
@@ -172,6 +179,7 @@ fn the_documented_exit_codes_are_the_binarys() {
                 ("refused a pod", pod_refused),
                 ("the input is not a review", not_a_review),
                 ("not YAML", not_yaml),
+                ("`inject` could not inject", not_injected),
                 ("unknown flag", unknown_flag),
                 ("unreadable file", unreadable),
                 ("a template that does not load", review_broken_template),
@@ -186,6 +194,7 @@ fn the_documented_exit_codes_are_the_binarys() {
                 ("check refused a template", check_refused),
                 ("refused a pod", pod_refused),
                 ("the input is not a review", not_a_review),
+                ("inject could not inject", not_injected),
                 ("unknown flag", unknown_flag),
                 ("a template that does not load", review_broken_template),
             ],
@@ -207,6 +216,7 @@ fn the_documented_exit_codes_are_the_binarys() {
             exit_clauses(inject_section, "Exit codes:"),
             vec![
                 ("YAML with its line", not_yaml),
+                ("could not inject", not_injected),
                 ("unknown flag", unknown_flag),
                 ("a template that does not load", inject_broken_template),
             ],
@@ -224,5 +234,81 @@ fn the_documented_exit_codes_are_the_binarys() {
                 args.join(" ")
             );
         }
+    }
+}
+
+/// Issue 38: each subcommand's help describes its own flags in its own terms. The webhook's answer policies are
+/// `serve`'s and `review`'s (which answers as the webhook does), not `inject`'s or `status`'s; `--template-dir`
+/// speaks of reloading and of revisions' paths for `serve` only.
+#[test]
+fn each_subcommand_describes_only_its_own_flags() {
+    let cli = Cli::command();
+    let help_of = |command: &str, flag: &str| -> Option<String> {
+        let sub = cli.find_subcommand(command).unwrap_or_else(|| panic!("a {command} subcommand"));
+        let arg = sub.get_arguments().find(|a| a.get_long() == Some(flag))?;
+        Some(arg.get_help().map(ToString::to_string).unwrap_or_default())
+    };
+    for policy in ["on-error", "unknown-template", "validation"] {
+        for command in ["serve", "review"] {
+            assert!(help_of(command, policy).is_some(), "{command} --{policy}");
+        }
+        for command in ["inject", "status"] {
+            assert!(help_of(command, policy).is_none(), "{command} lists serve's --{policy}");
+        }
+    }
+    let serve = help_of("serve", "template-dir").unwrap();
+    assert!(serve.contains("reloaded when it changes") && serve.contains("/mutate/REVISION"), "{serve}");
+    for command in ["review", "inject", "status"] {
+        let help = help_of(command, "template-dir").unwrap();
+        assert!(!help.contains("reload") && !help.contains("/mutate"), "{command}: {help}");
+    }
+    assert!(help_of("status", "template-dir").unwrap().contains("judged by the templates of the revision"));
+}
+
+/// The 16-hex-digit hash after `marker` at each place it occurs in `text`.
+fn hashes_after<'t>(text: &'t str, marker: &str) -> Vec<&'t str> {
+    text.match_indices(marker)
+        .map(|(at, _)| &text[at + marker.len()..])
+        .filter(|rest| rest.len() >= 16 && rest[..16].bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(|rest| &rest[..16])
+        .collect()
+}
+
+/// Issue 38: the hashes the docs show as the shipped templates' (`check templates`, the status annotation, the
+/// validating webhook's refusal) are the ones `check templates` prints, so an edit of `templates/` that changes
+/// them fails here until the docs say the new ones.
+#[test]
+fn the_documented_hashes_are_the_shipped_templates() {
+    let output = common::run(&["check", "templates"], "");
+    assert!(output.status.success());
+    let check = String::from_utf8(output.stdout).unwrap();
+    let set = hashes_after(&check, "templates: set ")[0];
+    let version = |name: &str| hashes_after(&check, &format!("  {name}: version ")).first().copied();
+    let templates = read("docs/templates.md");
+    let operations = read("docs/operations.md");
+    // (where, what the docs say, what it is)
+    let mut shown: Vec<(String, &str, &str)> = Vec::new();
+    for hash in hashes_after(&templates, "templates: set ") {
+        shown.push(("docs/templates.md: check's set".into(), hash, set));
+    }
+    for hash in hashes_after(&templates, "\"set\":\"") {
+        shown.push(("docs/templates.md: the status annotation's set".into(), hash, set));
+    }
+    for hash in hashes_after(&templates, "\"template\":\"default\",\"version\":\"") {
+        shown.push(("docs/templates.md: the status annotation's version".into(), hash, version("default").unwrap()));
+    }
+    for hash in hashes_after(&operations, "template default (version ") {
+        shown.push(("docs/operations.md: /validate's refusal".into(), hash, version("default").unwrap()));
+    }
+    for line in templates.lines().filter(|l| l.starts_with("  ") && l.contains(": version ")) {
+        let name = line.trim_start().split(':').next().unwrap();
+        let real = version(name).unwrap_or_else(|| panic!("docs/templates.md shows a template {name} the set lacks"));
+        for hash in hashes_after(line, ": version ") {
+            shown.push((format!("docs/templates.md: check's {name}"), hash, real));
+        }
+    }
+    assert!(shown.len() >= 7, "the examples were found: {shown:?}");
+    for (place, documented, real) in shown {
+        assert_eq!(documented, real, "{place} shows {documented}; `sidecar-injector check templates` says {real}");
     }
 }

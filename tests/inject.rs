@@ -346,14 +346,23 @@ fn json_in_json_out_and_files_work_like_stdin() {
 #[test]
 fn a_refused_pod_or_bad_yaml_fails_with_the_reason_and_prints_nothing() {
     let asks = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations:\n    sidecar-injector.io/template: nope\nspec:\n  containers:\n  - {name: a, image: b}\n";
-    let refused = run(&["inject", "-f", "-", "--unknown-template", "deny"], asks);
+    // A template whose `onError: deny` refuses a pod it cannot render for.
+    let dir = tempfile::tempdir().unwrap();
+    let denies = dir.path().join("denies.yaml");
+    let source =
+        "onError: deny\npod:\n  spec:\n    containers: [{name: s, image: x, args: [\"{{ pod.labels.app }}\"]}]\n";
+    std::fs::write(&denies, source).unwrap();
+    let plain = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: a, image: b}\n";
+    let refused = run(&["inject", "-f", "-", "--template", denies.to_str().unwrap()], plain);
     assert_eq!(refused.status.code(), Some(1));
     assert!(refused.stdout.is_empty());
     let stderr = String::from_utf8(refused.stderr).unwrap();
-    assert!(stderr.contains("Pod default/p: refused:") && stderr.contains("no template named nope"), "{stderr}");
+    assert!(stderr.contains("Pod default/p: refused:") && stderr.contains("pod.labels.app"), "{stderr}");
 
+    // Admitted without the sidecar by the webhook, which `inject` reports as a failure too (issue 38).
     let allowed = run(&["inject", "-f", "-"], asks);
-    assert!(allowed.status.success(), "the default policy admits it without the sidecar");
+    assert_eq!(allowed.status.code(), Some(1));
+    assert!(allowed.stdout.is_empty());
     assert!(String::from_utf8(allowed.stderr).unwrap().contains("warning"));
 
     let broken = run(&["inject", "-f", "-"], "kind: Pod\nspec: [1, 2\nmetadata: {}\n");
@@ -361,4 +370,60 @@ fn a_refused_pod_or_bad_yaml_fails_with_the_reason_and_prints_nothing() {
     assert!(broken.stdout.is_empty());
     let stderr = String::from_utf8(broken.stderr).unwrap();
     assert!(stderr.starts_with("sidecar-injector: stdin: ") && stderr.contains("line"), "{stderr}");
+}
+
+/// Issue 38: a pod template that should get the sidecar and cannot (an expression fails to render for it, a
+/// template it names is not there) exits 1 with nothing on stdout, naming the workload and, through the
+/// webhook's warning, the fix; a pod the rules leave out (opted out) is not a failure.
+#[test]
+fn a_pod_template_that_cannot_be_injected_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("reads-app.yaml");
+    let source = "pod:\n  spec:\n    containers:\n      - { name: side, image: x, args: [\"{{ pod.labels.app }}\"] }\n";
+    std::fs::write(&template, source).unwrap();
+    let template = template.to_str().unwrap();
+    let deployment = |labels: &str, annotations: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  template:\n    metadata: \
+             {{labels: {labels}, annotations: {annotations}}}\n    spec:\n      containers: [{{name: web, image: nginx}}]\n"
+        )
+    };
+    let unlabelled = run(&["inject", "-f", "-", "--template", template], deployment("{x: y}", "{}"));
+    assert_eq!(unlabelled.status.code(), Some(1));
+    assert!(unlabelled.stdout.is_empty(), "nothing on stdout");
+    let stderr = String::from_utf8(unlabelled.stderr).unwrap();
+    assert!(stderr.contains("could not inject Deployment default/web (render-failed)"), "{stderr}");
+    assert!(stderr.contains("`{{ pod.labels.app | default(...) }}`"), "the fix: {stderr}");
+
+    let labelled = run(&["inject", "-f", "-", "--template", template], deployment("{app: web}", "{}"));
+    assert_eq!(labelled.status.code(), Some(0), "{}", String::from_utf8_lossy(&labelled.stderr));
+
+    let unknown = run(&["inject", "-f", "-"], deployment("{}", "{sidecar-injector.io/template: nope}"));
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("(unknown-template)"));
+
+    let opted_out = run(&["inject", "-f", "-"], deployment("{}", "{sidecar-injector.io/inject: \"false\"}"));
+    assert_eq!(opted_out.status.code(), Some(0), "left out by the rules, not a failure");
+}
+
+/// Issue 38: a CronJob's pod on a Kubernetes without native sidecars is reported with that cause, once, not as
+/// its template's `jobs` setting; with `jobs: skip` the setting is the cause.
+#[test]
+fn a_jobs_pod_left_out_for_the_kubernetes_version_says_so() {
+    let cronjob = "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: nightly}\nspec:\n  schedule: '0 0 * * *'\n  \
+                   jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          \
+                   containers: [{name: job, image: busybox}]\n";
+    let old = run(&["inject", "-f", "-", "--kubernetes-version", "1.27"], cronjob);
+    assert!(old.status.success());
+    let stderr = String::from_utf8(old.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.starts_with("CronJob default/nightly: not injected (job): "), "{stderr}");
+    assert!(stderr.contains("needs Kubernetes 1.29, and this injector is set for 1.27"), "{stderr}");
+    assert!(!stderr.contains("`jobs` setting"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let skip = dir.path().join("skip.yaml");
+    std::fs::write(&skip, "jobs: skip\npod:\n  spec:\n    containers: [{name: side, image: x}]\n").unwrap();
+    let skipped = run(&["inject", "-f", "-", "--template", skip.to_str().unwrap()], cronjob);
+    assert!(String::from_utf8(skipped.stderr).unwrap().contains("(its `jobs` setting)"));
 }

@@ -96,7 +96,7 @@ async fn serve_volume(initial: &str, poll: Duration, events: bool) -> (Running, 
         events,
         source: None,
     };
-    let running = start_with(engine, |config, _| config.templates = vec![watch]).await;
+    let running = start_with(engine, |config, _| config.template_watches = vec![watch]).await;
     (running, ConfigMapVolume { _dir: Some(volume_dir), ..volume })
 }
 
@@ -304,7 +304,7 @@ async fn revisions_are_served_side_by_side_each_reloaded_alone_and_wholly_under_
     let (mut stable, stable_engine, stable_watch) = revision_volume("stable", &stable_a);
     let (mut canary, canary_engine, canary_watch) = revision_volume("canary", &canary_a);
     let server = start_revisions(vec![stable_engine, canary_engine], |config, _| {
-        config.templates = vec![stable_watch, canary_watch];
+        config.template_watches = vec![stable_watch, canary_watch];
     })
     .await;
 
@@ -445,7 +445,7 @@ async fn a_template_the_volume_does_not_have_yet_is_read_from_the_configmap_and_
         events: true,
         source: Some(configmap.source()),
     };
-    let server = start_with(engine, |config, _| config.templates = vec![watch]).await;
+    let server = start_with(engine, |config, _| config.template_watches = vec![watch]).await;
     let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
     let metrics = async || admin_get(server.metrics, "/metrics").await.1;
     let reads = |m: &str, result: &str| {

@@ -315,3 +315,30 @@ async fn open_loop_latency_counts_the_requests_queued_behind_a_stall() {
     // The pacer kept issuing requests on time through the stall: its lateness is the machine's, not the server's.
     assert!(report["send_late_max_us"].as_u64().unwrap() < 100_000, "{report}");
 }
+
+/// Every flag and subcommand loadtest/README.md shows is one the binary has (issue 38: the harness's own README).
+#[test]
+fn the_readmes_flags_are_the_binarys() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let help = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_loadtest")).args(args).arg("--help").output().unwrap();
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let (main, floor, plot) = (help(&[]), help(&["floor"]), help(&["plot-bench"]));
+    let mut flags: Vec<&str> = readme
+        .split(|c: char| c.is_whitespace() || "`(),".contains(c))
+        .filter(|word| word.starts_with("--") && word.len() > 2)
+        .map(|word| word.split('=').next().unwrap_or(word))
+        .collect();
+    flags.sort_unstable();
+    flags.dedup();
+    assert!(flags.len() >= 10, "{flags:?}");
+    for flag in flags {
+        if ["--release", "--profile", "--help", "--bench"].contains(&flag) {
+            continue; // cargo's
+        }
+        let known =
+            [&main, &floor, &plot].iter().any(|h| h.contains(&format!("{flag} ")) || h.contains(&format!("{flag}\n")));
+        assert!(known, "loadtest/README.md shows {flag}, which loadtest --help does not list");
+    }
+}

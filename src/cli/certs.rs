@@ -169,11 +169,25 @@ pub fn run(args: &CertsArgs) -> Result<(), CliError> {
              later (admissionregistration.k8s.io/v1)"
         )));
     }
-    let components = args
+    let mut components = args
         .revisions
         .iter()
         .map(|revision| revision_component(&args.base, &base, revision))
         .collect::<Result<Vec<_>, _>>()?;
+    // Run again on its overlay (the README's renewal step), what the last run was told is kept unless told anew;
+    // so are the components added to it by hand, and a revision's among them gets its webhooks' caBundle.
+    let previous = Previous::read(&out.join("kustomization.yaml"));
+    let mut revisions = args.revisions.clone();
+    let mut kept = Vec::new();
+    for component in &previous.components {
+        let revision = revision_of(component);
+        if components.contains(component) || revision.is_some_and(|r| revisions.iter().any(|given| given == r)) {
+            continue;
+        }
+        components.push(component.clone());
+        revisions.extend(revision.map(str::to_owned));
+        kept.push(component);
+    }
     let (ca_cert, ca_key) = (out.join("ca.crt"), out.join("ca.key"));
     let keep_ca = !args.new_ca && ca_cert.exists() && ca_key.exists();
     let ca = if keep_ca {
@@ -211,22 +225,24 @@ pub fn run(args: &CertsArgs) -> Result<(), CliError> {
     }
     write(&out.join("tls.crt"), &leaf.cert_pem, false)?;
     write(&out.join("tls.key"), &leaf.key_pem, true)?;
-    write(&out.join("webhook-ca-patch.yaml"), &ca_bundle_patch(ca.cert_pem(), &args.revisions), false)?;
+    write(&out.join("webhook-ca-patch.yaml"), &ca_bundle_patch(ca.cert_pem(), &revisions), false)?;
     // The overlay may be committed; the private keys must not be.
     write(
         &out.join(".gitignore"),
         "# Written by `sidecar-injector certs`: private keys stay out of git.\n*.key\n",
         false,
     )?;
-    // Run again on its overlay (the README's renewal step), what the last run was told is kept unless told anew.
-    let previous = Previous::read(&out.join("kustomization.yaml"));
     let image = args.image.clone().or_else(|| previous.image.clone());
     let version = args.kubernetes_version.or(previous.kubernetes_version);
-    let older = version.map(|v| older_cluster_patches(v, 1 + args.revisions.len()));
+    let older = version.map(|v| older_cluster_patches(v, 1 + revisions.len()));
     let overlay = kustomization(&base, &components, namespace, image.as_deref(), older.as_deref());
     write(&out.join("kustomization.yaml"), &overlay, false)?;
     if let (None, Some(image)) = (&args.image, &previous.image) {
         eprintln!("sidecar-injector: keeping the image {image} of the existing overlay (--image changes it)");
+    }
+    for component in kept {
+        let ca = if revision_of(component).is_some() { " (its webhooks get the caBundle)" } else { "" };
+        eprintln!("sidecar-injector: keeping the component {component} of the existing overlay{ca}");
     }
     if let (None, Some(version)) = (args.kubernetes_version, previous.kubernetes_version) {
         eprintln!(
@@ -258,6 +274,8 @@ struct Previous {
     image: Option<String>,
     /// `--kubernetes-version`: the version its serve argument names.
     kubernetes_version: Option<KubeVersion>,
+    /// Its components, as it refers to them: `--revision`'s, and any added by hand.
+    components: Vec<String>,
 }
 
 impl Previous {
@@ -279,8 +297,17 @@ impl Previous {
             .nth(1)
             .and_then(|rest| rest.split(['}', '\n']).next())
             .and_then(|v| v.trim().parse().ok());
-        Previous { image, kubernetes_version }
+        let components = overlay["components"].as_array().into_iter().flatten();
+        let components = components.filter_map(|c| c.as_str().map(str::to_owned)).collect();
+        Previous { image, kubernetes_version, components }
     }
+}
+
+/// The revision a component serves, by its directory's name (`../manifests/revision-canary`: `canary`); `None` for
+/// another component.
+fn revision_of(component: &str) -> Option<&str> {
+    let name = component.trim_end_matches('/').rsplit('/').next()?.strip_prefix("revision-")?;
+    crate::validation::names::dns1123_label(name).is_empty().then_some(name)
 }
 
 /// The strategic-merge patches that give every webhook, mutating and validating, the CA bundle: the base's and
@@ -332,6 +359,8 @@ secretGenerator:
     options:
       # The injector reloads a renewed certificate from the mounted Secret: no rollout, no hash suffix.
       disableNameSuffixHash: true
+# A revision's component needs the caBundle in its webhooks: add it with `sidecar-injector certs --revision NAME`,
+# or add it under `components:` here and run `certs` again, which keeps it and patches its webhooks.
 patches:
   - path: webhook-ca-patch.yaml
 "#,

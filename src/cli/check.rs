@@ -127,6 +127,9 @@ fn summary(label: &str, set: &TemplateSet, version: crate::validation::KubeVersi
             list(&injects.init_containers),
             list(&injects.volumes)
         ));
+        for warning in template.warnings() {
+            text.push_str(&format!("    warning: {warning}\n"));
+        }
         for (annotation, kind) in template.override_annotations() {
             text.push_str(&format!("    override: {annotation} ({kind})\n"));
         }

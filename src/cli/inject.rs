@@ -29,7 +29,7 @@ pub struct InjectArgs {
     #[arg(short = 'q', long)]
     pub quiet: bool,
 
-    /// Which templates, and how to apply them.
+    /// Which templates.
     #[command(flatten)]
     pub template: TemplateArgs,
 }
@@ -43,9 +43,11 @@ pub enum OutputFormat {
     Json,
 }
 
-/// Runs `inject`. Nothing is printed unless every document could be injected.
+/// Runs `inject`. Nothing is printed unless every document could be injected: a pod template that should get the
+/// sidecar and could not (a render that failed, a template it names that is not there) exits 1, as a refused
+/// one does, with the reason on stderr.
 pub fn run(args: &InjectArgs) -> Result<(), CliError> {
-    let engine = args.template.engine().map_err(|e| CliError::templates(e, false))?;
+    let engine = args.template.engine(None).map_err(|e| CliError::templates(e, false))?;
     let (label, text) = if args.file.as_os_str() == "-" {
         let mut text = String::new();
         std::io::stdin().read_to_string(&mut text).map_err(|e| CliError::Config(format!("reading stdin: {e}")))?;
@@ -57,18 +59,35 @@ pub fn run(args: &InjectArgs) -> Result<(), CliError> {
     };
     let mut documents = offline::read_documents(&text).map_err(|e| CliError::Refused(format!("{label}: {e}")))?;
     let mut notes = String::new();
+    let mut failed = Vec::new();
     for document in &mut documents {
         let reports = offline::inject_document(&engine, document, &args.namespace)
             .map_err(|e| CliError::Refused(format!("{label}: {e}")))?;
         for report in reports {
-            for warning in &report.warnings {
+            // A warning that says why the pod was skipped is the note below.
+            let said = |warning: &String| report.why.as_deref().is_some_and(|why| warning.ends_with(why));
+            for warning in report.warnings.iter().filter(|w| !said(w)) {
                 notes.push_str(&format!("{}: warning: {warning}\n", report.workload));
             }
-            if let (Verdict::Skipped(reason), false) = (report.verdict, args.quiet) {
-                let (name, why) = (reason.as_str(), reason.explain());
-                notes.push_str(&format!("{}: not injected ({name}): {why}\n", report.workload));
+            match report.verdict {
+                Verdict::Skipped(reason) if reason.is_failure() => failed.push((report.workload, reason.as_str())),
+                Verdict::Skipped(reason) if !args.quiet => {
+                    let why = report.why.as_deref().unwrap_or_default();
+                    notes.push_str(&format!("{}: not injected ({}): {why}\n", report.workload, reason.as_str()));
+                }
+                _ => {}
             }
         }
+    }
+    if !failed.is_empty() {
+        // The warnings above say why (the field, the template, the fix); the error names what failed.
+        super::stderr(format_args!("{notes}"));
+        let workloads: Vec<String> = failed.iter().map(|(workload, reason)| format!("{workload} ({reason})")).collect();
+        return Err(CliError::Refused(format!(
+            "{label}: could not inject {}: the webhook would admit such pods without the sidecar (or refuse them, as \
+             onError says)",
+            workloads.join(", ")
+        )));
     }
     let format = match args.output {
         Some(OutputFormat::Yaml) => Format::Yaml,

@@ -114,6 +114,7 @@ pub(crate) fn stderr(text: std::fmt::Arguments<'_>) {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the webhook over HTTPS (with no flags: built-in template, generated development certificate).
+    #[command(mut_arg("template_dir", |arg| arg.help(SERVE_TEMPLATE_DIR)))]
     Serve(Box<serve::ServeArgs>),
     /// Answer one AdmissionReview (from a file or stdin) as the webhook would, on stdout.
     Review(review::ReviewArgs),
@@ -127,10 +128,13 @@ pub enum Command {
     Certs(certs::CertsArgs),
     /// Report which running pods carry the current sidecar, through your kubeconfig, by namespace and workload
     /// (exit 1 on drift); `--restart` rolls the Deployments, StatefulSets and DaemonSets that do not.
+    #[command(mut_arg("template_dir", |arg| arg.help(STATUS_TEMPLATE_DIR)))]
     Status(Box<status::StatusArgs>),
 }
 
-/// Options shared by every command that injects.
+/// Which templates: the options of every command that injects or judges pods (`serve`, `review`, `inject`,
+/// `status`). Each command words `--template-dir` in its own terms (`serve` reloads it and serves revisions at
+/// their own paths): see [`SERVE_TEMPLATE_DIR`] and [`STATUS_TEMPLATE_DIR`].
 #[derive(Debug, Args)]
 pub struct TemplateArgs {
     /// A template file (YAML), the template of every pod. Without it or --template-dir, the built-in template
@@ -138,10 +142,9 @@ pub struct TemplateArgs {
     #[arg(long, value_name = "FILE", env = "SIDECAR_INJECTOR_TEMPLATE", conflicts_with = "template_dir")]
     pub template: Option<PathBuf>,
 
-    /// A directory of templates, as a ConfigMap is mounted: one NAME.yaml per template and an optional
-    /// values.yaml shared by all. `serve` reloads it when it changes. Repeat it as REVISION=DIR to serve several
-    /// revisions side by side (`/mutate/REVISION`, `/validate/REVISION`); the first is also served at the bare
-    /// paths, and a directory without a name is the revision `default`.
+    /// A directory of templates, as the ConfigMap is mounted: one NAME.yaml per template and an optional
+    /// values.yaml shared by all; pods name theirs with the `<prefix>template` annotation. As REVISION=DIR it is
+    /// that revision's (the status annotation names it); given several times, the first is used.
     #[arg(long, value_name = "[REVISION=]DIR", env = "SIDECAR_INJECTOR_TEMPLATE_DIR", value_delimiter = ',')]
     pub template_dir: Vec<RevisionDir>,
 
@@ -150,6 +153,34 @@ pub struct TemplateArgs {
           env = "SIDECAR_INJECTOR_DEFAULT_TEMPLATE")]
     pub default_template: String,
 
+    /// The prefix of the annotations the injector reads and writes (`<prefix>inject`, `<prefix>status`,
+    /// `<prefix>template`, overrides).
+    #[arg(long, value_name = "PREFIX", default_value = crate::template::DEFAULT_PREFIX,
+          env = "SIDECAR_INJECTOR_ANNOTATION_PREFIX")]
+    pub annotation_prefix: String,
+
+    /// The Kubernetes version the injected pods are for (1.29, v1.30.2): templates are validated against its API
+    /// server's rules when they load (a native sidecar needs 1.29, the sleep hook 1.30).
+    #[arg(long, value_name = "VERSION", default_value_t = crate::validation::KubeVersion::DEFAULT,
+          env = "SIDECAR_INJECTOR_KUBERNETES_VERSION")]
+    pub kubernetes_version: crate::validation::KubeVersion,
+}
+
+/// `serve`'s words for `--template-dir`: it watches the directories and serves each revision at its own paths.
+pub const SERVE_TEMPLATE_DIR: &str = "A directory of templates, as a ConfigMap is mounted: one NAME.yaml per \
+template and an optional values.yaml shared by all, reloaded when it changes. Repeat it as REVISION=DIR to serve \
+several revisions side by side (/mutate/REVISION, /validate/REVISION); the first is also served at the bare paths, \
+and a directory without a name is the revision `default`.";
+
+/// `status`'s words for `--template-dir`: the templates each revision's pods are judged by.
+pub const STATUS_TEMPLATE_DIR: &str = "A directory of the templates the injector serves (NAME.yaml each, an \
+optional values.yaml), to judge pods by instead of --configmap. Repeat it as REVISION=DIR for each revision: a pod \
+is judged by the templates of the revision that injected it.";
+
+/// How the webhook answers a pod it cannot inject, or whose injection is incomplete: the options of the commands
+/// that answer as the webhook does (`serve`, `review`).
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
     /// A pod whose injection cannot be rendered is admitted without the sidecar (allow, with a warning) or
     /// refused (deny). A template's own `onError` takes precedence.
     #[arg(long, value_enum, default_value_t = PolicyArg::Allow, env = "SIDECAR_INJECTOR_ON_ERROR")]
@@ -164,18 +195,6 @@ pub struct TemplateArgs {
     /// (deny) or admit it with that as a warning (warn). A template's own `validation` takes precedence.
     #[arg(long, value_enum, default_value_t = ValidationArg::Deny, env = "SIDECAR_INJECTOR_VALIDATION")]
     pub validation: ValidationArg,
-
-    /// The prefix of the annotations the injector reads and writes (`<prefix>inject`, `<prefix>status`,
-    /// `<prefix>template`, overrides).
-    #[arg(long, value_name = "PREFIX", default_value = crate::template::DEFAULT_PREFIX,
-          env = "SIDECAR_INJECTOR_ANNOTATION_PREFIX")]
-    pub annotation_prefix: String,
-
-    /// The Kubernetes version the injected pods are for (1.29, v1.30.2): templates are validated against its API
-    /// server's rules when they load (a native sidecar needs 1.29, the sleep hook 1.30).
-    #[arg(long, value_name = "VERSION", default_value_t = crate::validation::KubeVersion::DEFAULT,
-          env = "SIDECAR_INJECTOR_KUBERNETES_VERSION")]
-    pub kubernetes_version: crate::validation::KubeVersion,
 }
 
 /// `allow` or `deny`.
@@ -249,9 +268,10 @@ pub(crate) fn split_revision<'t>(text: &'t str, what: &str) -> Result<(String, &
 }
 
 impl TemplateArgs {
-    /// The engine settings these options describe, for `revision`.
-    pub fn settings_for(&self, revision: &str) -> crate::Settings {
-        crate::Settings { revision: revision.to_owned(), ..self.settings() }
+    /// The engine settings these options describe, for `revision`, with the webhook's `policies` (the defaults of
+    /// [`crate::Settings`] without them).
+    pub fn settings_for(&self, revision: &str, policies: Option<&PolicyArgs>) -> crate::Settings {
+        crate::Settings { revision: revision.to_owned(), ..self.settings(policies) }
     }
 
     /// The template directories, one per revision, in order: the first is the default revision. Refuses a
@@ -265,25 +285,27 @@ impl TemplateArgs {
         Ok(&self.template_dir)
     }
 
-    /// The engine settings these options describe.
-    pub fn settings(&self) -> crate::Settings {
+    /// The engine settings these options describe, with the webhook's `policies` (the defaults of
+    /// [`crate::Settings`] without them).
+    pub fn settings(&self, policies: Option<&PolicyArgs>) -> crate::Settings {
+        let defaults = crate::Settings::default();
         crate::Settings {
             annotation_prefix: self.annotation_prefix.clone(),
-            on_error: self.on_error.into(),
-            on_unknown_template: self.unknown_template.into(),
-            validation: self.validation.into(),
+            on_error: policies.map_or(defaults.on_error, |p| p.on_error.into()),
+            on_unknown_template: policies.map_or(defaults.on_unknown_template, |p| p.unknown_template.into()),
+            validation: policies.map_or(defaults.validation, |p| p.validation.into()),
             kubernetes_version: self.kubernetes_version,
-            ..crate::Settings::default()
+            ..defaults
         }
     }
 
     /// Loads the templates and builds the engine these options describe: of the first revision, when there are
     /// several.
-    pub fn engine(&self) -> Result<crate::Engine, crate::TemplateError> {
+    pub fn engine(&self, policies: Option<&PolicyArgs>) -> Result<crate::Engine, crate::TemplateError> {
         match self.template_dir.first() {
-            Some(first) => self.revision_engine(first),
+            Some(first) => self.revision_engine(first, policies),
             None => {
-                let settings = self.settings();
+                let settings = self.settings(policies);
                 let set = match &self.template {
                     Some(file) => crate::TemplateSet::from_file(file, &settings)?,
                     None => crate::TemplateSet::builtin(&settings)?,
@@ -293,9 +315,23 @@ impl TemplateArgs {
         }
     }
 
+    /// Where `revision`'s templates come from, for the start log: its directory, the template file, or the
+    /// built-in template.
+    pub fn source_of(&self, revision: &str) -> String {
+        match (self.template_dir.iter().find(|r| r.revision == revision), &self.template) {
+            (Some(dir), _) => format!("{} (reloaded when it changes)", dir.dir.display()),
+            (None, Some(file)) => file.display().to_string(),
+            (None, None) => "the built-in template (templates/default.yaml)".to_owned(),
+        }
+    }
+
     /// Loads one revision's templates and builds its engine.
-    pub fn revision_engine(&self, revision: &RevisionDir) -> Result<crate::Engine, crate::TemplateError> {
-        let settings = self.settings_for(&revision.revision);
+    pub fn revision_engine(
+        &self,
+        revision: &RevisionDir,
+        policies: Option<&PolicyArgs>,
+    ) -> Result<crate::Engine, crate::TemplateError> {
+        let settings = self.settings_for(&revision.revision, policies);
         let set = crate::TemplateSet::load_dir(&revision.dir, &self.default_template, &settings)?;
         Ok(crate::Engine::new(set, &settings))
     }

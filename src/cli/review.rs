@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use crate::{Mode, Outcome, Verdict};
 use clap::Args;
 
-use super::{CliError, TemplateArgs};
+use super::{CliError, PolicyArgs, TemplateArgs};
 
 /// Arguments of `review`.
 #[derive(Debug, Args)]
@@ -23,14 +23,18 @@ pub struct ReviewArgs {
     #[arg(long)]
     pub validate: bool,
 
-    /// Which templates, and how to apply them.
+    /// Which templates.
     #[command(flatten)]
     pub template: TemplateArgs,
+
+    /// How the webhook answers a pod it cannot inject, or whose injection is incomplete (as `serve` is set).
+    #[command(flatten)]
+    pub policies: PolicyArgs,
 }
 
 /// Runs `review`. The response goes to stdout; errors come back as a one-line message.
 pub fn run(args: &ReviewArgs) -> Result<(), CliError> {
-    let engine = args.template.engine().map_err(|e| CliError::templates(e, false))?;
+    let engine = args.template.engine(Some(&args.policies)).map_err(|e| CliError::templates(e, false))?;
     let (label, mut body) = match args.file.as_deref() {
         None => ("stdin".to_owned(), read_stdin()?),
         Some(p) if p.as_os_str() == "-" => ("stdin".to_owned(), read_stdin()?),
@@ -94,7 +98,8 @@ fn explain(engine: &crate::Engine, outcome: &Outcome) -> String {
             text.push('\n');
         }
         Verdict::Skipped(reason) => {
-            text.push_str(&format!("decision: not injected ({}): {}\n", reason.as_str(), reason.explain()));
+            let why = outcome.skip_explanation().unwrap_or_default();
+            text.push_str(&format!("decision: not injected ({}): {why}\n", reason.as_str()));
         }
         Verdict::Denied(reason) => {
             text.push_str(&format!("decision: refused ({}): {message}\n", reason.as_str()));

@@ -11,7 +11,7 @@ use crate::server::{ServeConfig, Server, TlsSource};
 use arc_swap::ArcSwap;
 use clap::{Args, ValueEnum};
 
-use super::{CliError, TemplateArgs};
+use super::{CliError, PolicyArgs, TemplateArgs};
 
 /// Arguments of `serve`. Every flag also reads `SIDECAR_INJECTOR_<FLAG>`. The defaults are those of
 /// [`crate::server::defaults`], the same that [`ServeConfig::default`] has; durations are written as humantime
@@ -133,9 +133,13 @@ pub struct ServeArgs {
     #[arg(long, default_value = "info", env = "SIDECAR_INJECTOR_LOG")]
     pub log: String,
 
-    /// Which templates, and how to apply them.
+    /// Which templates.
     #[command(flatten)]
     pub template: TemplateArgs,
+
+    /// How to answer a pod that cannot be injected, or whose injection is incomplete.
+    #[command(flatten)]
+    pub policies: PolicyArgs,
 }
 
 /// How log lines look.
@@ -173,11 +177,11 @@ impl ServeArgs {
             write_timeout: self.write_timeout.into(),
             shutdown_delay: self.shutdown_delay.into(),
             shutdown_timeout: self.shutdown_timeout.into(),
-            templates: (self.template.template_dir.iter())
+            template_watches: (self.template.template_dir.iter())
                 .map(|revision| TemplateWatch {
                     dir: revision.dir.clone(),
                     default_template: self.template.default_template.clone(),
-                    settings: self.template.settings_for(&revision.revision),
+                    settings: self.template.settings_for(&revision.revision, Some(&self.policies)),
                     poll_interval: self.template_poll_interval.into(),
                     debounce: TEMPLATE_DEBOUNCE,
                     events: true,
@@ -220,7 +224,8 @@ impl ServeArgs {
                 let revision = &wanted.revision;
                 return Err(CliError::Config(format!("revision {revision:?} is given twice (--template-configmap)")));
             }
-            let Some(watch) = config.templates.iter().position(|w| w.settings.revision == wanted.revision) else {
+            let Some(watch) = config.template_watches.iter().position(|w| w.settings.revision == wanted.revision)
+            else {
                 return Err(CliError::Config(format!(
                     "--template-configmap {}: revision {:?} has no --template-dir the ConfigMap could be mounted as",
                     wanted.name, wanted.revision
@@ -238,7 +243,7 @@ impl ServeArgs {
         let client = kube::Client::try_from(incluster)
             .map_err(|e| CliError::Config(format!("--template-configmap: cannot make an API client: {e}")))?;
         for (watch, name) in watches {
-            config.templates[watch].source = Some(TemplateSource::config_map(client.clone(), &namespace, name));
+            config.template_watches[watch].source = Some(TemplateSource::config_map(client.clone(), &namespace, name));
         }
         Ok(())
     }
@@ -249,8 +254,10 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     init_logging(args)?;
     // One engine per revision (`--template-dir NAME=DIR`, repeated), or the one of --template or the built-in.
     let engines = match args.template.revisions()? {
-        [] => vec![args.template.engine()],
-        revisions => revisions.iter().map(|revision| args.template.revision_engine(revision)).collect(),
+        [] => vec![args.template.engine(Some(&args.policies))],
+        revisions => {
+            revisions.iter().map(|revision| args.template.revision_engine(revision, Some(&args.policies))).collect()
+        }
     };
     let engines = engines.into_iter().collect::<Result<Vec<_>, _>>().map_err(|e| CliError::templates(e, false))?;
     // std reads the cgroup CPU quota, so a container limited to 2 CPUs gets 2 workers, not one per host core.
@@ -276,7 +283,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         } else {
             format!("; left out for {}: {left_out}", e.settings().kubernetes_version)
         };
-        format!("{} (set {}: {}{left_out})", e.settings().revision, e.set().hash(), e.set().names())
+        let revision = &e.settings().revision;
+        let from = args.template.source_of(revision);
+        format!("{revision} (from {from}; set {}: {}{left_out})", e.set().hash(), e.set().names())
     };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -402,7 +411,7 @@ mod tests {
             write_timeout,
             shutdown_delay,
             shutdown_timeout,
-            templates,
+            template_watches,
         } = parse(&[]).config();
         assert_eq!(listen, default.listen, "--listen");
         assert_eq!(metrics_listen, default.metrics_listen, "--metrics-listen");
@@ -423,7 +432,17 @@ mod tests {
         assert_eq!(write_timeout, default.write_timeout, "--write-timeout");
         assert_eq!(shutdown_delay, default.shutdown_delay, "--shutdown-delay");
         assert_eq!(shutdown_timeout, default.shutdown_timeout, "--shutdown-timeout");
-        assert!(templates.is_empty() && default.templates.is_empty(), "--template-dir");
+        assert!(template_watches.is_empty() && default.template_watches.is_empty(), "--template-dir");
+    }
+
+    /// Issue 38: the start log said `templates: []` (no directory watched) while the built-in template served.
+    #[test]
+    fn the_start_log_names_where_each_revisions_templates_come_from() {
+        assert_eq!(parse(&[]).template.source_of("default"), "the built-in template (templates/default.yaml)");
+        assert_eq!(parse(&["--template", "t.yaml"]).template.source_of("default"), "t.yaml");
+        let dirs = parse(&["--template-dir", "/a", "--template-dir", "canary=/b"]);
+        assert_eq!(dirs.template.source_of("default"), "/a (reloaded when it changes)");
+        assert_eq!(dirs.template.source_of("canary"), "/b (reloaded when it changes)");
     }
 
     #[test]
@@ -446,7 +465,7 @@ mod tests {
         let args =
             parse(&["--template-dir", "/nonexistent", "--shutdown-delay", "1m30s", "--request-timeout", "250ms"]);
         let config = args.config();
-        let [watch] = config.templates.as_slice() else { panic!("--template-dir watches the directory") };
+        let [watch] = config.template_watches.as_slice() else { panic!("--template-dir watches the directory") };
         assert_eq!(watch.poll_interval, DEFAULT_TEMPLATE_POLL_INTERVAL);
         assert_eq!(watch.debounce, TEMPLATE_DEBOUNCE);
         assert_eq!(config.shutdown_delay, Duration::from_secs(90));

@@ -84,7 +84,7 @@ pub struct StatusArgs {
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
 
-    /// Which templates, and how to apply them: the same options as `serve`.
+    /// Which templates: those the injector serves.
     #[command(flatten)]
     pub template: TemplateArgs,
 }
@@ -165,12 +165,12 @@ fn local_revisions(template: &TemplateArgs) -> Result<Vec<Revision>, CliError> {
             Some(file) => file.display().to_string(),
             None => "built-in template".to_owned(),
         };
-        let engine = template.engine().map_err(|e| CliError::templates(e, false))?;
+        let engine = template.engine(None).map_err(|e| CliError::templates(e, false))?;
         return Ok(vec![Revision { name: engine.settings().revision.clone(), source, engine }]);
     }
     dirs.iter()
         .map(|dir| {
-            let engine = template.revision_engine(dir).map_err(|e| CliError::templates(e, false))?;
+            let engine = template.revision_engine(dir, None).map_err(|e| CliError::templates(e, false))?;
             Ok(Revision { name: dir.revision.clone(), source: dir.dir.display().to_string(), engine })
         })
         .collect()
@@ -220,7 +220,7 @@ async fn configmap_revisions(cluster: &Cluster, args: &StatusArgs) -> Result<Vec
         }
         let sources = cluster.configmap_sources(&configmap.namespace, &configmap.name).await.map_err(config)?;
         let source = sources.origin.clone();
-        let settings = args.template.settings_for(&configmap.revision);
+        let settings = args.template.settings_for(&configmap.revision, None);
         let set = crate::TemplateSet::compile(sources, &args.template.default_template, &settings)
             .map_err(|e| CliError::templates(e, false))?;
         let engine = crate::Engine::new(set, &settings);

@@ -102,7 +102,7 @@ pub struct ServeConfig {
     pub shutdown_timeout: Duration,
     /// Reload each revision's templates from its directory when it changes (a revision without one keeps its
     /// templates); matched to the revisions by [`Settings::revision`](crate::Settings).
-    pub templates: Vec<reload::TemplateWatch>,
+    pub template_watches: Vec<reload::TemplateWatch>,
 }
 
 impl Default for ServeConfig {
@@ -128,7 +128,7 @@ impl Default for ServeConfig {
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             shutdown_delay: DEFAULT_SHUTDOWN_DELAY,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
-            templates: Vec::new(),
+            template_watches: Vec::new(),
         }
     }
 }
@@ -223,7 +223,7 @@ impl Server {
         if let Some(twice) = names.iter().enumerate().find_map(|(i, n)| names[..i].contains(n).then_some(n)) {
             return Err(ServeError::Revisions(format!("revision {twice:?} is served twice")));
         }
-        if let Some(watch) = config.templates.iter().find(|w| !names.contains(&w.settings.revision)) {
+        if let Some(watch) = config.template_watches.iter().find(|w| !names.contains(&w.settings.revision)) {
             let revision = &watch.settings.revision;
             return Err(ServeError::Revisions(format!(
                 "templates are watched for revision {revision:?}, which is not served"
@@ -253,7 +253,7 @@ impl Server {
                 let revision_metrics = metrics.revision(&name);
                 revision_metrics.template_start(engine.load().set().hash());
                 let templates = Arc::new(reload::ReloadState::new(&engine.load()));
-                let watch = config.templates.iter().find(|w| w.settings.revision == name);
+                let watch = config.template_watches.iter().find(|w| w.settings.revision == name);
                 let reloader = watch.map(|watch| reload::Reloader {
                     watch: watch.clone(),
                     engine: engine.clone(),

@@ -130,15 +130,15 @@ pub(crate) fn dry_run(template: &Template, pod: &J, overrides: &super::Overrides
     Ok(injected)
 }
 
-/// Dry-runs `template` on every sample pod and validates the results: `Ok`, or every problem at its line of
-/// `file`. `pod` and `defaults` are the template's `pod` and `containerDefaults` sections, with their lines.
+/// Dry-runs `template` on every sample pod and validates the results: every problem at its line of `file`.
+/// `pod` and `defaults` are the template's `pod` and `containerDefaults` sections, with their lines.
 pub(super) fn check(
     template: &Template,
     pod: &YNode,
     defaults: Option<&YNode>,
     file: &str,
     version: KubeVersion,
-) -> Result<(), TemplateError> {
+) -> Vec<TemplateError> {
     let injects = template.injects();
     let sidecar = injects
         .containers
@@ -163,15 +163,10 @@ pub(super) fn check(
             problems.push((line, body, format!("{error} (the API server would refuse {shape} with this injected)")));
         }
     }
-    let errors: Vec<TemplateError> = problems
+    problems
         .into_iter()
         .map(|(line, _, reason)| TemplateError::Invalid { file: file.to_owned(), line, reason })
-        .collect();
-    match errors.len() {
-        0 => Ok(()),
-        1 => Err(errors.into_iter().next().expect("one error")),
-        _ => Err(TemplateError::Several(errors)),
-    }
+        .collect()
 }
 
 /// The line of the template that put the field at `path` into `injected`: the template's node for it, found by
@@ -253,7 +248,9 @@ pub(super) fn leaf_checks(
     for (slot, template_path) in slot_paths.iter().enumerate() {
         let Some(field_path) = field_path_of(template_path, defaults_index) else { continue };
         if let Some((path, rule)) = rules.iter().find(|(path, _)| same_place(path, &field_path)) {
-            checks.push(LeafCheck { slot, rule: *rule, path: path.clone() });
+            let mut path = path.clone();
+            name_the_container(&mut path, &fragment);
+            checks.push(LeafCheck { slot, rule: *rule, path });
         }
     }
     checks
@@ -292,7 +289,24 @@ pub(super) fn fragment_problems(
     version: KubeVersion,
 ) -> Vec<FieldError> {
     let (fragment, _) = fragment(pod, defaults, slot);
-    validation::validate_pod(&fragment, version)
+    let mut problems = validation::validate_pod(&fragment, version);
+    for problem in &mut problems {
+        name_the_container(&mut problem.path, &fragment);
+    }
+    problems
+}
+
+/// Names the container of a path into a fragment (`spec.containers[proxy].image`) instead of numbering it: in
+/// the fragment the template's containers stand alone, and in the injected pod they follow the pod's own, at
+/// other indices, so the fragment's index would point at the wrong container.
+fn name_the_container(path: &mut FieldPath, fragment: &J) {
+    if let [Seg::Field(spec), Seg::Field(list), Seg::Index(i), ..] = path.0.as_slice()
+        && spec == "spec"
+        && matches!(list.as_ref(), "containers" | "initContainers")
+        && let Some(name) = fragment["spec"][list.as_ref()][*i]["name"].as_str()
+    {
+        path.0[2] = Seg::Key(name.to_owned());
+    }
 }
 
 impl Template {
@@ -353,8 +367,8 @@ impl Template {
             }
             let rendered = Rendered { buf: &buf, ranges: &ranges };
             let mut slot = |i: usize| serde_json::from_slice(rendered.slot(i)).unwrap_or(J::Null);
-            let (fragment, _) = fragment(&self.sources.pod, self.sources.container_defaults.as_ref(), &mut slot);
-            validation::validate_pod(&fragment, self.kubernetes_version)
+            let defaults = self.sources.container_defaults.as_ref();
+            fragment_problems(&self.sources.pod, defaults, &mut slot, self.kubernetes_version)
         };
         // Most pods' overrides are valid: one validation says so. Only then is the template's own fragment judged:
         // what its own values give (a fragment alone lacks the pod's volumes, say) is not an override's doing.

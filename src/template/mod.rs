@@ -16,6 +16,7 @@
 
 mod checks;
 mod combine;
+mod known_fields;
 mod leaf_cache;
 mod overrides;
 mod pod_context;
@@ -360,6 +361,8 @@ pub struct Template {
     /// such a template's part is validated whole with each pod's values, and a message not among these is the
     /// pod's values' doing (`Template::check_rendered`). `None` for every other template.
     rendered_baseline: Option<Vec<String>>,
+    /// What `check` warns of: leaves that fail on a pod without labels or annotations (`file:line: ...`).
+    warnings: Vec<String>,
 }
 
 impl Template {
@@ -371,14 +374,23 @@ impl Template {
     pub(crate) fn assemble(parts: &[&Part], set_hash: &str, settings: &Settings) -> Result<Self, TemplateError> {
         let file = parts.iter().map(|p| p.file.as_str()).collect::<Vec<_>>().join(" + ");
         let checked = |shape: Shape| -> Result<Self, TemplateError> {
-            let template = Self::assemble_unchecked(parts, set_hash, settings, shape)?;
+            let (template, mut problems) = Self::assemble_unchecked(parts, set_hash, settings, shape)?;
             let Sources { pod, container_defaults } = &template.sources;
             let file = match shape {
                 Shape::AsWritten => file.clone(),
                 Shape::ForJobs => format!("{file} (its containers as native sidecars, for Jobs)"),
             };
-            checks::check(&template, pod, container_defaults.as_ref(), &file, settings.kubernetes_version)?;
-            Ok(template)
+            problems.extend(checks::check(
+                &template,
+                pod,
+                container_defaults.as_ref(),
+                &file,
+                settings.kubernetes_version,
+            ));
+            match problems.is_empty() {
+                true => Ok(template),
+                false => Err(by_line(problems)),
+            }
         };
         let mut template = checked(Shape::AsWritten)?;
         if template.jobs == JobPolicy::NativeSidecar && !template.injects.containers.is_empty() {
@@ -398,8 +410,11 @@ impl Template {
     ) -> Result<serde_json::Value, String> {
         let part = Part::parse("unchecked", "unchecked.yaml", source, None, &settings.annotation_prefix)
             .map_err(|e| e.to_string())?;
-        let template =
+        let (template, problems) =
             Self::assemble_unchecked(&[&part], "unchecked", settings, Shape::AsWritten).map_err(|e| e.to_string())?;
+        if !problems.is_empty() {
+            return Err(several(problems).to_string());
+        }
         let annotations = pod["metadata"]["annotations"].as_object();
         let overrides: Vec<(String, serde_json::Value)> = template
             .overrides
@@ -413,13 +428,15 @@ impl Template {
     }
 
     /// [`Template::assemble`] without the checks against the API server's rules: the parts combined, the status
-    /// annotation added, the leaves dry-rendered and the result decoded as the API types, then compiled.
+    /// annotation added, the leaves dry-rendered and the result decoded as the API types, then compiled. With the
+    /// template, the problems that leave it whole enough to be judged further (unknown fields), so that a file's
+    /// every problem is listed at once.
     fn assemble_unchecked(
         parts: &[&Part],
         set_hash: &str,
         settings: &Settings,
         shape: Shape,
-    ) -> Result<Self, TemplateError> {
+    ) -> Result<(Self, Vec<TemplateError>), TemplateError> {
         let first = parts.first().expect("a template is assembled from at least one part");
         let name = parts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(",");
         let file = parts.iter().map(|p| p.file.as_str()).collect::<Vec<_>>().join(" + ");
@@ -448,14 +465,21 @@ impl Template {
         insert_status(&mut pod, &format!("{}status", settings.annotation_prefix), &status, &invalid)?;
 
         let sample = dry_render(&rendering)?;
+        let warnings = unguarded_reads(&rendering);
         let root = &first.root;
         let mut rendered = |slot: usize| sample.slot(slot);
         let problem = |(path, reason): validate::Problem| {
             invalid(root.line_of(&path), format!("{}: {reason}", display_path(&path)))
         };
-        validate::pod(&yaml::to_json(&pod, &mut rendered)).map_err(problem)?;
+        let mut found = validate::pod(&yaml::to_json(&pod, &mut rendered));
         if let Some(defaults) = &container_defaults {
-            validate::container_defaults(&yaml::to_json(defaults, &mut rendered)).map_err(problem)?;
+            let more = validate::container_defaults(&yaml::to_json(defaults, &mut rendered));
+            found.problems.extend(more.problems);
+            found.fatal |= more.fatal;
+        }
+        let problems: Vec<TemplateError> = found.problems.into_iter().map(problem).collect();
+        if found.fatal {
+            return Err(by_line(problems));
         }
 
         let compile = |pod: &YNode, defaults: Option<&YNode>| compile_trees(pod, defaults, root, &invalid);
@@ -493,7 +517,7 @@ impl Template {
         let combined_settings = PartSettings::combined(parts);
         let native = settings.kubernetes_version.at_least(NATIVE_SIDECAR_MINOR);
         let jobs_fell_back = combined_settings.jobs == JobPolicy::NativeSidecar && !native;
-        Ok(Template {
+        let template = Template {
             id: Arc::new(TemplateId::new(name, hash, set_hash.to_owned())),
             status,
             injects,
@@ -515,7 +539,9 @@ impl Template {
             rendered_baseline,
             leaf_checks,
             kubernetes_version: settings.kubernetes_version,
-        })
+            warnings,
+        };
+        Ok((template, problems))
     }
 
     /// Does the pod decide whether this template's injection is valid (see `writes_host_ports`)? Such pods are
@@ -532,6 +558,12 @@ impl Template {
             JobPolicy::NativeSidecar => Ok(self.job_shape.as_deref().unwrap_or(self)),
             JobPolicy::Skip => Err(self.jobs_fell_back),
         }
+    }
+
+    /// What the template does that fails for some pods though it loads: each a `file:line: ...` line with the
+    /// fix (a label or annotation read without a default).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// The `jobs` setting in effect.
@@ -735,22 +767,34 @@ impl SampleRender {
     }
 }
 
-/// Renders the per-pod leaves of `parts` on the sample pod; a leaf that cannot render there is refused at its
-/// line.
+/// Renders the per-pod leaves of `parts` on the sample pod; every leaf that cannot render there is refused at
+/// its line.
 fn dry_render(parts: &[&Part]) -> Result<SampleRender, TemplateError> {
     let mut sample = SampleRender { buf: Vec::new(), ranges: Vec::new() };
     let pod = sample_pod();
+    let mut errors = Vec::new();
     for part in parts {
-        if let Err(e) = part.renderer.render(&pod, &[], &mut sample.buf, &mut sample.ranges) {
-            let path = &part.slot_paths[e.slot];
-            return Err(TemplateError::Invalid {
-                file: part.file.clone(),
-                line: part.root.line_of(path),
-                reason: format!("{}: cannot render on a sample pod: {}", display_path(path), e.reason),
-            });
+        if part.renderer.render(&pod, &[], &mut sample.buf, &mut sample.ranges).is_err() {
+            let failures = part.renderer.all_failures(&pod);
+            errors.extend(failures.iter().map(|e| part.leaf_problem(e, "cannot render on a sample pod")));
         }
     }
-    Ok(sample)
+    match errors.is_empty() {
+        true => Ok(sample),
+        false => Err(several(errors)),
+    }
+}
+
+/// The leaves of `parts` that render on the sample pod but fail on a pod without labels or annotations: reads of
+/// a label or an annotation without a default, which fail for every pod that lacks it (each such pod is admitted
+/// without the sidecar, or refused, as `onError` says). Warnings, as the template's pods may all carry them.
+fn unguarded_reads(parts: &[&Part]) -> Vec<String> {
+    let bare = PodContext { labels: Default::default(), annotations: Default::default(), ..sample_pod() };
+    let what = "fails on a pod without labels or annotations";
+    parts
+        .iter()
+        .flat_map(|part| part.renderer.all_failures(&bare).into_iter().map(|e| part.leaf_problem(&e, what).to_string()))
+        .collect()
 }
 
 /// Compiles the `pod` and `containerDefaults` sections into the trees the merge walks.
@@ -884,6 +928,16 @@ fn setting<T>(
 }
 
 impl Part {
+    /// A leaf of this part that failed to render (`what` on which pod), at its line.
+    fn leaf_problem(&self, error: &RenderError, what: &str) -> TemplateError {
+        let path = &self.slot_paths[error.slot];
+        TemplateError::Invalid {
+            file: self.file.clone(),
+            line: self.root.line_of(path),
+            reason: format!("{}: {what}: {}", display_path(path), error.reason),
+        }
+    }
+
     /// The oldest Kubernetes version the template is for (`minKubernetesVersion`), when it says.
     pub(crate) fn min_kubernetes_version(&self) -> Option<KubeVersion> {
         self.settings.min_version
@@ -917,10 +971,11 @@ impl Part {
             ));
         };
         if let Some((key, node)) = members.iter().find(|(k, _)| !TOP_LEVEL_KEYS.contains(&k.as_str())) {
-            return Err(invalid(
-                node.line,
-                format!("unknown top-level key `{key}` (expected one of {})", TOP_LEVEL_KEYS.join(", ")),
-            ));
+            let hint = match crate::suggest::closest(key, TOP_LEVEL_KEYS) {
+                Some(close) => format!("did you mean `{close}`?"),
+                None => format!("expected one of {}", TOP_LEVEL_KEYS.join(", ")),
+            };
+            return Err(invalid(node.line, format!("unknown top-level key `{key}` ({hint})")));
         }
         // The template's own values are defaults; the set's shared values file, the site's settings, wins.
         let mut values = match root.map_get("values") {
@@ -941,16 +996,24 @@ impl Part {
         let overridable = overrides.iter().map(|o| o.value.clone()).collect();
         let mut renderer = Renderer::with_overridable(&values, overridable);
         let mut slot_paths = Vec::new();
-        let mut resolve_section = |key: &str| -> Result<Option<YNode>, TemplateError> {
-            let Some(node) = root.map_get(key) else { return Ok(None) };
-            let mut node = node.clone();
+        // Every expression of both sections is compiled, and every one that does not compile is listed.
+        let mut problems = Vec::new();
+        let mut resolve_section = |key: &str| -> Option<YNode> {
+            let mut node = root.map_get(key)?.clone();
             let mut path = vec![PathSeg::Key(key.to_owned())];
-            resolve(&mut node, &mut path, &mut renderer, &mut slot_paths)
-                .map_err(|(line, path, reason)| invalid(line, format!("{}: {reason}", display_path(&path))))?;
-            Ok(Some(node))
+            resolve(&mut node, &mut path, &mut renderer, &mut slot_paths, &mut problems);
+            Some(node)
         };
-        let pod = resolve_section("pod")?.unwrap_or(YNode { line: 1, value: YValue::Map(Vec::new()) });
-        let container_defaults = resolve_section("containerDefaults")?;
+        let pod = resolve_section("pod").unwrap_or(YNode { line: 1, value: YValue::Map(Vec::new()) });
+        let container_defaults = resolve_section("containerDefaults");
+        if !problems.is_empty() {
+            let problems = problems.into_iter();
+            return Err(several(
+                problems
+                    .map(|(line, path, reason)| invalid(line, format!("{}: {reason}", display_path(&path))))
+                    .collect(),
+            ));
+        }
 
         let mut hasher = Sha256::new();
         if let Some((shared_source, _)) = shared {
@@ -971,6 +1034,20 @@ impl Part {
             slot_paths,
         })
     }
+}
+
+/// One error for several: the only one, or all of them.
+pub(crate) fn several(mut errors: Vec<TemplateError>) -> TemplateError {
+    if errors.len() == 1 { errors.remove(0) } else { TemplateError::Several(errors) }
+}
+
+/// The problems of one file in the order of their lines, as one error.
+fn by_line(mut errors: Vec<TemplateError>) -> TemplateError {
+    errors.sort_by_key(|e| match e {
+        TemplateError::Invalid { line, .. } => *line,
+        _ => 0,
+    });
+    several(errors)
 }
 
 /// Reads a template file: `(name, file label, source)`, the name being the file stem.
@@ -997,13 +1074,15 @@ fn set_hash<'a>(templates: impl Iterator<Item = (&'a str, &'a str)>, values: Opt
     hex_prefix(&hasher.finalize())
 }
 
-/// Replaces values-only expressions by their rendered value and pod-dependent ones by render slots.
+/// Replaces values-only expressions by their rendered value and pod-dependent ones by render slots; each one
+/// that cannot be compiled is added to `problems` (line, path, reason).
 fn resolve(
     node: &mut YNode,
     path: &mut Vec<PathSeg>,
     renderer: &mut Renderer,
     slot_paths: &mut Vec<Vec<PathSeg>>,
-) -> Result<(), (usize, Vec<PathSeg>, String)> {
+    problems: &mut Vec<(usize, Vec<PathSeg>, String)>,
+) {
     match &mut node.value {
         YValue::Str(source) if is_template(source) => match renderer.add_leaf(source) {
             Ok(LeafKind::Static(json)) => *node = yaml::from_json(json, node.line),
@@ -1011,28 +1090,28 @@ fn resolve(
                 slot_paths.push(path.clone());
                 node.value = YValue::Dynamic(slot);
             }
-            Err(error) => return Err((node.line, path.clone(), error.to_string())),
+            Err(error) => problems.push((node.line, path.clone(), error.to_string())),
         },
         YValue::Map(members) => {
             for (key, value) in members {
                 if is_template(key) {
-                    return Err((value.line, path.clone(), format!("keys cannot be templated: {key:?}")));
+                    problems.push((value.line, path.clone(), format!("keys cannot be templated: {key:?}")));
+                    continue;
                 }
                 path.push(PathSeg::Key(key.clone()));
-                resolve(value, path, renderer, slot_paths)?;
+                resolve(value, path, renderer, slot_paths, problems);
                 path.pop();
             }
         }
         YValue::Seq(items) => {
             for (i, item) in items.iter_mut().enumerate() {
                 path.push(PathSeg::Index(i));
-                resolve(item, path, renderer, slot_paths)?;
+                resolve(item, path, renderer, slot_paths, problems);
                 path.pop();
             }
         }
         _ => {}
     }
-    Ok(())
 }
 
 fn hex_prefix(digest: &[u8]) -> String {

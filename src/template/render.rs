@@ -44,7 +44,8 @@ fn json_formatter(out: &mut Output, state: &mut State, value: &Value) -> Result<
         return minijinja::escape_formatter(out, state, value);
     }
     if value.is_undefined() {
-        return Err(minijinja::Error::new(minijinja::ErrorKind::UndefinedError, "the expression is undefined"));
+        let why = "the expression is undefined (an `if` without an `else`?): give it an `else`, or `| default(...)`";
+        return Err(minijinja::Error::new(minijinja::ErrorKind::UndefinedError, why));
     }
     serde_json::to_writer(OutputWriter(out), value)
         .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::BadSerialization, e.to_string()))
@@ -337,13 +338,31 @@ impl Renderer {
     /// Which leaf fails, and why: each is rendered alone. Only taken when the joined render failed.
     #[cold]
     fn first_failure(&self, ctx: &Value) -> RenderError {
-        for slot in 0..self.leaves.len() {
+        self.failures(ctx).next().unwrap_or_else(|| RenderError {
+            slot: 0,
+            reason: "the leaves failed together but not one by one".to_owned(),
+        })
+    }
+
+    /// Every leaf that fails for `ctx`, each rendered alone, in slot order.
+    fn failures<'a>(&'a self, ctx: &'a Value) -> impl Iterator<Item = RenderError> + 'a {
+        (0..self.leaves.len()).filter_map(move |slot| {
             let result = self.env.get_template(&format!("leaf{slot}")).and_then(|t| t.render(ctx));
-            if let Err(e) = result {
-                return RenderError { slot, reason: describe(&e) };
-            }
-        }
-        RenderError { slot: 0, reason: "the leaves failed together but not one by one".to_owned() }
+            result.err().map(|e| RenderError { slot, reason: describe(&e) })
+        })
+    }
+
+    /// Every leaf that fails to render for `pod` (without overrides): what a template's check lists, where a
+    /// request stops at the first.
+    pub(crate) fn all_failures<M: StrEntries, C: ContainerEntries>(
+        &self,
+        pod: &PodContext<'_, M, C>,
+    ) -> Vec<RenderError> {
+        let ctx = minijinja::context! {
+            pod => Value::from_dyn_object(pod.to_object(self.reads)),
+            values => self.values.clone(),
+        };
+        self.failures(&ctx).collect()
     }
 }
 
@@ -385,7 +404,7 @@ pub(crate) enum LeafError {
     #[error("{}", describe(.0))]
     Expression(#[from] minijinja::Error),
     /// It reads a variable templates do not have.
-    #[error("unknown variable `{0}` (a template can use `pod` and `values`)")]
+    #[error("unknown variable `{0}` ({hint})", hint = known_variables_hint(.0))]
     UnknownVariable(String),
     /// Reading only values, it rendered to text that is not JSON.
     #[error("expression did not render to JSON ({source}): {text}")]
@@ -397,13 +416,38 @@ pub(crate) enum LeafError {
     },
 }
 
+/// The variable a misspelt one was meant to be, or the ones there are.
+fn known_variables_hint(unknown: &str) -> String {
+    match crate::suggest::closest(unknown, KNOWN_VARIABLES) {
+        Some(close) => format!("did you mean `{close}`?"),
+        None => "a template can use `pod` and `values`".to_owned(),
+    }
+}
+
 fn describe(err: &minijinja::Error) -> String {
     let mut reason = err.kind().to_string();
     if let Some(detail) = err.detail() {
         reason.push_str(": ");
         reason.push_str(detail);
     }
+    if let Some(name) = undefined_name(err) {
+        // The fix, with the name in it: what a person copies into the template.
+        reason.push_str(&format!(
+            "; give it a default, `{{{{ {name} | default(...) }}}}`, or test it, `{{% if {name} is defined %}}`"
+        ));
+    }
     reason
+}
+
+/// The expression an undefined-value error names (minijinja's detail says `` `pod.labels.app` is undefined``).
+fn undefined_name(err: &minijinja::Error) -> Option<&str> {
+    if err.kind() != minijinja::ErrorKind::UndefinedError {
+        return None;
+    }
+    let detail = err.detail()?;
+    let end = detail.find("` is undefined")?;
+    let start = detail[..end].rfind('`')? + 1;
+    Some(&detail[start..end])
 }
 
 #[cfg(test)]
@@ -460,7 +504,14 @@ mod tests {
     #[test]
     fn typos_and_syntax_errors_are_refused() {
         let mut r = Renderer::new(&serde_json::json!({"image": "x"}));
-        assert!(r.add_leaf("{{ value.image }}").unwrap_err().to_string().contains("unknown variable `value`"));
+        assert_eq!(
+            r.add_leaf("{{ value.image }}").unwrap_err().to_string(),
+            "unknown variable `value` (did you mean `values`?)"
+        );
+        assert!(r.add_leaf("{{ podd.name }}").unwrap_err().to_string().contains("did you mean `pod`?"));
+        assert!(
+            r.add_leaf("{{ cluster.name }}").unwrap_err().to_string().contains("a template can use `pod` and `values`")
+        );
         assert!(r.add_leaf("{{ values.imag }}").unwrap_err().to_string().contains("undefined"));
         assert!(r.add_leaf("{{ values.image ").is_err());
     }
@@ -574,6 +625,33 @@ mod tests {
         assert_eq!(first_slot_cached(&r, &labelled, &mut cache), "1-0");
         assert_eq!(first_slot_cached(&r, &annotated, &mut cache), "0-1");
         assert_eq!(first_slot_cached(&r, &labelled, &mut cache), "1-0");
+    }
+
+    #[test]
+    fn an_undefined_name_is_named_with_the_filter_that_guards_it() {
+        let mut r = Renderer::new(&serde_json::json!({}));
+        r.add_leaf("x-{{ pod.labels.version }}").unwrap();
+        let (mut buf, mut ranges) = (Vec::new(), Vec::new());
+        let reason = r.render(&pod(), &[], &mut buf, &mut ranges).unwrap_err().reason;
+        assert!(reason.contains("`pod.labels.version` is undefined"), "{reason}");
+        assert!(reason.contains("`{{ pod.labels.version | default(...) }}`"), "{reason}");
+        let mut r = Renderer::new(&serde_json::json!({"image": "x"}));
+        let reason = r.add_leaf("{{ values.imag }}").unwrap_err().to_string();
+        assert!(reason.contains("`{{ values.imag | default(...) }}`"), "{reason}");
+        let mut r = Renderer::new(&serde_json::json!({}));
+        r.add_leaf("{{ pod.name if pod.labels.version is defined }}").unwrap();
+        let reason = r.render(&pod(), &[], &mut buf, &mut ranges).unwrap_err().reason;
+        assert!(reason.contains("give it an `else`, or `| default(...)`"), "{reason}");
+    }
+
+    #[test]
+    fn every_failing_leaf_is_listed() {
+        let mut r = Renderer::new(&serde_json::json!({}));
+        for leaf in ["{{ pod.labels.a }}", "{{ pod.name }}", "{{ pod.labels.app }}", "{{ pod.annotations.b }}"] {
+            r.add_leaf(leaf).unwrap();
+        }
+        let failed: Vec<usize> = r.all_failures(&pod()).iter().map(|e| e.slot).collect();
+        assert_eq!(failed, [0, 3]);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
-use super::{BUILTIN_NAME, BUILTIN_SOURCE, Part, Policy, Template, TemplateError, set_hash, yaml};
+use super::{BUILTIN_NAME, BUILTIN_SOURCE, Part, Policy, Template, TemplateError, set_hash, several, yaml};
 use crate::Settings;
 use crate::validation::KubeVersion;
 
@@ -456,10 +456,6 @@ impl TemplateSet {
         }
         SelectError::Unknown(names.iter().map(|n| (*n).to_owned()).collect())
     }
-}
-
-fn several(mut errors: Vec<TemplateError>) -> TemplateError {
-    if errors.len() == 1 { errors.remove(0) } else { TemplateError::Several(errors) }
 }
 
 /// Parses the shared values file: a mapping.

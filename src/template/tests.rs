@@ -60,7 +60,8 @@ fn malformed_yaml_is_refused_at_its_line() {
 
 #[test]
 fn unknown_keys_and_bad_options_are_refused_at_their_line() {
-    assert_eq!(refuse("values: {}\npods: {}\n"), (2, "unknown top-level key `pods` (expected one of values, pod, containerDefaults, initContainerPosition, injectHostNetwork, jobs, onError, validation, overrides, minKubernetesVersion)".into()));
+    assert_eq!(refuse("values: {}\npods: {}\n"), (2, "unknown top-level key `pods` (did you mean `pod`?)".into()));
+    assert_eq!(refuse("values: {}\nsidecar: {}\n"), (2, "unknown top-level key `sidecar` (expected one of values, pod, containerDefaults, initContainerPosition, injectHostNetwork, jobs, onError, validation, overrides, minKubernetesVersion)".into()));
     assert_eq!(refuse("initContainerPosition: middle\n").0, 1);
     assert_eq!(refuse("values: [1]\n").1, "`values` must be a mapping");
     assert_eq!(refuse("injectHostNetwork: maybe\n").1, "`injectHostNetwork` must be true or false");
@@ -70,7 +71,10 @@ fn unknown_keys_and_bad_options_are_refused_at_their_line() {
 #[test]
 fn invalid_containers_are_refused_at_the_offending_line() {
     let (line, reason) = refuse(&CONTAINER.replace("image: x", "image: x\n        imagePullPolcy: Always"));
-    assert_eq!((line, reason.as_str()), (4, "pod.spec.containers[0]: unknown field `imagePullPolcy`"));
+    assert_eq!(
+        (line, reason.as_str()),
+        (6, "pod.spec.containers[0].imagePullPolcy: unknown field `imagePullPolcy` (did you mean `imagePullPolicy`?)")
+    );
     let (line, reason) = refuse("pod:\n  spec:\n    containers:\n      - name: p\n");
     assert_eq!((line, reason.as_str()), (4, "pod.spec.containers[0]: a container needs an `image`"));
     let (line, reason) =
@@ -140,4 +144,63 @@ fn the_status_annotation_is_reserved() {
 fn a_missing_file_is_a_read_error_naming_it() {
     let err = TemplateSet::from_file(Path::new("/nonexistent/t.yaml"), &crate::Settings::default()).unwrap_err();
     assert!(err.to_string().contains("/nonexistent/t.yaml"));
+}
+
+/// Every problem of a file, in the order of its lines: a typo in a field does not hide the API server's rules, nor
+/// one expression that does not compile (or render) the others (issue 38).
+#[test]
+fn every_problem_of_a_file_is_listed() {
+    let problems = |source: &str| -> Vec<(usize, String)> {
+        match TemplateSet::from_source("t", "t.yaml", source, &crate::Settings::default()).unwrap_err() {
+            TemplateError::Several(all) => all
+                .into_iter()
+                .map(|e| match e {
+                    TemplateError::Invalid { line, reason, .. } => (line, reason),
+                    other => panic!("unexpected {other:?}"),
+                })
+                .collect(),
+            other => panic!("one problem where there are several: {other:?}"),
+        }
+    };
+    let typo_and_port = "pod:\n  spec:\n    containers:\n      - name: p\n        image: x\n        imagePullPolcy: Always\n        ports:\n          - containerPort: 99999\n";
+    let found = problems(typo_and_port);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(found[0].0, 6);
+    assert!(found[0].1.ends_with("(did you mean `imagePullPolicy`?)"), "{found:?}");
+    assert_eq!(found[1].0, 8);
+    assert!(found[1].1.contains("must be between 1 and 65535"), "{found:?}");
+    let leaves = "pod:\n  spec:\n    containers:\n      - name: p\n        image: \"{{ valus.image }}\"\n        args: [\"{{ pod.labels.nope }}\"]\n        workingDir: \"{{ podd.name }}\"\n";
+    let found = problems(leaves);
+    assert_eq!(found.iter().map(|(line, _)| *line).collect::<Vec<_>>(), [5, 7], "{found:?}");
+    assert!(found[0].1.ends_with("unknown variable `valus` (did you mean `values`?)"), "{found:?}");
+    let leaves = leaves.replace("\"{{ valus.image }}\"", "x").replace("podd.name", "pod.nme");
+    let found = problems(&leaves);
+    assert_eq!(found.iter().map(|(line, _)| *line).collect::<Vec<_>>(), [6, 7], "{found:?}");
+    assert!(found[0].1.contains("`{{ pod.labels.nope | default(...) }}`"), "{found:?}");
+}
+
+/// `check` warns of a label read without a default: the sample pods carry `app`, pods in the cluster may not
+/// (issue 38). A read with a default, or of a label behind a test, is not warned of.
+#[test]
+fn reads_of_labels_without_a_default_are_warned_of() {
+    let set = |leaf: &str| {
+        let source = CONTAINER.replace("image: x", &format!("image: x\n        args: [\"{leaf}\"]"));
+        TemplateSet::from_source("t", "t.yaml", &source, &crate::Settings::default()).unwrap()
+    };
+    let unguarded = set("{{ pod.labels.app }}");
+    let warnings = unguarded.default_template().warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("t.yaml:6: pod.spec.containers[0].args[0]: fails on a pod without labels"),
+        "{warnings:?}"
+    );
+    assert!(warnings[0].contains("`{{ pod.labels.app | default(...) }}`"), "{warnings:?}");
+    for guarded in [
+        "{{ pod.labels.app | default(pod.name) }}",
+        "{{ pod.labels.app if pod.labels.app is defined else '' }}",
+        "{{ pod.name }}",
+    ] {
+        assert!(set(guarded).default_template().warnings().is_empty(), "{guarded}");
+    }
+    assert!(TemplateSet::builtin(&crate::Settings::default()).unwrap().default_template().warnings().is_empty());
 }

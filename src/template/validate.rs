@@ -12,127 +12,159 @@ use super::yaml::PathSeg;
 /// A validation problem: where (path from the template's top level) and why.
 pub(crate) type Problem = (Vec<PathSeg>, String);
 
+/// Every problem of a section. `fatal` unless they are all unknown fields: the API types drop those, so what
+/// remains can still be judged by the API server's rules, and their problems listed too.
+#[derive(Debug, Default)]
+pub(crate) struct Findings {
+    pub problems: Vec<Problem>,
+    pub fatal: bool,
+}
+
+impl Findings {
+    fn fatal(&mut self, path: Vec<PathSeg>, reason: impl Into<String>) {
+        self.problems.push((path, reason.into()));
+        self.fatal = true;
+    }
+}
+
 /// Validates the rendered `pod` section.
-pub(crate) fn pod(pod: &J) -> Result<(), Problem> {
+pub(crate) fn pod(pod: &J) -> Findings {
+    let mut found = Findings::default();
     let root = vec![PathSeg::Key("pod".into())];
     let J::Object(members) = pod else {
-        return Err((root, "`pod` must be a mapping with `metadata` and/or `spec`".into()));
+        found.fatal(root, "`pod` must be a mapping with `metadata` and/or `spec`");
+        return found;
     };
     for (key, value) in members {
         let mut path = root.clone();
         path.push(PathSeg::Key(key.clone()));
         match key.as_str() {
-            "metadata" => metadata(value, path)?,
-            "spec" => spec(value, path)?,
-            _ => return Err((path, format!("`pod.{key}` cannot be injected (only `metadata` and `spec`)"))),
+            "metadata" => metadata(value, path, &mut found),
+            "spec" => spec(value, path, &mut found),
+            _ => found.fatal(path, format!("`pod.{key}` cannot be injected (only `metadata` and `spec`)")),
         }
     }
-    Ok(())
+    found
 }
 
-fn metadata(value: &J, path: Vec<PathSeg>) -> Result<(), Problem> {
-    if let J::Object(members) = value
-        && let Some(key) = members.keys().find(|k| *k != "labels" && *k != "annotations")
-    {
-        let mut at = path.clone();
-        at.push(PathSeg::Key(key.clone()));
-        return Err((at, format!("`metadata.{key}` cannot be injected (only `labels` and `annotations`)")));
+fn metadata(value: &J, path: Vec<PathSeg>, found: &mut Findings) {
+    if let J::Object(members) = value {
+        for key in members.keys().filter(|k| *k != "labels" && *k != "annotations") {
+            let mut at = path.clone();
+            at.push(PathSeg::Key(key.clone()));
+            found.fatal(at, format!("`metadata.{key}` cannot be injected (only `labels` and `annotations`)"));
+        }
     }
-    typed::<ObjectMeta>(value, path)
+    typed::<ObjectMeta>(value, path, found);
 }
 
-fn spec(value: &J, path: Vec<PathSeg>) -> Result<(), Problem> {
+fn spec(value: &J, path: Vec<PathSeg>, found: &mut Findings) {
     let mut with_containers = value.clone();
     if let J::Object(members) = &mut with_containers {
         // PodSpec requires `containers`; a template that injects only volumes or defaults may leave it out.
         members.entry("containers").or_insert_with(|| J::Array(Vec::new()));
     }
-    typed::<PodSpec>(&with_containers, path.clone())?;
+    typed::<PodSpec>(&with_containers, path.clone(), found);
     for list in ["containers", "initContainers"] {
         for (i, c) in value.get(list).and_then(J::as_array).into_iter().flatten().enumerate() {
             let at = [path.clone(), vec![PathSeg::Key(list.into()), PathSeg::Index(i)]].concat();
             if c.get("image").and_then(J::as_str).is_none_or(str::is_empty) {
-                return Err((at, "a container needs an `image`".into()));
+                found.fatal(at, "a container needs an `image`");
             }
         }
     }
     for (i, v) in value.get("volumes").and_then(J::as_array).into_iter().flatten().enumerate() {
         if v.as_object().is_some_and(|o| o.len() < 2) {
             let at = [path.clone(), vec![PathSeg::Key("volumes".into()), PathSeg::Index(i)]].concat();
-            return Err((at, "a volume needs a source (emptyDir, configMap, secret, ...)".into()));
+            found.fatal(at, "a volume needs a source (emptyDir, configMap, secret, ...)");
         }
     }
-    Ok(())
 }
 
 /// Validates the `containerDefaults` section: a partial container.
-pub(crate) fn container_defaults(value: &J) -> Result<(), Problem> {
+pub(crate) fn container_defaults(value: &J) -> Findings {
+    let mut found = Findings::default();
     let path = vec![PathSeg::Key("containerDefaults".into())];
     let mut with_name = value.clone();
     match &mut with_name {
         J::Object(members) if members.contains_key("name") => {
-            Err((path, "`containerDefaults` applies to every container and cannot set `name`".into()))
+            found.fatal(path, "`containerDefaults` applies to every container and cannot set `name`");
         }
         J::Object(members) => {
             members.insert("name".into(), J::String("defaults".into()));
-            typed::<Container>(&with_name, path)
+            typed::<Container>(&with_name, path, &mut found);
         }
-        _ => Err((path, "`containerDefaults` must be a mapping (a partial container)".into())),
+        _ => found.fatal(path, "`containerDefaults` must be a mapping (a partial container)"),
     }
+    found
 }
 
 /// Deserialises `value` as `T`, reporting the path of a type error, then serialises it back: a key that does
-/// not survive the round trip is a field `T` does not have (k8s-openapi ignores unknown fields on its own).
-fn typed<T: DeserializeOwned + Serialize>(value: &J, base: Vec<PathSeg>) -> Result<(), Problem> {
-    let typed: T = serde_path_to_error::deserialize(value).map_err(|e| {
-        let mut path = base.clone();
-        for seg in e.path().iter() {
-            match seg {
-                serde_path_to_error::Segment::Seq { index } => path.push(PathSeg::Index(*index)),
-                serde_path_to_error::Segment::Map { key } => path.push(PathSeg::Key(key.clone())),
-                _ => {}
+/// not survive the round trip is a field `T` does not have (k8s-openapi ignores unknown fields on its own), each
+/// reported at its own path with the closest field `T` has there.
+fn typed<T: DeserializeOwned + Serialize>(value: &J, base: Vec<PathSeg>, found: &mut Findings) {
+    let typed: T = match serde_path_to_error::deserialize(value) {
+        Ok(typed) => typed,
+        Err(e) => {
+            let mut path = base.clone();
+            for seg in e.path().iter() {
+                match seg {
+                    serde_path_to_error::Segment::Seq { index } => path.push(PathSeg::Index(*index)),
+                    serde_path_to_error::Segment::Map { key } => path.push(PathSeg::Key(key.clone())),
+                    _ => {}
+                }
             }
+            found.fatal(path, e.into_inner().to_string());
+            return;
         }
-        (path, e.into_inner().to_string())
-    })?;
+    };
     let round_trip = serde_json::to_value(&typed).expect("k8s-openapi types always serialise");
-    let mut path = base;
-    match first_unknown_field(value, &round_trip, &mut path) {
-        Some(field) => Err((path, format!("unknown field `{field}`"))),
-        None => Ok(()),
+    let mut unknown = Vec::new();
+    unknown_fields(value, &round_trip, &mut base.clone(), &mut unknown);
+    if unknown.is_empty() {
+        return;
+    }
+    let known = super::known_fields::known_fields::<T>(value, &base);
+    for path in unknown {
+        let Some((PathSeg::Key(field), parent)) = path.split_last() else { continue };
+        let fields = known.iter().find(|(at, _)| at == parent).map_or(&[][..], |(_, fields)| *fields);
+        let reason = match crate::suggest::closest(field, fields.iter().copied()) {
+            Some(close) => format!("unknown field `{field}` (did you mean `{close}`?)"),
+            None => format!("unknown field `{field}`"),
+        };
+        found.problems.push((path.clone(), reason));
     }
 }
 
-fn first_unknown_field(original: &J, round_trip: &J, path: &mut Vec<PathSeg>) -> Option<String> {
+/// The paths of the keys of `original` that `round_trip` lacks, in order.
+fn unknown_fields(original: &J, round_trip: &J, path: &mut Vec<PathSeg>, out: &mut Vec<Vec<PathSeg>>) {
     match (original, round_trip) {
         (J::Object(o), J::Object(r)) => {
             for (key, value) in o {
                 if value.is_null() {
                     continue;
                 }
-                let Some(back) = r.get(key) else {
-                    return Some(key.clone());
-                };
                 path.push(PathSeg::Key(key.clone()));
-                if let Some(found) = first_unknown_field(value, back, path) {
-                    return Some(found);
+                match r.get(key) {
+                    Some(back) => unknown_fields(value, back, path, out),
+                    None => out.push(path.clone()),
                 }
                 path.pop();
             }
-            None
         }
-        (J::Object(o), _) => o.keys().next().cloned(),
+        (J::Object(o), _) => {
+            for key in o.keys() {
+                out.push([path.as_slice(), &[PathSeg::Key(key.clone())]].concat());
+            }
+        }
         (J::Array(o), J::Array(r)) => {
             for (i, (value, back)) in o.iter().zip(r).enumerate() {
                 path.push(PathSeg::Index(i));
-                if let Some(found) = first_unknown_field(value, back, path) {
-                    return Some(found);
-                }
+                unknown_fields(value, back, path, out);
                 path.pop();
             }
-            None
         }
-        _ => None,
+        _ => {}
     }
 }
 
@@ -143,25 +175,42 @@ mod tests {
     use serde_json::json;
 
     fn pod_err(v: J) -> (String, String) {
-        let (path, reason) = pod(&v).unwrap_err();
+        let (path, reason) = pod(&v).problems.into_iter().next().expect("a problem");
         (display_path(&path), reason)
     }
 
     #[test]
     fn accepts_a_realistic_partial_pod() {
-        pod(&json!({"metadata": {"labels": {"a": "b"}}, "spec": {
+        let found = pod(&json!({"metadata": {"labels": {"a": "b"}}, "spec": {
             "initContainers": [{"name": "i", "image": "x", "restartPolicy": "Always"}],
             "volumes": [{"name": "v", "emptyDir": {}}],
-            "securityContext": {"runAsNonRoot": true}}}))
-        .unwrap();
+            "securityContext": {"runAsNonRoot": true}}}));
+        assert!(found.problems.is_empty() && !found.fatal, "{found:?}");
     }
 
     #[test]
-    fn names_unknown_fields_with_their_path() {
-        let (path, reason) =
-            pod_err(json!({"spec": {"containers": [{"name": "p", "image": "x", "imagePullPolcy": "Always"}]}}));
-        assert_eq!(path, "pod.spec.containers[0]");
-        assert_eq!(reason, "unknown field `imagePullPolcy`");
+    fn names_every_unknown_field_at_its_own_path_with_the_closest_known_one() {
+        let found = pod(&json!({"spec": {
+            "containers": [{"name": "p", "image": "x", "imagePullPolcy": "Always",
+                            "resources": {"limts": {"cpu": "1"}}, "zzzzzz": 1}],
+            "securityContext": {"runAsNonRot": true}}}));
+        let listed: Vec<(String, &str)> = found.problems.iter().map(|(p, r)| (display_path(p), r.as_str())).collect();
+        assert_eq!(
+            listed,
+            [
+                (
+                    "pod.spec.containers[0].imagePullPolcy".into(),
+                    "unknown field `imagePullPolcy` (did you mean `imagePullPolicy`?)"
+                ),
+                ("pod.spec.containers[0].resources.limts".into(), "unknown field `limts` (did you mean `limits`?)"),
+                ("pod.spec.containers[0].zzzzzz".into(), "unknown field `zzzzzz`"),
+                (
+                    "pod.spec.securityContext.runAsNonRot".into(),
+                    "unknown field `runAsNonRot` (did you mean `runAsNonRoot`?)"
+                ),
+            ]
+        );
+        assert!(!found.fatal, "unknown fields leave the rest to judge");
     }
 
     #[test]
@@ -176,6 +225,9 @@ mod tests {
     #[test]
     fn refuses_containers_without_image_and_volumes_without_source() {
         assert_eq!(pod_err(json!({"spec": {"containers": [{"name": "p"}]}})).1, "a container needs an `image`");
+        let both = pod(&json!({"spec": {"containers": [{"name": "p"}], "volumes": [{"name": "v"}]}}));
+        assert_eq!(both.problems.len(), 2, "every problem, not the first: {both:?}");
+        assert!(both.fatal);
         assert!(pod_err(json!({"spec": {"volumes": [{"name": "v"}]}})).1.contains("needs a source"));
     }
 
@@ -187,8 +239,9 @@ mod tests {
 
     #[test]
     fn container_defaults_are_a_partial_container() {
-        container_defaults(&json!({"resources": {"requests": {"cpu": "10m"}}})).unwrap();
-        assert!(container_defaults(&json!({"name": "x"})).is_err());
-        assert!(container_defaults(&json!({"resourcez": {}})).unwrap_err().1.contains("resourcez"));
+        assert!(container_defaults(&json!({"resources": {"requests": {"cpu": "10m"}}})).problems.is_empty());
+        assert!(container_defaults(&json!({"name": "x"})).fatal);
+        let typo = container_defaults(&json!({"resourcez": {}}));
+        assert_eq!(typo.problems[0].1, "unknown field `resourcez` (did you mean `resources`?)");
     }
 }
