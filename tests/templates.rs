@@ -321,12 +321,15 @@ pod:
     assert!(error.contains("default.yaml:2: `minKubernetesVersion` must be a Kubernetes version in quotes"), "{error}");
 }
 
-/// The shipped templates serve at every version the README supports: 1.20 (what tests/cluster.rs deploys, the
-/// templates that need 1.29 left out) and the version the injector assumes by default (all of them).
+/// The shipped templates serve at every version the README supports: 1.16 to 1.33, the newest whose rules the
+/// validator knows, and one past it (1.20 is what tests/cluster.rs deploys); the templates that need 1.29 are left
+/// out below it.
 #[test]
-fn the_shipped_templates_load_at_1_20_and_at_the_default_version() {
+fn the_shipped_templates_load_at_every_supported_version() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/templates");
-    for (version, unavailable) in [("1.20", vec!["native-sidecar", "restricted"]), ("1.29", vec![])] {
+    for minor in 16..=34 {
+        let version = format!("1.{minor}");
+        let unavailable = if minor < 29 { vec!["native-sidecar", "restricted"] } else { vec![] };
         let settings = Settings { kubernetes_version: version.parse().unwrap(), ..Settings::default() };
         let set = TemplateSet::load_dir(std::path::Path::new(dir), "default", &settings)
             .unwrap_or_else(|e| panic!("templates/ at {version}: {e}"));
