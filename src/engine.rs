@@ -147,7 +147,7 @@ pub enum Stage {
 pub const TEMPLATE_ROLLOUT_GRACE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Engine settings that are not part of a template.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// The annotation prefix, e.g. `sidecar-injector.io/`.
     pub annotation_prefix: String,

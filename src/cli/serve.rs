@@ -388,6 +388,13 @@ mod tests {
     }
 
     #[test]
+    fn serve_without_flags_has_the_engines_default_settings() {
+        // The engine's defaults (`Settings::default`, what the library and the tests use) and clap's are one.
+        let args = parse(&[]);
+        assert_eq!(args.template.settings(Some(&args.policies)), crate::Settings::default());
+    }
+
+    #[test]
     fn serve_without_flags_is_the_default_config() {
         let default = ServeConfig::default();
         // Destructured without `..`, so that a new field cannot be left out of this comparison.

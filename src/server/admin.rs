@@ -103,18 +103,15 @@ fn answer<B>(shared: &Shared, req: &Request<B>) -> Response<Full<Bytes>> {
                     ));
                 }
             }
-            let mut response = text(StatusCode::OK, "");
-            *response.body_mut() = Full::new(Bytes::from(body));
-            response
+            text(StatusCode::OK, body)
         }
         _ => text(StatusCode::NOT_FOUND, "not found: try /metrics, /healthz or /readyz\n"),
     }
 }
 
-fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut response = super::plain_text(body);
     *response.status_mut() = status;
-    response.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("text/plain"));
     response
 }
 

@@ -98,19 +98,18 @@ async fn respond(shared: &Shared, req: &hyper::http::request::Parts, body: &mut 
     let deadline = deadline(req.uri.query(), config.request_timeout);
     let accepted = shared.route(req.uri.path()).ok_or_else(|| {
         let (mutate, validate) = (&config.path, &config.validate_path);
-        let mut message = format!("not found: the webhooks are at POST {mutate} and POST {validate}");
+        let mut paths = format!("POST {mutate} and POST {validate}");
         if let [_, _, ..] = &*shared.revisions {
             let names: Vec<&str> = shared.revisions.iter().map(|r| r.name.as_str()).collect();
-            message.push_str(&format!(", and {mutate}/REVISION and {validate}/REVISION for {}", names.join(", ")));
+            paths.push_str(&format!(", and {mutate}/REVISION and {validate}/REVISION for {}", names.join(", ")));
         }
-        (ErrorReason::NotFound, StatusCode::NOT_FOUND, message)
+        Refusal::NotFound(paths)
     });
     let accepted = accepted.and_then(|(revision, endpoint)| {
         if req.method != Method::POST {
-            Err((ErrorReason::Method, StatusCode::METHOD_NOT_ALLOWED, "method not allowed: use POST".to_owned()))
+            Err(Refusal::Method)
         } else if !is_json(req.headers.get(CONTENT_TYPE)) {
-            let message = "unsupported media type: the body must be Content-Type: application/json".to_owned();
-            Err((ErrorReason::MediaType, StatusCode::UNSUPPORTED_MEDIA_TYPE, message))
+            Err(Refusal::MediaType)
         } else {
             Ok((revision, endpoint))
         }
@@ -118,24 +117,17 @@ async fn respond(shared: &Shared, req: &hyper::http::request::Parts, body: &mut 
     let work = async {
         match accepted {
             Ok((revision, endpoint)) => read_and_review(shared, revision, body, endpoint, deadline).await,
-            Err((reason, status, message)) => {
+            Err(refusal) => {
                 // Read what was sent (up to the limit): an HTTP/1.1 connection whose request body is left unread
                 // is closed after the answer; read, it serves the client's next request.
                 discard(body, config.max_body_bytes).await;
-                let mut answer = refuse(shared, reason, status, message);
-                if reason == ErrorReason::Method {
-                    answer.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
-                }
-                answer
+                refuse(shared, &refusal)
             }
         }
     };
     match tokio::time::timeout(deadline, work).await {
         Ok(answer) => answer,
-        Err(_) => {
-            let message = format!("request timeout: no answer within {}", humantime::format_duration(deadline));
-            refuse(shared, ErrorReason::Timeout, StatusCode::REQUEST_TIMEOUT, message)
-        }
+        Err(_) => refuse(shared, &Refusal::Timeout(deadline)),
     }
 }
 
@@ -158,18 +150,17 @@ async fn read_and_review(
     deadline: Duration,
 ) -> Answer {
     let max = shared.config.max_body_bytes;
-    let too_large = || format!("request body larger than the limit of {max} bytes");
     let announced = body.size_hint().lower();
     if announced > max as u64 {
         // Refused from Content-Length, without reading the body.
-        return refuse(shared, ErrorReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, too_large());
+        return refuse(shared, &Refusal::TooLarge(max));
     }
     let arrived = tokio::time::Instant::now();
     let expected = if announced > 0 { announced as usize } else { UNANNOUNCED_BODY_CAPACITY };
     // The buffer's every byte is reserved in the in-flight budget before it is allocated, and released when the
     // request ends (answered, or dropped by hyper when the client goes away).
     let Some(mut reserved) = shared.body_budget.reserve(expected + crate::PARSE_PADDING, BODY_BUDGET_WAIT).await else {
-        return overloaded(shared);
+        return refuse(shared, &Refusal::Overloaded(shared.body_budget.total()));
     };
     let mut buf = Vec::with_capacity(expected + crate::PARSE_PADDING);
     // The body as received, kept (by reference) where a review may be made twice: the first one parses `buf` in
@@ -178,14 +169,11 @@ async fn read_and_review(
     while let Some(frame) = body.frame().await {
         let frame = match frame {
             Ok(frame) => frame,
-            Err(e) => {
-                let message = format!("bad request: could not read the body: {e}");
-                return refuse(shared, ErrorReason::BadRequest, StatusCode::BAD_REQUEST, message);
-            }
+            Err(e) => return refuse(shared, &Refusal::Body(e)),
         };
         if let Ok(data) = frame.into_data() {
             if buf.len() + data.len() > max {
-                return refuse(shared, ErrorReason::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, too_large());
+                return refuse(shared, &Refusal::TooLarge(max));
             }
             let needed = buf.len() + data.len() + crate::PARSE_PADDING;
             if needed > buf.capacity() {
@@ -193,7 +181,7 @@ async fn read_and_review(
                 // budget has the bytes.
                 let target = needed.max(2 * buf.capacity()).min(max + crate::PARSE_PADDING);
                 if !reserved.grow(target.saturating_sub(reserved.bytes()), BODY_BUDGET_WAIT).await {
-                    return overloaded(shared);
+                    return refuse(shared, &Refusal::Overloaded(shared.body_budget.total()));
                 }
                 buf.reserve_exact(target - buf.len());
             }
@@ -227,11 +215,10 @@ async fn read_and_review(
             answer.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             answer
         }
-        Ok(Err(e)) => refuse(shared, ErrorReason::BadRequest, StatusCode::BAD_REQUEST, format!("bad request: {e}")),
+        Ok(Err(e)) => refuse(shared, &Refusal::Review(e)),
         Err(panic) => {
             tracing::error!(panic = %panic, "the engine panicked on a request; answered 500");
-            let message = "internal error: the request could not be processed".to_owned();
-            refuse(shared, ErrorReason::Panic, StatusCode::INTERNAL_SERVER_ERROR, message)
+            refuse(shared, &Refusal::Panic)
         }
     }
 }
@@ -315,24 +302,75 @@ fn record(metrics: &RevisionMetrics, endpoint: Endpoint, outcome: &Outcome) {
     }
 }
 
-/// 503 with `Retry-After`: the in-flight body budget had no room for this body in time.
-fn overloaded(shared: &Shared) -> Answer {
-    let message = format!(
-        "service unavailable: request bodies in progress fill the memory budget ({} bytes); retry",
-        shared.body_budget.total()
-    );
-    let mut answer = refuse(shared, ErrorReason::Overloaded, StatusCode::SERVICE_UNAVAILABLE, message);
-    answer.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
-    answer
+/// Why a request is answered without a review. Each knows its status, its reason (the metric's label) and its
+/// one-line message: the one mapping from a failed request to its answer.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    /// No webhook at this path; where they are.
+    #[error("not found: the webhooks are at {0}")]
+    NotFound(String),
+    #[error("method not allowed: use POST")]
+    Method,
+    #[error("unsupported media type: the body must be Content-Type: application/json")]
+    MediaType,
+    /// Announced or read past `--max-body-bytes` (the limit).
+    #[error("request body larger than the limit of {0} bytes")]
+    TooLarge(usize),
+    #[error("bad request: could not read the body: {0}")]
+    Body(#[source] hyper::Error),
+    #[error("bad request: {0}")]
+    Review(#[source] ReviewError),
+    /// The engine panicked (logged where it is caught).
+    #[error("internal error: the request could not be processed")]
+    Panic,
+    /// No answer within the request's deadline.
+    #[error("request timeout: no answer within {}", humantime::format_duration(*.0))]
+    Timeout(Duration),
+    /// The in-flight body budget (its size) had no room for this body in time: 503 with `Retry-After`.
+    #[error("service unavailable: request bodies in progress fill the memory budget ({0} bytes); retry")]
+    Overloaded(usize),
 }
 
-fn refuse(shared: &Shared, reason: ErrorReason, status: StatusCode, mut message: String) -> Answer {
-    shared.metrics.error(reason);
-    tracing::debug!(status = status.as_u16(), %message, "refused");
-    message.push('\n');
-    let mut answer = Response::new(Full::new(Bytes::from(message)));
+impl Refusal {
+    fn reason(&self) -> ErrorReason {
+        match self {
+            Refusal::NotFound(_) => ErrorReason::NotFound,
+            Refusal::Method => ErrorReason::Method,
+            Refusal::MediaType => ErrorReason::MediaType,
+            Refusal::TooLarge(_) => ErrorReason::TooLarge,
+            Refusal::Body(_) | Refusal::Review(_) => ErrorReason::BadRequest,
+            Refusal::Panic => ErrorReason::Panic,
+            Refusal::Timeout(_) => ErrorReason::Timeout,
+            Refusal::Overloaded(_) => ErrorReason::Overloaded,
+        }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            Refusal::NotFound(_) => StatusCode::NOT_FOUND,
+            Refusal::Method => StatusCode::METHOD_NOT_ALLOWED,
+            Refusal::MediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Refusal::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Refusal::Body(_) | Refusal::Review(_) => StatusCode::BAD_REQUEST,
+            Refusal::Panic => StatusCode::INTERNAL_SERVER_ERROR,
+            Refusal::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Refusal::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+/// The answer to a refused request: its status, its message as plain text, and the header it calls for.
+fn refuse(shared: &Shared, refusal: &Refusal) -> Answer {
+    let status = refusal.status();
+    shared.metrics.error(refusal.reason());
+    tracing::debug!(status = status.as_u16(), message = %refusal, "refused");
+    let mut answer = super::plain_text(format!("{refusal}\n"));
     *answer.status_mut() = status;
-    answer.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    match refusal {
+        Refusal::Method => drop(answer.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"))),
+        Refusal::Overloaded(_) => drop(answer.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"))),
+        _ => {}
+    }
     answer
 }
 

@@ -185,6 +185,14 @@ pub(crate) struct Revision {
     pub refresh: Option<Arc<refresh::Refresher>>,
 }
 
+/// A `200` with `body` as plain UTF-8 text: every answer of ours that is not a review (a refusal, a probe).
+pub(crate) fn plain_text(body: impl Into<bytes::Bytes>) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
+    let mut answer = hyper::Response::new(http_body_util::Full::new(body.into()));
+    let content_type = hyper::header::HeaderValue::from_static("text/plain; charset=utf-8");
+    answer.headers_mut().insert(hyper::header::CONTENT_TYPE, content_type);
+    answer
+}
+
 impl Shared {
     /// The revision a request's path names, and which webhook: the bare paths are the first revision's.
     pub(crate) fn route(&self, path: &str) -> Option<(&Revision, handler::Endpoint)> {

@@ -203,6 +203,10 @@ const VALIDATIONS: &str = "sidecar_injector_validations_total";
 const DURATION: &str = "sidecar_injector_request_duration_seconds";
 const BODY: &str = "sidecar_injector_request_body_bytes";
 const TEMPLATE_RELOADS: &str = "sidecar_injector_template_reloads_total";
+const IN_FLIGHT: &str = "sidecar_injector_requests_in_flight";
+const HANDSHAKES: &str = "sidecar_injector_tls_handshakes_total";
+const CERTIFICATE_RELOADS: &str = "sidecar_injector_certificate_reloads_total";
+const BUILD_INFO: &str = "sidecar_injector_build_info";
 const TEMPLATE_SET: &str = "sidecar_injector_template_set_info";
 const TEMPLATE_READS: &str = "sidecar_injector_template_configmap_reads_total";
 const CONNECTION_ERRORS: &str = "sidecar_injector_connection_errors_total";
@@ -278,17 +282,17 @@ impl Metrics {
             errors: per_reason(REQUESTS, "error", &ErrorReason::ALL, ErrorReason::as_str),
             duration: metrics::histogram!(DURATION),
             body_bytes: metrics::histogram!(BODY),
-            in_flight: metrics::gauge!("sidecar_injector_requests_in_flight"),
+            in_flight: metrics::gauge!(IN_FLIGHT),
             inflight_body_bytes: metrics::gauge!(INFLIGHT_BODY_BYTES),
             connection_errors: ConnectionError::ALL
                 .iter()
                 .map(|k| (*k, metrics::counter!(CONNECTION_ERRORS, "kind" => k.as_str()), AtomicU64::new(0)))
                 .collect(),
             connection_error_seen: tokio::sync::Notify::new(),
-            handshakes_ok: metrics::counter!("sidecar_injector_tls_handshakes_total", "result" => "ok"),
-            handshakes_failed: metrics::counter!("sidecar_injector_tls_handshakes_total", "result" => "error"),
-            reloads_ok: metrics::counter!("sidecar_injector_certificate_reloads_total", "result" => "ok"),
-            reloads_failed: metrics::counter!("sidecar_injector_certificate_reloads_total", "result" => "error"),
+            handshakes_ok: metrics::counter!(HANDSHAKES, "result" => "ok"),
+            handshakes_failed: metrics::counter!(HANDSHAKES, "result" => "error"),
+            reloads_ok: metrics::counter!(CERTIFICATE_RELOADS, "result" => "ok"),
+            reloads_failed: metrics::counter!(CERTIFICATE_RELOADS, "result" => "error"),
             revisions: std::sync::Mutex::new(Vec::new()),
         };
         metrics::describe_gauge!(
@@ -311,7 +315,17 @@ impl Metrics {
             TEMPLATE_LAST_RELOAD,
             "1 when the newest template edit was applied, 0 when it was refused (the last good set serves), by revision."
         );
-        metrics::gauge!("sidecar_injector_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+        metrics::describe_gauge!(IN_FLIGHT, "Admission requests being answered now.");
+        metrics::describe_counter!(
+            HANDSHAKES,
+            "TLS handshakes on the webhook listener: completed (ok) or failed (error)."
+        );
+        metrics::describe_counter!(
+            CERTIFICATE_RELOADS,
+            "Serving certificate changes applied (ok) or refused (error; the last good certificate serves)."
+        );
+        metrics::describe_gauge!(BUILD_INFO, "1, labelled with the injector's version.");
+        metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
         handles
     }
 
@@ -528,6 +542,19 @@ mod tests {
             for reason in SkipReason::ALL {
                 assert_eq!(value(&after, &series(name, result, reason)), Some(1.0), "{}", series(name, result, reason));
             }
+        }
+    }
+
+    #[test]
+    fn every_metric_family_has_help_text() {
+        let metrics = Metrics::new().unwrap();
+        metrics.revision("default").template_start("abc");
+        let page = metrics.render();
+        let families: Vec<&str> =
+            page.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()).collect();
+        assert!(families.len() >= 15, "{page}");
+        for family in families {
+            assert!(page.contains(&format!("# HELP {family} ")), "{family} has no help text:\n{page}");
         }
     }
 
