@@ -391,6 +391,67 @@ fn only_pod_creates_without_subresource_are_injected() {
     assert!(matches!(answer(&engine, &r).0.verdict, Verdict::Injected { .. }));
 }
 
+/// A required node affinity whose terms each carry these `kubernetes.io/os` requirements, `(operator, values)`.
+fn os_affinity(terms: &[(&str, &[&str])]) -> Value {
+    let terms: Vec<Value> = terms
+        .iter()
+        .map(|(operator, values)| {
+            json!({"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "Exists"},
+                {"key": "kubernetes.io/os", "operator": operator, "values": values}
+            ]})
+        })
+        .collect();
+    json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}})
+}
+
+#[test]
+fn pods_for_windows_nodes_only_are_skipped_and_others_injected() {
+    let engine = small();
+    let windows: Vec<(&str, &str, Value)> = vec![
+        ("os.name", "os", json!({"name": "windows"})),
+        ("node selector", "nodeSelector", json!({"kubernetes.io/os": "windows", "disk": "ssd"})),
+        ("affinity", "affinity", os_affinity(&[("In", &["windows"])])),
+        ("affinity, every term", "affinity", os_affinity(&[("In", &["windows"]), ("In", &["windows"])])),
+    ];
+    for (name, field, value) in windows {
+        let mut pod = full_pod();
+        pod["spec"][field] = value;
+        let (outcome, response, patch) = answer(&engine, &review(&pod));
+        assert_eq!(outcome.verdict, Verdict::Skipped(SkipReason::Windows), "{name}");
+        assert_eq!((patch, response["response"].get("warnings")), (None, None), "{name}");
+        assert_eq!(validation(&engine, &pod), Verdict::Skipped(SkipReason::Windows), "{name}: /validate agrees");
+    }
+    // A pod that may land on a Linux node is injected as usual.
+    let linux: Vec<(&str, &str, Value)> = vec![
+        ("os.name linux", "os", json!({"name": "linux"})),
+        ("node selector linux", "nodeSelector", json!({"kubernetes.io/os": "linux"})),
+        ("another label is windows", "nodeSelector", json!({"example.com/os": "windows"})),
+        ("one term admits linux", "affinity", os_affinity(&[("In", &["windows"]), ("In", &["linux"])])),
+        ("In windows or linux", "affinity", os_affinity(&[("In", &["windows", "linux"])])),
+        ("NotIn windows", "affinity", os_affinity(&[("NotIn", &["windows"])])),
+        (
+            "no terms",
+            "affinity",
+            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}),
+        ),
+        (
+            "preferred only",
+            "affinity",
+            json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]}}
+            ]}}),
+        ),
+    ];
+    for (name, field, value) in linux {
+        let mut pod = full_pod();
+        pod["spec"][field] = value;
+        let (outcome, _, _) = answer(&engine, &review(&pod));
+        assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{name}: {outcome:?}");
+        check_properties(&engine, &pod);
+    }
+}
+
 #[test]
 fn v1beta1_is_answered_in_v1beta1_with_the_uid_copied() {
     let mut r = review(&full_pod());
