@@ -56,6 +56,7 @@ fn present_maps_and_lists_get_one_add_per_new_member_with_escaped_keys() {
             {"op": "add", "path": "/metadata/labels/injected", "value": "yes"},
             {"op": "add", "path": "/metadata/annotations/example.com~1a.b", "value": "v"},
             {"op": "add", "path": "/metadata/annotations/kubectl.kubernetes.io~1default-container", "value": "web"},
+            {"op": "add", "path": "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict-local-volumes", "value": "data"},
             {"op": "add", "path": "/metadata/annotations/sidecar-injector.io~1status", "value": status(&engine)},
             {"op": "add", "path": "/spec/initContainers/0", "value": {"name": "init", "image": "init:1"}},
             {"op": "add", "path": "/spec/containers/-", "value": {"name": "side", "image": "side:1", "env": [{"name": "A", "value": "1"}]}},
@@ -100,6 +101,7 @@ fn absent_null_and_empty_maps_and_lists_get_one_add_of_the_whole_value() {
         let annotations = json!({
             "example.com/a.b": "v",
             "kubectl.kubernetes.io/default-container": "app",
+            "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes": "data",
             "sidecar-injector.io/status": status(&engine)
         });
         assert_eq!(patch[1]["value"], annotations);
@@ -450,6 +452,63 @@ fn pods_for_windows_nodes_only_are_skipped_and_others_injected() {
         assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{name}: {outcome:?}");
         check_properties(&engine, &pod);
     }
+}
+
+const LOCAL_VOLUMES: &str = r#"
+pod:
+  spec:
+    containers:
+      - name: side
+        image: "side:1"
+        volumeMounts: [{ name: data, mountPath: /data }, { name: host, mountPath: /host }]
+    volumes:
+      - { name: data, emptyDir: {} }
+      - { name: host, hostPath: { path: /var/run/side } }
+      - { name: cfg, configMap: { name: side } }
+"#;
+
+#[test]
+fn injected_local_volumes_are_named_for_the_cluster_autoscaler_beside_the_pods_own() {
+    let engine = engine_from(LOCAL_VOLUMES);
+    let path = "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict-local-volumes";
+    // Without the annotation: the template's emptyDir and hostPath volumes, not its configMap.
+    let patch = patch_for(&engine, &full_pod()).unwrap();
+    assert_eq!(ops_under(&patch, path), [&json!({"op": "add", "path": path, "value": "data,host"})]);
+    check_properties(&engine, &full_pod());
+    // With the pod's own list: kept as written, the names it lacks appended, in one add.
+    for (own, merged) in
+        [("mine", Some("mine,data,host")), ("mine, data,", Some("mine, data,host")), ("", Some("data,host"))]
+    {
+        let mut pod = full_pod();
+        pod["metadata"]["annotations"][SAFE_TO_EVICT] = json!(own);
+        let patch = patch_for(&engine, &pod).unwrap();
+        let expected: Vec<Value> = merged.map(|m| json!({"op": "add", "path": path, "value": m})).into_iter().collect();
+        assert_eq!(ops_under(&patch, path), expected.iter().collect::<Vec<_>>(), "{own:?}");
+        let injected = apply(&pod, &patch);
+        assert_eq!(patch_for(&engine, &injected), None, "{own:?}: idempotent");
+        check_properties(&engine, &pod);
+    }
+    // A list that names them already gets nothing more, whatever else the pod lacks.
+    let mut pod = full_pod();
+    pod["metadata"]["annotations"][SAFE_TO_EVICT] = json!("host , data");
+    assert!(ops_under(&patch_for(&engine, &pod).unwrap(), path).is_empty());
+    // A template without local volumes writes no such annotation.
+    assert!(ops_under(&patch_for(&small_without_volumes(), &full_pod()).unwrap(), path).is_empty());
+    // A template that writes the annotation itself gets the injected names added to its own.
+    let own = LOCAL_VOLUMES.replace(
+        "pod:\n",
+        "pod:\n  metadata: { annotations: { cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes: logs } }\n",
+    );
+    let patch = patch_for(&engine_from(&own), &full_pod()).unwrap();
+    assert_eq!(ops_under(&patch, path), [&json!({"op": "add", "path": path, "value": "logs,data,host"})]);
+    // /validate names the annotation when the pod's list lacks one of ours.
+    let mut pod = apply(&full_pod(), &patch_for(&engine, &full_pod()).unwrap());
+    pod["metadata"]["annotations"][SAFE_TO_EVICT] = json!("data");
+    assert!(matches!(validation(&engine, &pod), Verdict::Incomplete { missing: 1, .. }));
+}
+
+fn small_without_volumes() -> sidecar_injector::Engine {
+    engine_from("pod:\n  spec:\n    containers: [{ name: side, image: \"side:1\" }]\n")
 }
 
 #[test]

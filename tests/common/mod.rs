@@ -119,6 +119,11 @@ pub fn check_properties(engine: &Engine, pod: &Value) {
                 None | Some(Value::Null) => {}
                 Some(Value::Object(o)) if o.is_empty() => {}
                 Some(Value::Array(a)) if a.is_empty() => {}
+                // The autoscaler's list of volumes is a set: an add there keeps every name the pod listed.
+                Some(Value::String(existing)) if path == SAFE_TO_EVICT_PATH => {
+                    let added = op["value"].as_str().unwrap_or_else(|| panic!("{path} set to a non-string: {op}"));
+                    assert_names_kept(added, existing, path);
+                }
                 Some(existing) => panic!("add at {path} overwrites {existing}"),
             }
         }
@@ -228,8 +233,31 @@ pub fn assert_contains(patched: &Value, original: &Value, at: &str) {
                 next += offset + 1;
             }
         }
+        (Value::String(p), Value::String(o)) if at.strip_prefix("/metadata/annotations/") == Some(SAFE_TO_EVICT) => {
+            assert_names_kept(p, o, at)
+        }
         (p, o) => assert_eq!(p, o, "{at} was changed"),
     }
+}
+
+/// The cluster autoscaler's annotation of local volumes it may evict a pod with: comma-separated names, which the
+/// injector adds its own local volumes to (written out here, independently of the engine's own constant).
+pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes";
+const SAFE_TO_EVICT_PATH: &str = "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict-local-volumes";
+
+/// The names of a comma-separated list, as the cluster autoscaler splits it (spaces around a name trimmed).
+pub fn listed(names: &str) -> Vec<&str> {
+    names.split(',').map(str::trim).filter(|n| !n.is_empty()).collect()
+}
+
+/// `patched`, a comma-separated list, names every name `original` does, and `original` is its start: the pod's own
+/// list is kept as written, the injector's names appended.
+fn assert_names_kept(patched: &str, original: &str, at: &str) {
+    let kept = listed(original).iter().all(|name| listed(patched).contains(name));
+    assert!(
+        kept && (patched == original || patched.starts_with(original.trim().trim_end_matches(','))),
+        "{at}: {original:?} became {patched:?}"
+    );
 }
 
 fn contains(patched: &Value, original: &Value) -> bool {
