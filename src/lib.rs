@@ -45,6 +45,7 @@ pub mod review;
 pub mod server;
 pub mod status;
 pub mod template;
+mod uninject;
 mod validate;
 pub mod validation;
 

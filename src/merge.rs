@@ -63,12 +63,19 @@ pub(crate) trait Observer<'m> {
     fn leave(&mut self);
     /// An `add` of `what` where the merge is.
     fn added(&mut self, what: Added<'m, '_>);
+    /// The template's node `t` meets the pod's `value` where the merge is, both present: the merge completes the
+    /// pod's value from `t`, or leaves it. `rendered` holds the pod's rendered leaves, which `t` may read.
+    fn met(&mut self, t: &'m TNode, value: Value<'_, '_>, rendered: Rendered<'_>) {
+        let _ = (t, value, rendered);
+    }
 }
 
 impl Observer<'_> for () {
     fn enter(&mut self, _: Step<'_>) {}
     fn leave(&mut self) {}
     fn added(&mut self, _: Added<'_, '_>) {}
+    #[inline(always)]
+    fn met(&mut self, _: &TNode, _: Value<'_, '_>, _: Rendered<'_>) {}
 }
 
 struct Merge<'p, 'b, 't, 'i, S: Sink, O> {
@@ -158,6 +165,7 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
         if value.is_null() {
             return self.add_here(t, head, taken, field);
         }
+        self.observer.met(t, value, self.rendered);
         match t {
             TNode::Object(object) => match value.as_object() {
                 // An empty map in the pod takes the template's whole value, unless that is empty too (`{}`

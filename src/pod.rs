@@ -275,7 +275,7 @@ impl ContainerEntries for Containers<'_, '_> {
 }
 
 /// A value on the tape as a `serde_json` value. The tape's depth is bounded by the parser's (`review::MAX_DEPTH`).
-fn to_json(value: Value<'_, '_>) -> serde_json::Value {
+pub(crate) fn to_json(value: Value<'_, '_>) -> serde_json::Value {
     use serde_json::Value as J;
     if let Some(object) = value.as_object() {
         return J::Object(object.iter().map(|(key, value)| (key.to_owned(), to_json(value))).collect());

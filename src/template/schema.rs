@@ -239,6 +239,20 @@ pub(crate) fn name_union(existing: &str, template: &str) -> Option<String> {
     Some(union)
 }
 
+/// The inverse of [`name_union`]: `existing` without the names of `template` that a union appended to it (the
+/// longest such tail of the list whose union with `template` gives `existing` back exactly), or `None` when no
+/// tail was appended. A name the user listed last that is also the template's cannot always be told from an
+/// appended one.
+pub(crate) fn name_difference(existing: &str, template: &str) -> Option<String> {
+    let segments: Vec<&str> = existing.split(',').collect();
+    let is_template_name = |segment: &&&str| template.split(',').any(|name| name.trim() == segment.trim());
+    let tail = segments.iter().rev().take_while(is_template_name).count();
+    (1..=tail.min(segments.len().saturating_sub(1))).rev().find_map(|k| {
+        let kept = segments[..segments.len() - k].join(",");
+        (name_union(&kept, template).as_deref() == Some(existing)).then_some(kept)
+    })
+}
+
 /// Does `map` set `key` to anything but null? `map` is the pod's map whose keys are the user's beside the one
 /// being merged (a container's `limits` beside its `requests`: see [`Shape::linked`]).
 pub(crate) fn is_set<'a>(map: Option<impl Existing<'a>>, key: &str) -> bool {
@@ -258,5 +272,11 @@ mod tests {
         assert_eq!(name_union("x", ""), None);
         let once = name_union("x", "a,b").unwrap();
         assert_eq!(name_union(&once, "a,b"), None, "a union is a fixed point");
+        for (own, template) in [("mine", "a,b"), ("mine, c", "a,b"), ("b,mine", "a,b"), ("mine, a", "a,b")] {
+            let union = name_union(own, template).unwrap();
+            assert_eq!(name_difference(&union, template).as_deref(), Some(own), "{own:?} + {template:?}");
+        }
+        assert_eq!(name_difference("mine", "a,b"), None);
+        assert_eq!(name_difference("a,mine", "a"), None, "a name that does not end the list is the user's");
     }
 }

@@ -152,6 +152,7 @@ pub fn check_properties(engine: &Engine, pod: &Value) {
         assert!(problems.is_empty(), "a valid pod became one the API server refuses: {problems:#?}\n{patched}");
     }
     assert_eq!(patch_for(engine, &patched), None, "second run on the patched pod must give no patch");
+    assert_uninjects(engine, &patched, pod);
     // The validating webhook agrees: the injected pod is complete, the original one is not.
     assert_eq!(validation(engine, &patched), sidecar_injector::Verdict::Complete, "the injected pod validates");
     assert!(
@@ -277,4 +278,54 @@ pub fn names<'a>(pod: &'a Value, list: &str) -> Vec<&'a str> {
 /// The operations of `patch` whose path starts with `prefix`.
 pub fn ops_under<'a>(patch: &'a Value, prefix: &str) -> Vec<&'a Value> {
     patch.as_array().unwrap().iter().filter(|op| op["path"].as_str().unwrap().starts_with(prefix)).collect()
+}
+
+/// `uninject` takes out of `injected` (which `engine` injected into `original`) only what was added: what remains
+/// is contained in `original` (a value the pod had set to exactly the template's own, or an empty map, cannot be
+/// told from an injected one and goes too), and injecting it again gives `injected` back.
+pub fn assert_uninjects(engine: &Engine, injected: &Value, original: &Value) {
+    let mut document = injected.clone();
+    document["apiVersion"] = "v1".into();
+    document["kind"] = "Pod".into();
+    sidecar_injector::offline::uninject_document(engine, &mut document, "shop")
+        .unwrap_or_else(|e| panic!("uninject: {e}\noriginal: {original}"));
+    let stripped = json!({"metadata": document["metadata"], "spec": document["spec"]});
+    let mut expected = original.clone();
+    if let Some(o) = expected.as_object_mut() {
+        o.retain(|k, _| k == "metadata" || k == "spec");
+    }
+    assert_within(&stripped, &expected, "");
+    let again = match patch_for(engine, &stripped) {
+        Some(patch) => apply(&stripped, &patch),
+        None => stripped.clone(),
+    };
+    let injected_part = json!({"metadata": injected["metadata"], "spec": injected["spec"]});
+    assert_eq!(again, injected_part, "injecting the uninjected pod gives the injected one back");
+}
+
+/// Every value of `part` is in `whole`, as it is there (lists item by item, in order).
+fn assert_within(part: &Value, whole: &Value, at: &str) {
+    match (part, whole) {
+        (Value::Null, _) => {}
+        (Value::Object(p), Value::Object(w)) => {
+            for (k, v) in p {
+                let there = w.get(k).unwrap_or_else(|| panic!("uninject added {at}/{k}: {v}"));
+                assert_within(v, there, &format!("{at}/{k}"));
+            }
+        }
+        (Value::Array(p), Value::Array(w)) => {
+            let mut next = 0;
+            for (i, item) in p.iter().enumerate() {
+                let found = w[next..].iter().position(|c| contains(c, item));
+                let offset =
+                    found.unwrap_or_else(|| panic!("uninject left {at}/{i} that the pod did not have: {item}"));
+                next += offset + 1;
+            }
+        }
+        // A list of names comes back with the same names (its spacing and commas are the union's).
+        (Value::String(p), Value::String(w)) if at.strip_prefix("/metadata/annotations/") == Some(SAFE_TO_EVICT) => {
+            assert_eq!(listed(p), listed(w), "uninject changed {at}")
+        }
+        (p, w) => assert_eq!(p, w, "uninject changed {at}"),
+    }
 }
