@@ -134,6 +134,8 @@ pub struct Keys {
     pub status: String,
     /// `<prefix>template`: the template(s) a pod asks for, comma-separated.
     pub template: String,
+    /// `<prefix>containers`: the pod's containers a template's `containerDefaults` reaches, comma-separated.
+    pub containers: String,
     /// `<prefix>rev`: the namespace label that opts a namespace in to a named revision
     /// (`serve --template-dir REVISION=DIR`); not a pod annotation, so not one of [`Keys::own`].
     pub rev: String,
@@ -146,15 +148,16 @@ impl Keys {
             inject: format!("{prefix}inject"),
             status: format!("{prefix}status"),
             template: format!("{prefix}template"),
+            containers: format!("{prefix}containers"),
             rev: format!("{prefix}rev"),
         }
     }
-    /// The three keys.
+    /// The pod annotations the injector itself reads or writes.
     pub fn own(&self) -> impl Iterator<Item = &str> {
-        [self.inject.as_str(), self.status.as_str(), self.template.as_str()].into_iter()
+        [self.inject.as_str(), self.status.as_str(), self.template.as_str(), self.containers.as_str()].into_iter()
     }
 
-    /// Is `key` one of the three?
+    /// Is `key` one of them?
     pub fn is_own(&self, key: &str) -> bool {
         self.own().any(|k| k == key)
     }

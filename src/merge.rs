@@ -119,6 +119,9 @@ pub(crate) fn merge<'m>(
             if template.injects().containers.iter().any(|c| c == name) {
                 continue; // the template's own container is completed from the template, not from defaults
             }
+            if !template.defaults_reach(pod, name) {
+                continue; // the pod (or the template) limits the defaults to other containers
+            }
             let mark = cx.enter_index(index);
             cx.present(defaults, container, "", None, None);
             cx.leave(mark);

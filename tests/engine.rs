@@ -511,6 +511,54 @@ fn small_without_volumes() -> sidecar_injector::Engine {
     engine_from("pod:\n  spec:\n    containers: [{ name: side, image: \"side:1\" }]\n")
 }
 
+const DEFAULTS_FOR: &str = r#"
+pod:
+  spec:
+    containers: [{ name: side, image: "side:1" }]
+    volumes: [{ name: shared, emptyDir: {} }]
+containerDefaults:
+  env: [{ name: MESH, value: "on" }]
+  volumeMounts: [{ name: shared, mountPath: /shared }]
+"#;
+
+/// The names of the pod's containers that got the defaults (the env var `MESH`).
+fn reached(engine: &sidecar_injector::Engine, pod: &Value) -> Vec<String> {
+    let patched = apply(pod, &patch_for(engine, pod).unwrap());
+    let containers = patched["spec"]["containers"].as_array().unwrap();
+    let has_mesh = |c: &&Value| c["env"].as_array().is_some_and(|e| e.iter().any(|v| v["name"] == "MESH"));
+    containers.iter().filter(has_mesh).map(|c| c["name"].as_str().unwrap().to_owned()).collect()
+}
+
+#[test]
+fn container_defaults_reach_the_containers_the_template_or_the_pod_names() {
+    let mut pod = full_pod();
+    pod["spec"]["containers"] =
+        json!([{"name": "web", "image": "nginx"}, {"name": "worker", "image": "w"}, {"name": "log", "image": "l"}]);
+    // Every container of the pod's own, by default.
+    assert_eq!(reached(&engine_from(DEFAULTS_FOR), &pod), ["web", "worker", "log"]);
+    // The template's setting.
+    let limited = engine_from(&format!("{DEFAULTS_FOR}containerDefaultsFor: [web, worker]\n"));
+    assert_eq!(reached(&limited, &pod), ["web", "worker"]);
+    check_properties(&limited, &pod);
+    // The pod's annotation wins over the setting, and no warning calls it unknown.
+    for (annotation, expected) in [("log", vec!["log"]), (" worker , web", vec!["web", "worker"]), ("", vec![])] {
+        let mut annotated = pod.clone();
+        annotated["metadata"]["annotations"]["sidecar-injector.io/containers"] = json!(annotation);
+        assert_eq!(reached(&limited, &annotated), expected, "{annotation:?}");
+        let (_, response, _) = answer(&limited, &review(&annotated));
+        assert!(response["response"].get("warnings").is_none(), "{response}");
+        check_properties(&limited, &annotated);
+    }
+    // A setting that is not a list of names is refused at its line.
+    let error = sidecar_injector::TemplateSet::from_source(
+        "t",
+        "t.yaml",
+        &format!("{DEFAULTS_FOR}containerDefaultsFor: web\n"),
+        &Default::default(),
+    );
+    assert!(error.unwrap_err().to_string().contains("`containerDefaultsFor` must be a list of container names"));
+}
+
 #[test]
 fn v1beta1_is_answered_in_v1beta1_with_the_uid_copied() {
     let mut r = review(&full_pod());

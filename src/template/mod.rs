@@ -53,10 +53,11 @@ pub const BUILTIN_NAME: &str = "default";
 /// The default annotation prefix.
 pub const DEFAULT_PREFIX: &str = "sidecar-injector.io/";
 
-const TOP_LEVEL_KEYS: [&str; 10] = [
+const TOP_LEVEL_KEYS: [&str; 11] = [
     "values",
     "pod",
     "containerDefaults",
+    "containerDefaultsFor",
     "initContainerPosition",
     "injectHostNetwork",
     "jobs",
@@ -257,6 +258,8 @@ pub(crate) struct Part {
     settings: PartSettings,
     overrides: Vec<OverrideSpec>,
     renderer: Arc<Renderer>,
+    /// `containerDefaultsFor`: the pod's containers `containerDefaults` reaches, when not all of them.
+    defaults_for: Option<Vec<String>>,
     /// For each render slot, where its expression sits.
     slot_paths: Vec<Vec<PathSeg>>,
 }
@@ -332,6 +335,10 @@ pub struct Template {
     annotations: Vec<String>,
     pub(crate) init_position: InitPosition,
     pub(crate) inject_host_network: bool,
+    /// The containers `containerDefaults` reaches when the pod does not say (`containerDefaultsFor`; all when
+    /// `None`), and the pod annotation that says (`<prefix>containers`).
+    defaults_for: Option<Vec<String>>,
+    containers_key: String,
     /// What a pod owned by a Job gets, after the fallback for the Kubernetes version.
     jobs: JobPolicy,
     /// `jobs` is `Skip` because `native-sidecar` needs a newer Kubernetes than the server's setting.
@@ -504,6 +511,8 @@ impl Template {
             inject_host_network: combined_settings.inject_host_network,
             jobs: if jobs_fell_back { JobPolicy::Skip } else { combined_settings.jobs },
             jobs_fell_back,
+            defaults_for: parts.iter().find_map(|p| p.defaults_for.clone()),
+            containers_key: crate::decision::Keys::new(&settings.annotation_prefix).containers,
             job_shape: None,
             on_error: combined_settings.on_error,
             validation: combined_settings.validation,
@@ -516,6 +525,16 @@ impl Template {
             leaf_checks,
             kubernetes_version: settings.kubernetes_version,
         })
+    }
+
+    /// Does `containerDefaults` reach the pod's container `name`? The pod's `<prefix>containers` annotation (names,
+    /// comma-separated) says which containers it reaches, or else the template's `containerDefaultsFor`, or else
+    /// every one.
+    pub(crate) fn defaults_reach(&self, pod: &crate::pod::PodView<'_, '_>, name: &str) -> bool {
+        match pod.annotation(&self.containers_key) {
+            Some(names) => names.split(',').any(|n| n.trim() == name),
+            None => self.defaults_for.as_ref().is_none_or(|names| names.iter().any(|n| n == name)),
+        }
     }
 
     /// Does the pod decide whether this template's injection is valid (see `writes_host_ports`)? Such pods are
@@ -955,6 +974,11 @@ impl Part {
             combine::overlay_json(&mut values, shared.clone());
         }
         let settings = PartSettings::read(&root, &invalid)?;
+        let names = |n: &YNode| match &n.value {
+            YValue::Seq(items) => items.iter().map(|i| i.as_str().map(str::to_owned)).collect::<Option<Vec<_>>>(),
+            _ => None,
+        };
+        let defaults_for = setting(&root, "containerDefaultsFor", "a list of container names", names, &invalid)?;
         let overrides = match root.map_get("overrides") {
             None => Vec::new(),
             Some(section) => overrides::parse(section, &values, prefix)
@@ -991,6 +1015,7 @@ impl Part {
             settings,
             overrides,
             renderer: Arc::new(renderer),
+            defaults_for,
             slot_paths,
         })
     }
