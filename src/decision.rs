@@ -1,7 +1,8 @@
 //! Review to decision: whether this request is one we inject into, and if not, why not.
 //!
 //! The rules, in order: only a `Pod` (core group, v1) on `CREATE`, without a subresource, with an object; not a
-//! mirror pod (the kubelet owns those); not a pod that opted out by annotation or label. Then, once the pod's
+//! mirror pod (the kubelet owns those); not a pod that opted out by annotation or label; not a pod that runs on
+//! Windows nodes only (a Linux sidecar would keep it from starting). Then, once the pod's
 //! template is chosen: a Job's pod takes the template's Job shape or is skipped (its `jobs` setting); not a
 //! `hostNetwork` pod unless the template allows it; not a pod that carries another template version's sidecar. `dryRun` changes nothing: injection has no side effects.
 
@@ -25,6 +26,9 @@ pub enum SkipReason {
     MirrorPod,
     /// The pod opted out with `<prefix>inject: "false"`.
     OptedOut,
+    /// The pod runs on Windows nodes only (`spec.os.name`, its node selector or its required node affinity), where
+    /// a Linux sidecar cannot run.
+    Windows,
     /// The pod uses the host network and the template does not inject those.
     HostNetwork,
     /// The pod runs to completion (a Job's pod, or any pod with `restartPolicy: Never` or `OnFailure`) and the
@@ -49,13 +53,14 @@ pub enum SkipReason {
 
 impl SkipReason {
     /// Every reason, for registering metrics up front.
-    pub const ALL: [SkipReason; 15] = [
+    pub const ALL: [SkipReason; 16] = [
         SkipReason::NotAPod,
         SkipReason::NotCreate,
         SkipReason::Subresource,
         SkipReason::NoObject,
         SkipReason::MirrorPod,
         SkipReason::OptedOut,
+        SkipReason::Windows,
         SkipReason::HostNetwork,
         SkipReason::Job,
         SkipReason::InjectedByOtherVersion,
@@ -76,6 +81,7 @@ impl SkipReason {
             SkipReason::NoObject => "no-object",
             SkipReason::MirrorPod => "mirror-pod",
             SkipReason::OptedOut => "opted-out",
+            SkipReason::Windows => "windows",
             SkipReason::HostNetwork => "host-network",
             SkipReason::Job => "job",
             SkipReason::InjectedByOtherVersion => "injected-by-other-version",
@@ -110,6 +116,10 @@ impl SkipReason {
             SkipReason::NoObject => "the request carries no object",
             SkipReason::MirrorPod => "the pod is a mirror of a static pod (annotation kubernetes.io/config.mirror)",
             SkipReason::OptedOut => "the pod opted out with the inject annotation or label set to false",
+            SkipReason::Windows => {
+                "the pod runs on Windows nodes only (spec.os.name, or kubernetes.io/os: windows in its node selector or \
+                 required node affinity), where a Linux sidecar cannot run"
+            }
             SkipReason::HostNetwork => "the pod uses the host network and the template has injectHostNetwork: false",
             SkipReason::Job => {
                 "the pod runs to completion (a Job's, or restartPolicy Never or OnFailure) and the template does not \
@@ -137,6 +147,8 @@ pub struct Keys {
     pub status: String,
     /// `<prefix>template`: the template(s) a pod asks for, comma-separated.
     pub template: String,
+    /// `<prefix>containers`: the pod's containers a template's `containerDefaults` reaches, comma-separated.
+    pub containers: String,
     /// `<prefix>rev`: the namespace label that opts a namespace in to a named revision
     /// (`serve --template-dir REVISION=DIR`); not a pod annotation, so not one of [`Keys::own`].
     pub rev: String,
@@ -149,15 +161,16 @@ impl Keys {
             inject: format!("{prefix}inject"),
             status: format!("{prefix}status"),
             template: format!("{prefix}template"),
+            containers: format!("{prefix}containers"),
             rev: format!("{prefix}rev"),
         }
     }
-    /// The three keys.
+    /// The pod annotations the injector itself reads or writes.
     pub fn own(&self) -> impl Iterator<Item = &str> {
-        [self.inject.as_str(), self.status.as_str(), self.template.as_str()].into_iter()
+        [self.inject.as_str(), self.status.as_str(), self.template.as_str(), self.containers.as_str()].into_iter()
     }
 
-    /// Is `key` one of the three?
+    /// Is `key` one of them?
     pub fn is_own(&self, key: &str) -> bool {
         self.own().any(|k| k == key)
     }
@@ -187,6 +200,9 @@ pub(crate) fn decide<'t, 'i>(review: &Review<'t, 'i>, keys: &Keys) -> Result<Pod
     }
     if [pod.annotation(&keys.inject), pod.label(&keys.inject)].into_iter().flatten().any(is_false) {
         return Err(SkipReason::OptedOut);
+    }
+    if pod.windows() {
+        return Err(SkipReason::Windows);
     }
     Ok(pod)
 }

@@ -340,6 +340,42 @@ impl Engine {
         self.run(body, true, |engine, root, work| engine.answer(root, work, out, mode, true))
     }
 
+    /// For `uninject`: reviews a pod (a Pod CREATE review) as [`Engine::review`] does, and when its template is
+    /// chosen, returns with the outcome the JSON Patch (`remove` and `replace` operations) that takes out of the pod
+    /// what the template's injection put in, as the merge finds it ([`crate::uninject`]). The outcome's verdict is
+    /// the one `review` would give the pod as it is: `already-injected` for a pod injected whole, `Injected` for
+    /// one that lacks part of it, a skip (another template version's pod, say) when its template is not chosen. Not
+    /// for the request path.
+    pub fn uninject(&self, body: &mut Vec<u8>) -> Result<(Outcome, Option<Vec<u8>>), ReviewError> {
+        self.run(body, true, |engine, root, work| {
+            let review = review::read(root)?;
+            let mut outcome = Outcome::new(review.version, true);
+            let pod = decision::decide(&review, &engine.keys);
+            let decision = match &pod {
+                Err(reason) => Decision::Allow(Verdict::Skipped(*reason)),
+                Ok(pod) => match engine.choose(pod, work, &mut outcome) {
+                    Ok(template) => engine.prepare(template, pod, work, &mut outcome, Mode::Mutate),
+                    Err(decision) => decision,
+                },
+            };
+            let patch = match decision {
+                Decision::Allow(verdict) | Decision::Deny { verdict, .. } => {
+                    outcome.verdict = verdict;
+                    None
+                }
+                Decision::Patch { template, pod, overridden } => {
+                    let mut injected = crate::uninject::Injected::new();
+                    outcome.verdict = match work.merge(&template, overridden, pod, &mut injected) {
+                        0 => Verdict::Skipped(SkipReason::AlreadyInjected),
+                        ops => Verdict::Injected { ops },
+                    };
+                    injected.into_patch()
+                }
+            };
+            Ok((outcome, patch))
+        })
+    }
+
     /// Runs `body` through the stages up to `until` (see [`Stage`]): what the per-stage benchmarks measure. The
     /// same steps as [`Engine::review`], stopped early.
     #[doc(hidden)]

@@ -46,6 +46,7 @@ pub mod server;
 pub mod status;
 mod suggest;
 pub mod template;
+mod uninject;
 mod validate;
 pub mod validation;
 

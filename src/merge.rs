@@ -12,7 +12,8 @@
 //! follows too), widen "present": a member of a union the pod has already chosen another member of, a resource
 //! the pod sizes itself in the other map, `allowPrivilegeEscalation` beside privilege, a container the pod
 //! declares in another container list, a port whose name the container gives another port. Each would make a
-//! pod the API server refuses, or quietly change what the user set.
+//! pod the API server refuses, or quietly change what the user set. One string is merged rather than kept: a set
+//! of names (the autoscaler's safe-to-evict volumes) gets the names it lacks appended to the pod's own.
 //!
 //! So nothing present is ever replaced, a second run adds nothing (idempotence), and a sidecar the user declared
 //! is completed without overriding what they set. Operations apply in order, so within a list the recursions
@@ -22,7 +23,7 @@
 use simd_json::prelude::{TypedScalarValue, ValueAsScalar, ValueIntoString};
 use simd_json::tape::{Array, Value};
 
-use crate::patch::{OpHead, PatchWriter, Pointer, Sink};
+use crate::patch::{Fragment, OpHead, PatchWriter, Pointer, Sink};
 use crate::pod::PodView;
 use crate::template::schema::{self, Existing};
 use crate::template::tree::{Item, KeyValue, List, Member, Object, Rendered, TNode};
@@ -62,12 +63,19 @@ pub(crate) trait Observer<'m> {
     fn leave(&mut self);
     /// An `add` of `what` where the merge is.
     fn added(&mut self, what: Added<'m, '_>);
+    /// The template's node `t` meets the pod's `value` where the merge is, both present: the merge completes the
+    /// pod's value from `t`, or leaves it. `rendered` holds the pod's rendered leaves, which `t` may read.
+    fn met(&mut self, t: &'m TNode, value: Value<'_, '_>, rendered: Rendered<'_>) {
+        let _ = (t, value, rendered);
+    }
 }
 
 impl Observer<'_> for () {
     fn enter(&mut self, _: Step<'_>) {}
     fn leave(&mut self) {}
     fn added(&mut self, _: Added<'_, '_>) {}
+    #[inline(always)]
+    fn met(&mut self, _: &TNode, _: Value<'_, '_>, _: Rendered<'_>) {}
 }
 
 struct Merge<'p, 'b, 't, 'i, S: Sink, O> {
@@ -110,6 +118,9 @@ pub(crate) fn merge<'m>(
             let name = container.get("name").and_then(|n| n.into_string()).unwrap_or("");
             if template.injects().containers.iter().any(|c| c == name) {
                 continue; // the template's own container is completed from the template, not from defaults
+            }
+            if !template.defaults_reach(pod, name) {
+                continue; // the pod (or the template) limits the defaults to other containers
             }
             let mark = cx.enter_index(index);
             cx.present(defaults, container, "", None, None);
@@ -157,6 +168,7 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
         if value.is_null() {
             return self.add_here(t, head, taken, field);
         }
+        self.observer.met(t, value, self.rendered);
         match t {
             TNode::Object(object) => match value.as_object() {
                 // An empty map in the pod takes the template's whole value, unless that is empty too (`{}`
@@ -171,8 +183,28 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
                 Some(a) if list.merge_key.is_some() => self.keyed_list(list, value, a, field),
                 _ => {} // an atomic list, or another type: the user's value wins
             },
+            TNode::Scalar(names) if schema::is_name_set(field) => {
+                if let Some(existing) = value.into_string() {
+                    self.add_names(t, names, existing, head);
+                }
+            }
             TNode::Scalar(_) | TNode::Dynamic(_) => {} // present: the user's value wins
         }
+    }
+
+    /// One `add` of the pod's set of names `existing` with those of the template's `names` it lacks appended, if
+    /// it lacks any ([`schema::is_name_set`]). Only pods that set such an annotation themselves come here.
+    #[cold]
+    fn add_names(&mut self, t: &'m TNode, names: &Fragment, existing: &str, head: Option<&OpHead>) {
+        // The template's value is a static JSON string; one that is not (it cannot be) adds nothing.
+        let Ok(template) = serde_json::from_slice::<&str>(names.json()) else { return };
+        let Some(union) = schema::name_union(existing, template) else { return };
+        self.observer.added(Added::Value(t));
+        self.patch.add(head, self.path, false, |out| {
+            let mut json = Vec::with_capacity(union.len() + 2);
+            crate::json::write_str(&mut json, &union);
+            out.raw(&json);
+        });
     }
 
     fn object(&mut self, t: &'m Object, value: Value<'_, '_>, taken: Taken<'_, '_>) {

@@ -11,7 +11,7 @@
 
 use serde_json::{Value, json};
 
-use crate::{Engine, Mode, Verdict};
+use crate::{Engine, Mode, Outcome, SkipReason, Verdict};
 
 /// Why manifests could not be injected.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +35,15 @@ pub enum OfflineError {
         workload: String,
         /// The refusal, as the webhook would send it.
         message: String,
+    },
+    /// `uninject` cannot take out exactly what injection put in: the pod template was injected by a template (or
+    /// version) the given set does not have, or what would remain does not inject back into it.
+    #[error("{workload}: cannot uninject: {reason}")]
+    CannotUninject {
+        /// The workload.
+        workload: String,
+        /// Why.
+        reason: String,
     },
     /// The engine could not read the review built from the template, or its patch did not apply. Either is a bug.
     #[error("{workload}: {reason}")]
@@ -126,44 +135,101 @@ pub fn inject_document(
     namespace: &str,
 ) -> Result<Vec<TemplateReport>, OfflineError> {
     let mut reports = Vec::new();
-    inject_into(engine, document, namespace, &mut reports)?;
+    each_pod_template(document, namespace, &mut |pod, workload| {
+        reports.push(inject_pod(engine, pod, workload)?);
+        Ok(())
+    })?;
     Ok(reports)
 }
 
-fn inject_into(
+/// What `uninject` did to one pod template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Uninjection {
+    /// What the injection added was taken out, in this many patch operations.
+    Removed {
+        /// Number of `remove` and `replace` operations.
+        ops: usize,
+    },
+    /// The pod template carries no status annotation: it was not injected, and is left as it is.
+    NotInjected,
+}
+
+/// What happened to one pod template in `uninject`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UninjectReport {
+    /// The workload, e.g. `Deployment shop/web`.
+    pub workload: String,
+    /// Taken out, or left alone.
+    pub result: Uninjection,
+}
+
+/// Takes out of every pod template of `document` (the kinds [`inject_document`] injects) what injection put in,
+/// in place: the inverse of `inject`. A pod template is injected when it carries the status annotation; its
+/// template (at the version the annotation names) must be in `engine`'s set. What is taken out is what the merge
+/// finds the template added ([`Engine::uninject`]), checked by injecting the result again: it must give the pod
+/// template back exactly, or nothing is changed and the workload is refused.
+pub fn uninject_document(
     engine: &Engine,
     document: &mut Value,
     namespace: &str,
-    reports: &mut Vec<TemplateReport>,
+) -> Result<Vec<UninjectReport>, OfflineError> {
+    let status = crate::decision::Keys::new(&engine.settings().annotation_prefix).status;
+    let mut reports = Vec::new();
+    each_pod_template(document, namespace, &mut |pod, workload| {
+        reports.push(uninject_pod(engine, pod, workload, &status)?);
+        Ok(())
+    })?;
+    Ok(reports)
+}
+
+/// A workload whose pod template is being worked on, and how its controller creates pods from it.
+struct Workload {
+    /// The workload as messages name it, e.g. `Deployment shop/web`.
+    name: String,
+    namespace: String,
+    /// The `generateName` of its pods (`<name>-`), for a controller's.
+    generate_name: Option<String>,
+    /// A Job owns its pods (a CronJob's, through its Jobs).
+    by_job: bool,
+}
+
+/// Calls `each` with every pod template of `document` (the object itself for a Pod; the items of a List).
+fn each_pod_template(
+    document: &mut Value,
+    namespace: &str,
+    each: &mut dyn FnMut(&mut Value, &Workload) -> Result<(), OfflineError>,
 ) -> Result<(), OfflineError> {
     let kind = document["kind"].as_str().unwrap_or_default().to_owned();
     if kind.ends_with("List") {
         if let Some(items) = document.get_mut("items").and_then(Value::as_array_mut) {
             for item in items {
-                inject_into(engine, item, namespace, reports)?;
+                each_pod_template(item, namespace, each)?;
             }
         }
         return Ok(());
     }
     let group = document["apiVersion"].as_str().and_then(|v| v.rsplit_once('/')).map_or("", |(group, _)| group);
     let Some(path) = template_path(group, &kind) else { return Ok(()) };
-    // The pods of a Job (and of a CronJob, through its Jobs) carry the Job as their owner, which templates read.
-    let by_job = group == "batch";
     let metadata = &document["metadata"];
     let namespace = metadata["namespace"].as_str().unwrap_or(namespace).to_owned();
     let name = metadata["name"].as_str().unwrap_or_default().to_owned();
-    let workload = format!("{kind} {namespace}/{name}");
+    let mut workload = Workload {
+        name: format!("{kind} {namespace}/{name}"),
+        namespace,
+        generate_name: None,
+        // The pods of a Job (and of a CronJob, through its Jobs) carry the Job as their owner, which templates read.
+        by_job: group == "batch",
+    };
     if path.is_empty() {
-        reports.push(inject_pod(engine, document, &workload, &namespace, None, false)?);
-        return Ok(());
+        workload.by_job = false;
+        return each(document, &workload);
     }
     let Some(template) = document.pointer_mut(path).filter(|t| t.is_object()) else {
-        return Err(OfflineError::NotATemplate { workload, path });
+        return Err(OfflineError::NotATemplate { workload: workload.name, path });
     };
     // A controller names its pods after itself; `<name>-` is what the webhook's templates will see, near enough.
-    let generate_name = (!name.is_empty()).then(|| format!("{name}-"));
-    reports.push(inject_pod(engine, template, &workload, &namespace, generate_name, by_job)?);
-    Ok(())
+    workload.generate_name = (!name.is_empty()).then(|| format!("{name}-"));
+    each(template, &workload)
 }
 
 /// Where the pod template of a workload kind (of an API group) is: `""` for a Pod itself, `None` for kinds
@@ -179,71 +245,230 @@ fn template_path(group: &str, kind: &str) -> Option<&'static str> {
     }
 }
 
-/// Injects into one pod (or pod template: `metadata` and `spec`) in place, through a Pod CREATE review.
-fn inject_pod(
-    engine: &Engine,
-    pod: &mut Value,
-    workload: &str,
-    namespace: &str,
-    generate_name: Option<String>,
-    by_job: bool,
-) -> Result<TemplateReport, OfflineError> {
-    let internal = |reason: String| OfflineError::Internal { workload: workload.to_owned(), reason };
-    // The pod as the API server would pass it to the webhook: with its namespace and, from a controller, a
-    // generateName and (from a Job) an owner reference. Each is taken out again afterwards, so the template keeps
-    // only what it had.
-    let mut object = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": pod.get("metadata").cloned().unwrap_or_else(|| json!({})),
-        "spec": pod.get("spec").cloned().unwrap_or_else(|| json!({})),
-    });
-    let metadata = object["metadata"].as_object_mut().ok_or_else(|| internal("metadata is not an object".into()))?;
-    let added_namespace = !metadata.contains_key("namespace");
-    if added_namespace {
-        metadata.insert("namespace".into(), namespace.into());
-    }
-    let added_generate_name = match generate_name {
-        Some(generate_name) if !metadata.contains_key("name") && !metadata.contains_key("generateName") => {
-            metadata.insert("generateName".into(), generate_name.into());
-            true
+/// A pod template as the API server would pass the pod to the webhook: with its namespace and, from a
+/// controller, a generateName and (from a Job) an owner reference. Each is taken out again when the pod is written
+/// back, so the template keeps only what it had.
+#[derive(Clone)]
+struct AsCreated {
+    object: Value,
+    added_namespace: bool,
+    added_generate_name: bool,
+    added_owner: bool,
+}
+
+impl AsCreated {
+    fn new(pod: &Value, workload: &Workload) -> Result<Self, OfflineError> {
+        let mut object = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": pod.get("metadata").cloned().unwrap_or_else(|| json!({})),
+            "spec": pod.get("spec").cloned().unwrap_or_else(|| json!({})),
+        });
+        let metadata =
+            object["metadata"].as_object_mut().ok_or_else(|| internal(workload, "metadata is not an object"))?;
+        let added_namespace = !metadata.contains_key("namespace");
+        if added_namespace {
+            metadata.insert("namespace".into(), workload.namespace.clone().into());
         }
-        _ => false,
-    };
-    let added_owner = by_job && !metadata.contains_key("ownerReferences");
-    if added_owner {
-        let job = json!({"apiVersion": "batch/v1", "kind": "Job", "name": workload, "uid": "", "controller": true});
-        metadata.insert("ownerReferences".into(), json!([job]));
+        let added_generate_name = match &workload.generate_name {
+            Some(generate_name) if !metadata.contains_key("name") && !metadata.contains_key("generateName") => {
+                metadata.insert("generateName".into(), generate_name.clone().into());
+                true
+            }
+            _ => false,
+        };
+        let added_owner = workload.by_job && !metadata.contains_key("ownerReferences");
+        if added_owner {
+            let job =
+                json!({"apiVersion": "batch/v1", "kind": "Job", "name": workload.name, "uid": "", "controller": true});
+            metadata.insert("ownerReferences".into(), json!([job]));
+        }
+        Ok(AsCreated { object, added_namespace, added_generate_name, added_owner })
     }
-    let mut review = pod_create_review("sidecar-injector-inject", namespace, object);
-    // Serialising a `Value` cannot fail.
-    let mut body = serde_json::to_vec(&review).expect("JSON values serialise");
+
+    /// The same pod changed to `object`, to be written back the same way.
+    fn with_object(&self, object: Value) -> Self {
+        AsCreated { object, ..self.clone() }
+    }
+
+    /// The Pod CREATE review of the pod, as JSON.
+    fn review(&self, workload: &Workload) -> Vec<u8> {
+        let review = pod_create_review("sidecar-injector-inject", &workload.namespace, self.object.clone());
+        // Serialising a `Value` cannot fail.
+        serde_json::to_vec(&review).expect("JSON values serialise")
+    }
+
+    /// Writes `object` (this pod, changed) back into the pod template `pod`, without what was added to it (and
+    /// without `metadata`, when nothing else is left in it).
+    fn write_back(&self, mut object: Value, pod: &mut Value, workload: &Workload) -> Result<(), OfflineError> {
+        let metadata = object["metadata"].as_object_mut().ok_or_else(|| internal(workload, "metadata vanished"))?;
+        for (added, key) in [
+            (self.added_namespace, "namespace"),
+            (self.added_generate_name, "generateName"),
+            (self.added_owner, "ownerReferences"),
+        ] {
+            if added {
+                metadata.remove(key);
+            }
+        }
+        let empty = metadata.is_empty();
+        let target = pod.as_object_mut().ok_or_else(|| internal(workload, "the pod is not an object"))?;
+        // Metadata left empty (uninjected from a pod template that had none) is not written back.
+        match empty {
+            true => target.remove("metadata"),
+            false => target.insert("metadata".into(), object["metadata"].take()),
+        };
+        target.insert("spec".into(), object["spec"].take());
+        Ok(())
+    }
+}
+
+fn internal(workload: &Workload, reason: impl Into<String>) -> OfflineError {
+    OfflineError::Internal { workload: workload.name.clone(), reason: reason.into() }
+}
+
+/// `object` with a JSON Patch applied.
+fn patched(object: &Value, patch: &[u8], workload: &Workload) -> Result<Value, OfflineError> {
+    let patch: json_patch::Patch = serde_json::from_slice(patch).map_err(|e| internal(workload, e.to_string()))?;
+    let mut result = object.clone();
+    json_patch::patch(&mut result, &patch).map_err(|e| internal(workload, format!("the patch does not apply: {e}")))?;
+    Ok(result)
+}
+
+/// The pod `created` injected by the engine, with the outcome: what the webhook would make of it.
+fn injected(engine: &Engine, created: &AsCreated, workload: &Workload) -> Result<(Value, Outcome), OfflineError> {
     let mut response = Vec::new();
-    let outcome = engine.trace(&mut body, &mut response, Mode::Mutate).map_err(|e| internal(e.to_string()))?;
+    let outcome = engine
+        .trace(&mut created.review(workload), &mut response, Mode::Mutate)
+        .map_err(|e| internal(workload, e.to_string()))?;
     if let Verdict::Denied(_) = outcome.verdict {
         let message = outcome.message.clone().unwrap_or_default();
-        return Err(OfflineError::Refused { workload: workload.to_owned(), message });
+        return Err(OfflineError::Refused { workload: workload.name.clone(), message });
     }
-    if let Some(patch) = outcome.trace.as_ref().and_then(|t| t.patch.as_deref()) {
-        let patch: json_patch::Patch = serde_json::from_slice(patch).map_err(|e| internal(e.to_string()))?;
-        let mut injected = review["request"]["object"].take();
-        json_patch::patch(&mut injected, &patch).map_err(|e| internal(format!("the patch does not apply: {e}")))?;
-        let metadata = injected["metadata"].as_object_mut().ok_or_else(|| internal("metadata vanished".into()))?;
-        if added_namespace {
-            metadata.remove("namespace");
-        }
-        if added_generate_name {
-            metadata.remove("generateName");
-        }
-        if added_owner {
-            metadata.remove("ownerReferences");
-        }
-        let target = pod.as_object_mut().ok_or_else(|| internal("the pod is not an object".into()))?;
-        target.insert("metadata".into(), injected["metadata"].take());
-        target.insert("spec".into(), injected["spec"].take());
+    let pod = match outcome.trace.as_ref().and_then(|t| t.patch.as_deref()) {
+        Some(patch) => patched(&created.object, patch, workload)?,
+        None => created.object.clone(),
+    };
+    Ok((pod, outcome))
+}
+
+/// Injects into one pod (or pod template: `metadata` and `spec`) in place, through a Pod CREATE review.
+fn inject_pod(engine: &Engine, pod: &mut Value, workload: &Workload) -> Result<TemplateReport, OfflineError> {
+    let created = AsCreated::new(pod, workload)?;
+    let (result, outcome) = injected(engine, &created, workload)?;
+    if matches!(outcome.verdict, Verdict::Injected { .. }) {
+        created.write_back(result, pod, workload)?;
     }
     let why = outcome.skip_explanation();
-    Ok(TemplateReport { workload: workload.to_owned(), verdict: outcome.verdict, warnings: outcome.warnings, why })
+    Ok(TemplateReport { workload: workload.name.clone(), verdict: outcome.verdict, warnings: outcome.warnings, why })
+}
+
+/// Takes out of one pod (or pod template) what injection put in, in place, when it carries the `status`
+/// annotation; refuses it when what would remain does not inject back into it.
+fn uninject_pod(
+    engine: &Engine,
+    pod: &mut Value,
+    workload: &Workload,
+    status: &str,
+) -> Result<UninjectReport, OfflineError> {
+    let report = |result| UninjectReport { workload: workload.name.clone(), result };
+    if pod.pointer("/metadata/annotations").and_then(|a| a.get(status)).is_none() {
+        return Ok(report(Uninjection::NotInjected));
+    }
+    let refused = |reason: String| OfflineError::CannotUninject { workload: workload.name.clone(), reason };
+    let created = AsCreated::new(pod, workload)?;
+    let (outcome, patch) =
+        engine.uninject(&mut created.review(workload)).map_err(|e| internal(workload, e.to_string()))?;
+    let patch = match (outcome.verdict, patch) {
+        (Verdict::Skipped(SkipReason::AlreadyInjected) | Verdict::Injected { .. }, Some(patch)) => patch,
+        (Verdict::Skipped(SkipReason::AlreadyInjected) | Verdict::Injected { .. }, None) => {
+            return Err(refused("the template adds nothing that the pod has".into()));
+        }
+        (Verdict::Skipped(reason) | Verdict::Denied(reason), _) => {
+            let why = outcome.warnings.first().map_or(reason.explain(), String::as_str);
+            return Err(refused(format!("{} ({why})", reason.as_str())));
+        }
+        (other, _) => return Err(internal(workload, format!("unexpected verdict {other:?}"))),
+    };
+    let mut ops: Vec<Value> = serde_json::from_slice(&patch).map_err(|e| internal(workload, e.to_string()))?;
+    // The check: injecting what remains must give back what injecting the input gives (the input itself, when
+    // it was injected whole). A value the pod had set exactly as the template does cannot be told from an injected
+    // one by looking; where taking it out makes the check fail (it decided what the merge did, as a resource sized
+    // in the other map, or an item's place in a list), it was the pod's: it is kept, and the check runs again.
+    let (expected, _) = injected(engine, &created, workload)?;
+    loop {
+        // Serialising a `Value` cannot fail.
+        let patch = serde_json::to_vec(&ops).expect("JSON values serialise");
+        let stripped =
+            created.with_object(crate::uninject::apply(&created.object, &patch).map_err(|e| internal(workload, e))?);
+        let (again, _) = injected(engine, &stripped, workload)?;
+        if again == expected {
+            stripped.write_back(stripped.object.clone(), pod, workload)?;
+            return Ok(report(Uninjection::Removed { ops: ops.len() }));
+        }
+        let at = first_difference(&again, &expected, "");
+        let path = |op: &Value| op["path"].as_str().unwrap_or_default().to_owned();
+        let within = |outer: &str, inner: &str| inner == outer || inner.starts_with(&format!("{outer}/"));
+        let culprit = ops
+            .iter()
+            .position(|op| within(&path(op), &at))
+            .or_else(|| ops.iter().position(|op| within(&at, &path(op))));
+        match culprit {
+            Some(index) => {
+                let op = ops.remove(index);
+                ops.extend(item_members(&created.object, &path(&op)));
+            }
+            None => {
+                return Err(refused(format!(
+                    "injecting what would remain does not give the pod template back (at {at}): a value injection \
+                     added was changed since, or the template reads what it writes"
+                )));
+            }
+        }
+    }
+}
+
+/// When `pointer` is an item of a keyed list (`/spec/volumes/0`) in `pod`, the removals of each of its members
+/// but its merge key: what to take out of an item that equals the template's where the item itself is the pod's
+/// (its place in the list says so). Nothing for anything else.
+fn item_members(pod: &Value, pointer: &str) -> Vec<Value> {
+    let Some((list, index)) = pointer.rsplit_once('/') else { return Vec::new() };
+    let field = list.rsplit('/').next().unwrap_or_default();
+    let (Ok(_), Some(key)) = (index.parse::<usize>(), crate::template::schema::merge_key_for(field)) else {
+        return Vec::new();
+    };
+    let members = pod.pointer(pointer).and_then(Value::as_object).into_iter().flatten();
+    members
+        .filter(|(member, _)| member.as_str() != key)
+        .map(|(member, _)| {
+            let path = format!("{pointer}/{}", crate::json::escape_pointer_token(member));
+            json!({"op": "remove", "path": path})
+        })
+        .collect()
+}
+
+/// The JSON Pointer of the first place where `a` and `b` differ.
+fn first_difference(a: &Value, b: &Value, at: &str) -> String {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys = x.keys().chain(y.keys().filter(|k| !x.contains_key(*k)));
+            for key in keys {
+                if x.get(key) != y.get(key) {
+                    let here = format!("{at}/{}", crate::json::escape_pointer_token(key));
+                    return match (x.get(key), y.get(key)) {
+                        (Some(x), Some(y)) => first_difference(x, y, &here),
+                        _ => here,
+                    };
+                }
+            }
+            at.to_owned()
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => match x.iter().zip(y).position(|(x, y)| x != y) {
+            Some(i) => first_difference(&x[i], &y[i], &format!("{at}/{i}")),
+            None => at.to_owned(),
+        },
+        _ => at.to_owned(),
+    }
 }
 
 /// The Pod CREATE review (admission.k8s.io/v1) the API server would send for `pod` in `namespace`: how the

@@ -28,6 +28,8 @@ pub(crate) struct PodView<'t, 'i> {
     sets_pod_resources: bool,
     /// The pod runs to completion (see [`PodView::runs_to_completion`]).
     runs_to_completion: bool,
+    /// The pod runs on Windows nodes only (see [`PodView::windows`]).
+    windows: bool,
     /// `spec.containers`, `spec.initContainers` and `spec.ephemeralContainers`, when they are arrays.
     container_lists: [Option<Value<'t, 'i>>; 3],
 }
@@ -46,6 +48,7 @@ impl<'t, 'i> PodView<'t, 'i> {
             host_network: false,
             sets_pod_resources: false,
             runs_to_completion: false,
+            windows: false,
             container_lists: [None; 3],
         };
         let mut metadata = None;
@@ -82,6 +85,9 @@ impl<'t, 'i> PodView<'t, 'i> {
                 "hostNetwork" => pod.host_network = value.as_bool().unwrap_or(false),
                 "restartPolicy" => pod.runs_to_completion |= value.into_string().is_some_and(run_to_completion),
                 "resources" => pod.sets_pod_resources = value.as_object().is_some_and(|r| !r.is_empty()),
+                "nodeSelector" => pod.windows |= value.get(OS_LABEL).and_then(|v| v.into_string()) == Some(WINDOWS),
+                "os" => pod.windows |= value.get("name").and_then(|v| v.into_string()) == Some(WINDOWS),
+                "affinity" => pod.windows |= requires_windows_nodes(value),
                 _ => {
                     if let Some(list) = CONTAINER_LISTS.iter().position(|list| *list == key) {
                         pod.container_lists[list] = value.as_array().map(|_| value);
@@ -164,6 +170,13 @@ impl<'t, 'i> PodView<'t, 'i> {
         self.runs_to_completion
     }
 
+    /// Does the pod run on Windows nodes only, where a Linux sidecar cannot run (linkerd2#2882)? It says so by
+    /// `spec.os.name: windows`, by `kubernetes.io/os: windows` in its `nodeSelector`, or by a required node
+    /// affinity each of whose terms admits only `kubernetes.io/os In (windows)`.
+    pub(crate) fn windows(&self) -> bool {
+        self.windows
+    }
+
     pub(crate) fn sets_pod_resources(&self) -> bool {
         self.sets_pod_resources
     }
@@ -187,6 +200,32 @@ impl<'t, 'i> PodView<'t, 'i> {
 /// only policy whose containers are restarted for as long as the pod lives.
 fn run_to_completion(policy: &str) -> bool {
     matches!(policy, "Never" | "OnFailure")
+}
+
+/// The node label the kubelet sets to the node's operating system, and its value on Windows nodes.
+const OS_LABEL: &str = "kubernetes.io/os";
+const WINDOWS: &str = "windows";
+
+/// Does `affinity` (a pod's `spec.affinity`) require nodes whose `kubernetes.io/os` is `windows`? Only when every
+/// term of the required node affinity does (the terms are ORed): a term that also admits other nodes leaves the pod
+/// free to run on Linux.
+fn requires_windows_nodes(affinity: Value<'_, '_>) -> bool {
+    let terms = affinity
+        .get("nodeAffinity")
+        .and_then(|n| n.get("requiredDuringSchedulingIgnoredDuringExecution"))
+        .and_then(|r| r.get("nodeSelectorTerms"))
+        .and_then(|t| t.as_array());
+    let Some(terms) = terms.filter(|t| !t.is_empty()) else { return false };
+    terms.iter().all(|term| {
+        let expressions = term.get("matchExpressions").and_then(|e| e.as_array());
+        expressions.into_iter().flat_map(|e| e.iter()).any(|requirement| {
+            let text = |key: &str| requirement.get(key).and_then(|v| v.into_string());
+            let values = requirement.get("values").and_then(|v| v.as_array());
+            text("key") == Some(OS_LABEL)
+                && text("operator") == Some("In")
+                && values.is_some_and(|v| !v.is_empty() && v.iter().all(|v| v.into_string() == Some(WINDOWS)))
+        })
+    })
 }
 
 /// Is this `ownerReferences` entry a Job of the `batch` group (`batch/v1`; not another group's kind `Job`)?
@@ -236,7 +275,7 @@ impl ContainerEntries for Containers<'_, '_> {
 }
 
 /// A value on the tape as a `serde_json` value. The tape's depth is bounded by the parser's (`review::MAX_DEPTH`).
-fn to_json(value: Value<'_, '_>) -> serde_json::Value {
+pub(crate) fn to_json(value: Value<'_, '_>) -> serde_json::Value {
     use serde_json::Value as J;
     if let Some(object) = value.as_object() {
         return J::Object(object.iter().map(|(key, value)| (key.to_owned(), to_json(value))).collect());

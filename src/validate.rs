@@ -204,6 +204,7 @@ mod tests {
         assert_eq!(
             missing(template, pod).join(", "),
             "label a, label b, annotation kubectl.kubernetes.io/default-container, \
+             annotation cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes, \
              annotation sidecar-injector.io/status, init container init, \
              container proxy: env[POD_IP], container proxy: volumeMounts[/d], container proxy: ports[15000], \
              container proxy: resources.requests.cpu, container agent, volume data"

@@ -56,6 +56,7 @@ fn present_maps_and_lists_get_one_add_per_new_member_with_escaped_keys() {
             {"op": "add", "path": "/metadata/labels/injected", "value": "yes"},
             {"op": "add", "path": "/metadata/annotations/example.com~1a.b", "value": "v"},
             {"op": "add", "path": "/metadata/annotations/kubectl.kubernetes.io~1default-container", "value": "web"},
+            {"op": "add", "path": "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict-local-volumes", "value": "data"},
             {"op": "add", "path": "/metadata/annotations/sidecar-injector.io~1status", "value": status(&engine)},
             {"op": "add", "path": "/spec/initContainers/0", "value": {"name": "init", "image": "init:1"}},
             {"op": "add", "path": "/spec/containers/-", "value": {"name": "side", "image": "side:1", "env": [{"name": "A", "value": "1"}]}},
@@ -100,6 +101,7 @@ fn absent_null_and_empty_maps_and_lists_get_one_add_of_the_whole_value() {
         let annotations = json!({
             "example.com/a.b": "v",
             "kubectl.kubernetes.io/default-container": "app",
+            "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes": "data",
             "sidecar-injector.io/status": status(&engine)
         });
         assert_eq!(patch[1]["value"], annotations);
@@ -421,6 +423,172 @@ fn only_pod_creates_without_subresource_are_injected() {
     r["request"]["object"]["metadata"]["annotations"]["sidecar-injector.io/inject"] = json!("true");
     r["request"]["dryRun"] = json!(true);
     assert!(matches!(answer(&engine, &r).0.verdict, Verdict::Injected { .. }));
+}
+
+/// A required node affinity whose terms each carry these `kubernetes.io/os` requirements, `(operator, values)`.
+fn os_affinity(terms: &[(&str, &[&str])]) -> Value {
+    let terms: Vec<Value> = terms
+        .iter()
+        .map(|(operator, values)| {
+            json!({"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "Exists"},
+                {"key": "kubernetes.io/os", "operator": operator, "values": values}
+            ]})
+        })
+        .collect();
+    json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}})
+}
+
+#[test]
+fn pods_for_windows_nodes_only_are_skipped_and_others_injected() {
+    let engine = small();
+    let windows: Vec<(&str, &str, Value)> = vec![
+        ("os.name", "os", json!({"name": "windows"})),
+        ("node selector", "nodeSelector", json!({"kubernetes.io/os": "windows", "disk": "ssd"})),
+        ("affinity", "affinity", os_affinity(&[("In", &["windows"])])),
+        ("affinity, every term", "affinity", os_affinity(&[("In", &["windows"]), ("In", &["windows"])])),
+    ];
+    for (name, field, value) in windows {
+        let mut pod = full_pod();
+        pod["spec"][field] = value;
+        let (outcome, response, patch) = answer(&engine, &review(&pod));
+        assert_eq!(outcome.verdict, Verdict::Skipped(SkipReason::Windows), "{name}");
+        assert_eq!((patch, response["response"].get("warnings")), (None, None), "{name}");
+        assert_eq!(validation(&engine, &pod), Verdict::Skipped(SkipReason::Windows), "{name}: /validate agrees");
+    }
+    // A pod that may land on a Linux node is injected as usual.
+    let linux: Vec<(&str, &str, Value)> = vec![
+        ("os.name linux", "os", json!({"name": "linux"})),
+        ("node selector linux", "nodeSelector", json!({"kubernetes.io/os": "linux"})),
+        ("another label is windows", "nodeSelector", json!({"example.com/os": "windows"})),
+        ("one term admits linux", "affinity", os_affinity(&[("In", &["windows"]), ("In", &["linux"])])),
+        ("In windows or linux", "affinity", os_affinity(&[("In", &["windows", "linux"])])),
+        ("NotIn windows", "affinity", os_affinity(&[("NotIn", &["windows"])])),
+        (
+            "no terms",
+            "affinity",
+            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}),
+        ),
+        (
+            "preferred only",
+            "affinity",
+            json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]}}
+            ]}}),
+        ),
+    ];
+    for (name, field, value) in linux {
+        let mut pod = full_pod();
+        pod["spec"][field] = value;
+        let (outcome, _, _) = answer(&engine, &review(&pod));
+        assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{name}: {outcome:?}");
+        check_properties(&engine, &pod);
+    }
+}
+
+const LOCAL_VOLUMES: &str = r#"
+pod:
+  spec:
+    containers:
+      - name: side
+        image: "side:1"
+        volumeMounts: [{ name: data, mountPath: /data }, { name: host, mountPath: /host }]
+    volumes:
+      - { name: data, emptyDir: {} }
+      - { name: host, hostPath: { path: /var/run/side } }
+      - { name: cfg, configMap: { name: side } }
+"#;
+
+#[test]
+fn injected_local_volumes_are_named_for_the_cluster_autoscaler_beside_the_pods_own() {
+    let engine = engine_from(LOCAL_VOLUMES);
+    let path = "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict-local-volumes";
+    // Without the annotation: the template's emptyDir and hostPath volumes, not its configMap.
+    let patch = patch_for(&engine, &full_pod()).unwrap();
+    assert_eq!(ops_under(&patch, path), [&json!({"op": "add", "path": path, "value": "data,host"})]);
+    check_properties(&engine, &full_pod());
+    // With the pod's own list: kept as written, the names it lacks appended, in one add.
+    for (own, merged) in
+        [("mine", Some("mine,data,host")), ("mine, data,", Some("mine, data,host")), ("", Some("data,host"))]
+    {
+        let mut pod = full_pod();
+        pod["metadata"]["annotations"][SAFE_TO_EVICT] = json!(own);
+        let patch = patch_for(&engine, &pod).unwrap();
+        let expected: Vec<Value> = merged.map(|m| json!({"op": "add", "path": path, "value": m})).into_iter().collect();
+        assert_eq!(ops_under(&patch, path), expected.iter().collect::<Vec<_>>(), "{own:?}");
+        let injected = apply(&pod, &patch);
+        assert_eq!(patch_for(&engine, &injected), None, "{own:?}: idempotent");
+        check_properties(&engine, &pod);
+    }
+    // A list that names them already gets nothing more, whatever else the pod lacks.
+    let mut pod = full_pod();
+    pod["metadata"]["annotations"][SAFE_TO_EVICT] = json!("host , data");
+    assert!(ops_under(&patch_for(&engine, &pod).unwrap(), path).is_empty());
+    // A template without local volumes writes no such annotation.
+    assert!(ops_under(&patch_for(&small_without_volumes(), &full_pod()).unwrap(), path).is_empty());
+    // A template that writes the annotation itself gets the injected names added to its own.
+    let own = LOCAL_VOLUMES.replace(
+        "pod:\n",
+        "pod:\n  metadata: { annotations: { cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes: logs } }\n",
+    );
+    let patch = patch_for(&engine_from(&own), &full_pod()).unwrap();
+    assert_eq!(ops_under(&patch, path), [&json!({"op": "add", "path": path, "value": "logs,data,host"})]);
+    // /validate names the annotation when the pod's list lacks one of ours.
+    let mut pod = apply(&full_pod(), &patch_for(&engine, &full_pod()).unwrap());
+    pod["metadata"]["annotations"][SAFE_TO_EVICT] = json!("data");
+    assert!(matches!(validation(&engine, &pod), Verdict::Incomplete { missing: 1, .. }));
+}
+
+fn small_without_volumes() -> sidecar_injector::Engine {
+    engine_from("pod:\n  spec:\n    containers: [{ name: side, image: \"side:1\" }]\n")
+}
+
+const DEFAULTS_FOR: &str = r#"
+pod:
+  spec:
+    containers: [{ name: side, image: "side:1" }]
+    volumes: [{ name: shared, emptyDir: {} }]
+containerDefaults:
+  env: [{ name: MESH, value: "on" }]
+  volumeMounts: [{ name: shared, mountPath: /shared }]
+"#;
+
+/// The names of the pod's containers that got the defaults (the env var `MESH`).
+fn reached(engine: &sidecar_injector::Engine, pod: &Value) -> Vec<String> {
+    let patched = apply(pod, &patch_for(engine, pod).unwrap());
+    let containers = patched["spec"]["containers"].as_array().unwrap();
+    let has_mesh = |c: &&Value| c["env"].as_array().is_some_and(|e| e.iter().any(|v| v["name"] == "MESH"));
+    containers.iter().filter(has_mesh).map(|c| c["name"].as_str().unwrap().to_owned()).collect()
+}
+
+#[test]
+fn container_defaults_reach_the_containers_the_template_or_the_pod_names() {
+    let mut pod = full_pod();
+    pod["spec"]["containers"] =
+        json!([{"name": "web", "image": "nginx"}, {"name": "worker", "image": "w"}, {"name": "log", "image": "l"}]);
+    // Every container of the pod's own, by default.
+    assert_eq!(reached(&engine_from(DEFAULTS_FOR), &pod), ["web", "worker", "log"]);
+    // The template's setting.
+    let limited = engine_from(&format!("{DEFAULTS_FOR}containerDefaultsFor: [web, worker]\n"));
+    assert_eq!(reached(&limited, &pod), ["web", "worker"]);
+    check_properties(&limited, &pod);
+    // The pod's annotation wins over the setting, and no warning calls it unknown.
+    for (annotation, expected) in [("log", vec!["log"]), (" worker , web", vec!["web", "worker"]), ("", vec![])] {
+        let mut annotated = pod.clone();
+        annotated["metadata"]["annotations"]["sidecar-injector.io/containers"] = json!(annotation);
+        assert_eq!(reached(&limited, &annotated), expected, "{annotation:?}");
+        let (_, response, _) = answer(&limited, &review(&annotated));
+        assert!(response["response"].get("warnings").is_none(), "{response}");
+        check_properties(&limited, &annotated);
+    }
+    // A setting that is not a list of names is refused at its line.
+    let error = sidecar_injector::TemplateSet::from_source(
+        "t",
+        "t.yaml",
+        &format!("{DEFAULTS_FOR}containerDefaultsFor: web\n"),
+        &Default::default(),
+    );
+    assert!(error.unwrap_err().to_string().contains("`containerDefaultsFor` must be a list of container names"));
 }
 
 #[test]

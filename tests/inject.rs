@@ -427,3 +427,83 @@ fn a_jobs_pod_left_out_for_the_kubernetes_version_says_so() {
     let skipped = run(&["inject", "-f", "-", "--template", skip.to_str().unwrap()], cronjob);
     assert!(String::from_utf8(skipped.stderr).unwrap().contains("(its `jobs` setting)"));
 }
+
+/// `inject` then `uninject` with the same templates: every workload kind comes back exactly as it was written.
+#[test]
+fn uninject_gives_back_every_workload_kind_as_it_was_before_inject() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("workloads.yaml");
+    std::fs::write(&manifests, MANIFESTS).unwrap();
+    let before = documents(MANIFESTS.as_bytes());
+    for template in ["default", "native-sidecar", "restricted", "demo"] {
+        let file = format!("templates/{template}.yaml");
+        let injected = run(&["inject", "-q", "--template", &file, "-f", manifests.to_str().unwrap()], "");
+        assert!(injected.status.success(), "{template}");
+        assert_ne!(documents(&injected.stdout), before, "{template}: inject changed something");
+        let out = run(&["uninject", "--template", &file, "-f", "-"], &injected.stdout);
+        assert!(out.status.success(), "{template}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(documents(&out.stdout), before, "{template}: uninject is the inverse of inject");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr, "Deployment default/legacy: not injected (no status annotation): left as it is\n");
+    }
+    // Manifests that were never injected pass through.
+    let untouched = run(&["uninject", "-q", "-f", "-"], MANIFESTS);
+    assert!(untouched.status.success());
+    assert_eq!(documents(&untouched.stdout), before);
+}
+
+/// What the user set beside the injection stays: their own entry in a list the template completes, their own
+/// name in the autoscaler's list, their fields of a sidecar they declared, their overrides.
+#[test]
+fn uninject_keeps_what_the_user_set_beside_the_injection() {
+    let pod = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata:
+      labels: {app: web, sidecar-injector.io/keep: "yes"}
+      annotations:
+        cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes: "cache, scratch"
+        sidecar-injector.io/proxy-cpu: 250m
+    spec:
+      securityContext: {runAsUser: 1000}
+      containers:
+      - name: web
+        image: nginx
+        resources: {limits: {cpu: "2"}}
+      - name: proxy
+        image: my-proxy:1
+        env: [{name: POD_IP, value: 10.0.0.1}]
+      volumes:
+      - {name: cache, emptyDir: {}}
+"#;
+    let injected = run(&["inject", "-f", "-"], pod);
+    assert!(injected.status.success());
+    let text = String::from_utf8(injected.stdout.clone()).unwrap();
+    assert!(text.contains("cache, scratch,sidecar-injector-proxy") && text.contains("proxy-init"), "{text}");
+    let out = run(&["uninject", "-f", "-"], &injected.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(documents(&out.stdout), documents(pod.as_bytes()));
+}
+
+#[test]
+fn uninject_refuses_a_pod_injected_by_a_template_version_it_does_not_have() {
+    let injected = run(&["inject", "-q", "-f", "-"], MANIFESTS);
+    assert!(injected.status.success());
+    let dir = tempfile::tempdir().unwrap();
+    let edited =
+        std::fs::read_to_string("templates/default.yaml").unwrap().replace("logLevel: info", "logLevel: debug");
+    let file = dir.path().join("default.yaml");
+    std::fs::write(&file, edited).unwrap();
+    let out = run(&["uninject", "--template", file.to_str().unwrap(), "-f", "-"], &injected.stdout);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "nothing is printed unless every document could be uninjected");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("Pod shop/solo: cannot uninject: injected-by-other-version")
+            && stderr.contains("another template version"),
+        "{stderr}"
+    );
+}

@@ -72,8 +72,18 @@ fn shape(content: BoxedStrategy<Value>) -> impl Strategy<Value = Option<Value>> 
 
 fn string_map() -> BoxedStrategy<Value> {
     prop::collection::btree_map(
-        prop_oneof![awkward(), Just("app".to_owned()), Just("sidecar-injector.io/inject".to_owned())],
-        awkward(),
+        prop_oneof![
+            awkward(),
+            Just("app".to_owned()),
+            Just("sidecar-injector.io/inject".to_owned()),
+            Just(SAFE_TO_EVICT.to_owned())
+        ],
+        prop_oneof![
+            awkward(),
+            Just("shared".to_owned()),
+            Just(" cache, shared,".to_owned()),
+            Just("cache,".to_owned())
+        ],
         0..4,
     )
     .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k, Value::String(v))).collect()))

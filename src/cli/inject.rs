@@ -1,5 +1,6 @@
 //! `sidecar-injector inject`: manifests in, the same manifests with the sidecar injected on stdout, like
-//! `istioctl kube-inject`. Useful in CI and for a first look before deploying anything.
+//! `istioctl kube-inject`. Useful in CI and for a first look before deploying anything. `uninject`, its inverse
+//! (like `linkerd uninject`), takes the same arguments.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -8,7 +9,7 @@ use clap::{Args, ValueEnum};
 
 use super::{CliError, TemplateArgs};
 use crate::Verdict;
-use crate::offline::{self, Format};
+use crate::offline::{self, Format, Uninjection};
 
 /// Arguments of `inject`.
 #[derive(Debug, Args)]
@@ -47,6 +48,57 @@ pub enum OutputFormat {
 /// sidecar and could not (a render that failed, a template it names that is not there) exits 1, as a refused
 /// one does, with the reason on stderr.
 pub fn run(args: &InjectArgs) -> Result<(), CliError> {
+    each_document(args, |engine, document, notes| {
+        for report in offline::inject_document(engine, document, &args.namespace)? {
+            // A warning that says why the pod was skipped is the note below.
+            let said = |warning: &String| report.why.as_deref().is_some_and(|why| warning.ends_with(why));
+            for warning in report.warnings.iter().filter(|w| !said(w)) {
+                notes.text.push_str(&format!("{}: warning: {warning}\n", report.workload));
+            }
+            match report.verdict {
+                Verdict::Skipped(reason) if reason.is_failure() => {
+                    notes.failed.push((report.workload, reason.as_str()))
+                }
+                Verdict::Skipped(reason) if !args.quiet => {
+                    let why = report.why.as_deref().unwrap_or_default();
+                    notes.text.push_str(&format!("{}: not injected ({}): {why}\n", report.workload, reason.as_str()));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Runs `uninject`: the inverse of `inject`, with the same arguments. Nothing is printed unless every document
+/// could be uninjected.
+pub fn run_uninject(args: &InjectArgs) -> Result<(), CliError> {
+    each_document(args, |engine, document, notes| {
+        for report in offline::uninject_document(engine, document, &args.namespace)? {
+            if let (Uninjection::NotInjected, false) = (report.result, args.quiet) {
+                let workload = &report.workload;
+                notes.text.push_str(&format!("{workload}: not injected (no status annotation): left as it is\n"));
+            }
+        }
+        Ok(())
+    })
+}
+
+/// What a run says beside the documents: notes for stderr, and the pod templates that should have been injected
+/// and could not be (with the reason's name).
+#[derive(Default)]
+struct Notes {
+    text: String,
+    failed: Vec<(String, &'static str)>,
+}
+
+/// Reads the manifests `args` name, hands each document to `work` (with the engine and the notes), and prints the
+/// documents in the output format and the notes on stderr; or, when a pod template could not be injected, nothing
+/// but the notes, and exits 1.
+fn each_document(
+    args: &InjectArgs,
+    mut work: impl FnMut(&crate::Engine, &mut serde_json::Value, &mut Notes) -> Result<(), offline::OfflineError>,
+) -> Result<(), CliError> {
     let engine = args.template.engine(None).map_err(|e| CliError::templates(e, false))?;
     let (label, text) = if args.file.as_os_str() == "-" {
         let mut text = String::new();
@@ -58,27 +110,11 @@ pub fn run(args: &InjectArgs) -> Result<(), CliError> {
         (label, text)
     };
     let mut documents = offline::read_documents(&text).map_err(|e| CliError::Refused(format!("{label}: {e}")))?;
-    let mut notes = String::new();
-    let mut failed = Vec::new();
+    let mut notes = Notes::default();
     for document in &mut documents {
-        let reports = offline::inject_document(&engine, document, &args.namespace)
-            .map_err(|e| CliError::Refused(format!("{label}: {e}")))?;
-        for report in reports {
-            // A warning that says why the pod was skipped is the note below.
-            let said = |warning: &String| report.why.as_deref().is_some_and(|why| warning.ends_with(why));
-            for warning in report.warnings.iter().filter(|w| !said(w)) {
-                notes.push_str(&format!("{}: warning: {warning}\n", report.workload));
-            }
-            match report.verdict {
-                Verdict::Skipped(reason) if reason.is_failure() => failed.push((report.workload, reason.as_str())),
-                Verdict::Skipped(reason) if !args.quiet => {
-                    let why = report.why.as_deref().unwrap_or_default();
-                    notes.push_str(&format!("{}: not injected ({}): {why}\n", report.workload, reason.as_str()));
-                }
-                _ => {}
-            }
-        }
+        work(&engine, document, &mut notes).map_err(|e| CliError::Refused(format!("{label}: {e}")))?;
     }
+    let Notes { text: notes, failed } = notes;
     if !failed.is_empty() {
         // The warnings above say why (the field, the template, the fix); the error names what failed.
         super::stderr(format_args!("{notes}"));

@@ -17,7 +17,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// What the exit codes mean, for scripts (`--help` shows it).
 pub const EXIT_CODES: &str = "Exit codes: 0 success; 1 the work found a problem (check refused a template, review or \
-validate refused a pod, inject could not inject, the input is not a review or not YAML, status found pods that do \
+validate refused a pod, inject could not inject or uninject could not uninject, the input is not a review or not YAML, status found pods that do \
 not run the current sidecar); 2 bad usage or bad configuration (an unknown flag, an unreadable file or directory, a \
 bad flag value, a template that does not load for any command but check, TLS material serve cannot use, an API \
 server status cannot reach).";
@@ -76,6 +76,7 @@ where
         Command::Review(args) => review::run(args),
         Command::Check(args) => check::run(args),
         Command::Inject(args) => inject::run(args),
+        Command::Uninject(args) => inject::run_uninject(args),
         Command::Certs(args) => certs::run(args),
         Command::Status(args) => status::run(args),
     };
@@ -123,6 +124,10 @@ pub enum Command {
     /// Inject the sidecar into every pod template of YAML or JSON manifests (Pod, Deployment, StatefulSet,
     /// DaemonSet, ReplicaSet, ReplicationController, Job, CronJob) and print them; other objects pass through.
     Inject(inject::InjectArgs),
+    /// Take out of every pod template of YAML or JSON manifests what `inject` (or the webhook) put in, as its status
+    /// annotation and the templates say, and print them: the inverse of `inject`. The templates must be those it
+    /// was injected with.
+    Uninject(inject::InjectArgs),
     /// Write a CA, a serving certificate for the webhook's Service and a kustomize overlay that deploys them
     /// (for clusters without cert-manager).
     Certs(certs::CertsArgs),

@@ -40,6 +40,11 @@ impl Fill<'_> {
         match (&base.value, &overlay.value) {
             (YValue::Map(_), YValue::Map(theirs)) => self.map(base, theirs, place, taken),
             (YValue::Seq(_), YValue::Seq(theirs)) => self.list(base, theirs, field),
+            (YValue::Str(mine), YValue::Str(theirs)) if schema::is_name_set(field) => {
+                if let Some(union) = schema::name_union(mine, theirs) {
+                    base.value = YValue::Str(union);
+                }
+            }
             _ => {} // present in `base`: its value wins
         }
     }

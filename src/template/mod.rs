@@ -54,10 +54,11 @@ pub const BUILTIN_NAME: &str = "default";
 /// The default annotation prefix.
 pub const DEFAULT_PREFIX: &str = "sidecar-injector.io/";
 
-const TOP_LEVEL_KEYS: [&str; 10] = [
+const TOP_LEVEL_KEYS: [&str; 11] = [
     "values",
     "pod",
     "containerDefaults",
+    "containerDefaultsFor",
     "initContainerPosition",
     "injectHostNetwork",
     "jobs",
@@ -258,6 +259,8 @@ pub(crate) struct Part {
     settings: PartSettings,
     overrides: Vec<OverrideSpec>,
     renderer: Arc<Renderer>,
+    /// `containerDefaultsFor`: the pod's containers `containerDefaults` reaches, when not all of them.
+    defaults_for: Option<Vec<String>>,
     /// For each render slot, where its expression sits.
     slot_paths: Vec<Vec<PathSeg>>,
 }
@@ -333,6 +336,10 @@ pub struct Template {
     annotations: Vec<String>,
     pub(crate) init_position: InitPosition,
     pub(crate) inject_host_network: bool,
+    /// The containers `containerDefaults` reaches when the pod does not say (`containerDefaultsFor`; all when
+    /// `None`), and the pod annotation that says (`<prefix>containers`).
+    defaults_for: Option<Vec<String>>,
+    containers_key: String,
     /// What a pod owned by a Job gets, after the fallback for the Kubernetes version.
     jobs: JobPolicy,
     /// `jobs` is `Skip` because `native-sidecar` needs a newer Kubernetes than the server's setting.
@@ -528,6 +535,8 @@ impl Template {
             inject_host_network: combined_settings.inject_host_network,
             jobs: if jobs_fell_back { JobPolicy::Skip } else { combined_settings.jobs },
             jobs_fell_back,
+            defaults_for: parts.iter().find_map(|p| p.defaults_for.clone()),
+            containers_key: crate::decision::Keys::new(&settings.annotation_prefix).containers,
             job_shape: None,
             on_error: combined_settings.on_error,
             validation: combined_settings.validation,
@@ -542,6 +551,16 @@ impl Template {
             warnings,
         };
         Ok((template, problems))
+    }
+
+    /// Does `containerDefaults` reach the pod's container `name`? The pod's `<prefix>containers` annotation (names,
+    /// comma-separated) says which containers it reaches, or else the template's `containerDefaultsFor`, or else
+    /// every one.
+    pub(crate) fn defaults_reach(&self, pod: &crate::pod::PodView<'_, '_>, name: &str) -> bool {
+        match pod.annotation(&self.containers_key) {
+            Some(names) => names.split(',').any(|n| n.trim() == name),
+            None => self.defaults_for.as_ref().is_none_or(|names| names.iter().any(|n| n == name)),
+        }
     }
 
     /// Does the pod decide whether this template's injection is valid (see `writes_host_ports`)? Such pods are
@@ -732,27 +751,50 @@ impl Combined {
 /// it they take the first container, which may be ours (kubernetes#96986).
 pub const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-container";
 
-/// What the injector adds to every template that injects containers, as a part of its own laid under the
-/// template's (so the same merge rules apply, and a template that writes it keeps its own value): the
-/// default-container annotation, naming the pod's first container that is not one of ours. `None` when the
-/// template injects no container or writes the annotation itself.
+/// What the injector adds to every template, as a part of its own laid under the template's (so the same merge
+/// rules apply, and a template that writes one of these annotations keeps its own value):
+///
+/// - when the template injects containers, the default-container annotation, naming the pod's first container
+///   that is not one of ours;
+/// - when it injects local volumes (`emptyDir`, `hostPath`), the cluster autoscaler's
+///   [`SAFE_TO_EVICT_LOCAL_VOLUMES`](schema::SAFE_TO_EVICT_LOCAL_VOLUMES) naming them, so that they do not keep
+///   the node from being scaled down; merged as a set with the pod's own list.
+///
+/// `None` when there is neither.
 fn injector_part(injects: &Injects, pod: &YNode, settings: &Settings) -> Result<Option<Part>, TemplateError> {
-    let written = pod
-        .map_get("metadata")
-        .and_then(|m| m.map_get("annotations"))
-        .and_then(|a| a.map_get(DEFAULT_CONTAINER_ANNOTATION))
-        .is_some();
-    if injects.containers.is_empty() || written {
+    let written = |key: &str| {
+        pod.map_get("metadata").and_then(|m| m.map_get("annotations")).and_then(|a| a.map_get(key)).is_some()
+    };
+    let mut annotations = serde_json::Map::new();
+    if !injects.containers.is_empty() && !written(DEFAULT_CONTAINER_ANNOTATION) {
+        // `ours` is a JSON list of names, which is a minijinja list literal too. A pod whose every container is
+        // ours (it declares only the sidecar) gets an empty name, which kubectl ignores.
+        let ours = serde_json::to_string(&injects.containers).expect("a list of strings serialises");
+        let leaf =
+            format!(r#"{{{{ pod.containers | map(attribute="name") | reject("in", {ours}) | first | default("") }}}}"#);
+        annotations.insert(DEFAULT_CONTAINER_ANNOTATION.into(), leaf.into());
+    }
+    let local = local_volumes(pod);
+    if !local.is_empty() {
+        annotations.insert(schema::SAFE_TO_EVICT_LOCAL_VOLUMES.into(), local.join(",").into());
+    }
+    if annotations.is_empty() {
         return Ok(None);
     }
-    // `ours` is a JSON list of names, which is a minijinja list literal too. A pod whose every container is
-    // ours (it declares only the sidecar) gets an empty name, which kubectl ignores.
-    let ours = serde_json::to_string(&injects.containers).expect("a list of strings serialises");
-    let leaf =
-        format!(r#"{{{{ pod.containers | map(attribute="name") | reject("in", {ours}) | first | default("") }}}}"#);
-    let source = serde_json::json!({"pod": {"metadata": {"annotations": {DEFAULT_CONTAINER_ANNOTATION: leaf}}}});
-    let file = "(the injector's default-container annotation)";
+    let source = serde_json::json!({"pod": {"metadata": {"annotations": annotations}}});
+    let file = "(the injector's annotations)";
     Part::parse("injector", file, &source.to_string(), None, &settings.annotation_prefix).map(Some)
+}
+
+/// The names of the template's volumes that keep a node from being scaled down unless the pod says they may be
+/// lost: `emptyDir` and `hostPath` ones.
+fn local_volumes(pod: &YNode) -> Vec<&str> {
+    let volumes = match pod.map_get("spec").and_then(|s| s.map_get("volumes")).map(|v| &v.value) {
+        Some(YValue::Seq(items)) => items.as_slice(),
+        _ => &[],
+    };
+    let local = |volume: &&YNode| ["emptyDir", "hostPath"].iter().any(|source| volume.map_get(source).is_some());
+    volumes.iter().filter(local).filter_map(|v| v.map_get("name").and_then(YNode::as_str)).collect()
 }
 
 /// The per-pod leaves of every part rendered on the sample pod, slot by slot.
@@ -987,6 +1029,11 @@ impl Part {
             combine::overlay_json(&mut values, shared.clone());
         }
         let settings = PartSettings::read(&root, &invalid)?;
+        let names = |n: &YNode| match &n.value {
+            YValue::Seq(items) => items.iter().map(|i| i.as_str().map(str::to_owned)).collect::<Option<Vec<_>>>(),
+            _ => None,
+        };
+        let defaults_for = setting(&root, "containerDefaultsFor", "a list of container names", names, &invalid)?;
         let overrides = match root.map_get("overrides") {
             None => Vec::new(),
             Some(section) => overrides::parse(section, &values, prefix)
@@ -1031,6 +1078,7 @@ impl Part {
             settings,
             overrides,
             renderer: Arc::new(renderer),
+            defaults_for,
             slot_paths,
         })
     }

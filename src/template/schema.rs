@@ -215,8 +215,75 @@ pub(crate) fn named_elsewhere<'a, N: Existing<'a>>(lists: &[Option<N>; 3], field
         .any(|mut containers| containers.any(named))
 }
 
+/// The cluster autoscaler's pod annotation naming, comma-separated, the local volumes (`emptyDir`, `hostPath`) it
+/// may evict the pod with; without it such a volume keeps the node from being scaled down (istio#19395).
+pub(crate) const SAFE_TO_EVICT_LOCAL_VOLUMES: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes";
+
+/// Is the string under `key` a comma-separated set of names, merged as a set? The pod's value is kept and the
+/// names it lacks appended (the only `add` that replaces a value, and only with a longer one): what the user
+/// listed stays listed. Any other string the pod has is the user's, whatever the template says.
+pub(crate) fn is_name_set(key: &str) -> bool {
+    key == SAFE_TO_EVICT_LOCAL_VOLUMES
+}
+
+/// The names of the set `template` (comma-separated) that the set `existing` lacks.
+pub(crate) fn missing_names<'a>(existing: &'a str, template: &'a str) -> impl Iterator<Item = &'a str> {
+    let names = |set: &'a str| set.split(',').map(str::trim).filter(|name| !name.is_empty());
+    names(template).filter(move |name| !names(existing).any(|have| have == *name))
+}
+
+/// `existing` with the names of `template` it lacks appended, or `None` when it lacks none.
+pub(crate) fn name_union(existing: &str, template: &str) -> Option<String> {
+    let mut missing = missing_names(existing, template).peekable();
+    missing.peek()?;
+    let mut union = existing.trim().trim_end_matches(',').to_owned();
+    for name in missing {
+        if !union.is_empty() {
+            union.push(',');
+        }
+        union.push_str(name);
+    }
+    Some(union)
+}
+
+/// The inverse of [`name_union`]: `existing` without the names of `template` that a union appended to it (the
+/// longest such tail of the list whose union with `template` gives `existing` back exactly), or `None` when no
+/// tail was appended. A name the user listed last that is also the template's cannot always be told from an
+/// appended one.
+pub(crate) fn name_difference(existing: &str, template: &str) -> Option<String> {
+    let segments: Vec<&str> = existing.split(',').collect();
+    let is_template_name = |segment: &&&str| template.split(',').any(|name| name.trim() == segment.trim());
+    let tail = segments.iter().rev().take_while(is_template_name).count();
+    (1..=tail.min(segments.len().saturating_sub(1))).rev().find_map(|k| {
+        let kept = segments[..segments.len() - k].join(",");
+        (name_union(&kept, template).as_deref() == Some(existing)).then_some(kept)
+    })
+}
+
 /// Does `map` set `key` to anything but null? `map` is the pod's map whose keys are the user's beside the one
 /// being merged (a container's `limits` beside its `requests`: see [`Shape::linked`]).
 pub(crate) fn is_set<'a>(map: Option<impl Existing<'a>>, key: &str) -> bool {
     map.and_then(|m| m.member(key)).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_sets_keep_the_existing_names_and_append_the_missing_ones_once() {
+        assert_eq!(name_union("data, cache", "cache,proxy"), Some("data, cache,proxy".to_owned()));
+        assert_eq!(name_union("", "a,b"), Some("a,b".to_owned()));
+        assert_eq!(name_union("a,", "b"), Some("a,b".to_owned()));
+        assert_eq!(name_union("b , a", "a,b"), None);
+        assert_eq!(name_union("x", ""), None);
+        let once = name_union("x", "a,b").unwrap();
+        assert_eq!(name_union(&once, "a,b"), None, "a union is a fixed point");
+        for (own, template) in [("mine", "a,b"), ("mine, c", "a,b"), ("b,mine", "a,b"), ("mine, a", "a,b")] {
+            let union = name_union(own, template).unwrap();
+            assert_eq!(name_difference(&union, template).as_deref(), Some(own), "{own:?} + {template:?}");
+        }
+        assert_eq!(name_difference("mine", "a,b"), None);
+        assert_eq!(name_difference("a,mine", "a"), None, "a name that does not end the list is the user's");
+    }
 }

@@ -119,6 +119,11 @@ pub fn check_properties(engine: &Engine, pod: &Value) {
                 None | Some(Value::Null) => {}
                 Some(Value::Object(o)) if o.is_empty() => {}
                 Some(Value::Array(a)) if a.is_empty() => {}
+                // The autoscaler's list of volumes is a set: an add there keeps every name the pod listed.
+                Some(Value::String(existing)) if path == SAFE_TO_EVICT_PATH => {
+                    let added = op["value"].as_str().unwrap_or_else(|| panic!("{path} set to a non-string: {op}"));
+                    assert_names_kept(added, existing, path);
+                }
                 Some(existing) => panic!("add at {path} overwrites {existing}"),
             }
         }
@@ -147,6 +152,7 @@ pub fn check_properties(engine: &Engine, pod: &Value) {
         assert!(problems.is_empty(), "a valid pod became one the API server refuses: {problems:#?}\n{patched}");
     }
     assert_eq!(patch_for(engine, &patched), None, "second run on the patched pod must give no patch");
+    assert_uninjects(engine, &patched, pod);
     // The validating webhook agrees: the injected pod is complete, the original one is not.
     assert_eq!(validation(engine, &patched), sidecar_injector::Verdict::Complete, "the injected pod validates");
     assert!(
@@ -228,8 +234,31 @@ pub fn assert_contains(patched: &Value, original: &Value, at: &str) {
                 next += offset + 1;
             }
         }
+        (Value::String(p), Value::String(o)) if at.strip_prefix("/metadata/annotations/") == Some(SAFE_TO_EVICT) => {
+            assert_names_kept(p, o, at)
+        }
         (p, o) => assert_eq!(p, o, "{at} was changed"),
     }
+}
+
+/// The cluster autoscaler's annotation of local volumes it may evict a pod with: comma-separated names, which the
+/// injector adds its own local volumes to (written out here, independently of the engine's own constant).
+pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes";
+const SAFE_TO_EVICT_PATH: &str = "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict-local-volumes";
+
+/// The names of a comma-separated list, as the cluster autoscaler splits it (spaces around a name trimmed).
+pub fn listed(names: &str) -> Vec<&str> {
+    names.split(',').map(str::trim).filter(|n| !n.is_empty()).collect()
+}
+
+/// `patched`, a comma-separated list, names every name `original` does, and `original` is its start: the pod's own
+/// list is kept as written, the injector's names appended.
+fn assert_names_kept(patched: &str, original: &str, at: &str) {
+    let kept = listed(original).iter().all(|name| listed(patched).contains(name));
+    assert!(
+        kept && (patched == original || patched.starts_with(original.trim().trim_end_matches(','))),
+        "{at}: {original:?} became {patched:?}"
+    );
 }
 
 fn contains(patched: &Value, original: &Value) -> bool {
@@ -249,4 +278,54 @@ pub fn names<'a>(pod: &'a Value, list: &str) -> Vec<&'a str> {
 /// The operations of `patch` whose path starts with `prefix`.
 pub fn ops_under<'a>(patch: &'a Value, prefix: &str) -> Vec<&'a Value> {
     patch.as_array().unwrap().iter().filter(|op| op["path"].as_str().unwrap().starts_with(prefix)).collect()
+}
+
+/// `uninject` takes out of `injected` (which `engine` injected into `original`) only what was added: what remains
+/// is contained in `original` (a value the pod had set to exactly the template's own, or an empty map, cannot be
+/// told from an injected one and goes too), and injecting it again gives `injected` back.
+pub fn assert_uninjects(engine: &Engine, injected: &Value, original: &Value) {
+    let mut document = injected.clone();
+    document["apiVersion"] = "v1".into();
+    document["kind"] = "Pod".into();
+    sidecar_injector::offline::uninject_document(engine, &mut document, "shop")
+        .unwrap_or_else(|e| panic!("uninject: {e}\noriginal: {original}"));
+    let stripped = json!({"metadata": document["metadata"], "spec": document["spec"]});
+    let mut expected = original.clone();
+    if let Some(o) = expected.as_object_mut() {
+        o.retain(|k, _| k == "metadata" || k == "spec");
+    }
+    assert_within(&stripped, &expected, "");
+    let again = match patch_for(engine, &stripped) {
+        Some(patch) => apply(&stripped, &patch),
+        None => stripped.clone(),
+    };
+    let injected_part = json!({"metadata": injected["metadata"], "spec": injected["spec"]});
+    assert_eq!(again, injected_part, "injecting the uninjected pod gives the injected one back");
+}
+
+/// Every value of `part` is in `whole`, as it is there (lists item by item, in order).
+fn assert_within(part: &Value, whole: &Value, at: &str) {
+    match (part, whole) {
+        (Value::Null, _) => {}
+        (Value::Object(p), Value::Object(w)) => {
+            for (k, v) in p {
+                let there = w.get(k).unwrap_or_else(|| panic!("uninject added {at}/{k}: {v}"));
+                assert_within(v, there, &format!("{at}/{k}"));
+            }
+        }
+        (Value::Array(p), Value::Array(w)) => {
+            let mut next = 0;
+            for (i, item) in p.iter().enumerate() {
+                let found = w[next..].iter().position(|c| contains(c, item));
+                let offset =
+                    found.unwrap_or_else(|| panic!("uninject left {at}/{i} that the pod did not have: {item}"));
+                next += offset + 1;
+            }
+        }
+        // A list of names comes back with the same names (its spacing and commas are the union's).
+        (Value::String(p), Value::String(w)) if at.strip_prefix("/metadata/annotations/") == Some(SAFE_TO_EVICT) => {
+            assert_eq!(listed(p), listed(w), "uninject changed {at}")
+        }
+        (p, w) => assert_eq!(p, w, "uninject changed {at}"),
+    }
 }
