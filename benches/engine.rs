@@ -79,6 +79,29 @@ fn review_of_size(target: usize) -> Vec<u8> {
     bytes
 }
 
+/// Benchmarks `engine` reviewing `body`, copied into the parse buffer and rewritten by `vary(buffer, call number)`
+/// before each call (which may leave it as it is).
+fn bench_review(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    id: BenchmarkId,
+    engine: &Engine,
+    body: &[u8],
+    out: &mut Vec<u8>,
+    vary: impl Fn(&mut [u8], u32),
+) {
+    group.bench_with_input(id, body, |b, body| {
+        let mut buf = Vec::with_capacity(body.len());
+        let mut n = 0u32;
+        b.iter(|| {
+            buf.clear();
+            buf.extend_from_slice(body);
+            n = n.wrapping_add(1);
+            vary(&mut buf, n);
+            black_box(engine.review(&mut buf, out).unwrap());
+        })
+    });
+}
+
 /// The CPU request the judged-values benchmarks read from an annotation: 8 digits they may rewrite, in nanocores
 /// (10m to 100m, below the template's limit).
 const JUDGED_CPU: &str = "10000000n";
@@ -117,28 +140,12 @@ fn bench(c: &mut Criterion) {
         assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "the benchmark must measure an injection");
         group.throughput(Throughput::Bytes(body.len() as u64));
 
-        group.bench_with_input(BenchmarkId::new("engine", label), &body, |b, body| {
-            let mut buf = Vec::with_capacity(body.len());
-            b.iter(|| {
-                buf.clear();
-                buf.extend_from_slice(body);
-                black_box(engine.review(&mut buf, &mut out).unwrap());
-            })
-        });
-
+        let unchanged = |_: &mut [u8], _: u32| {};
+        bench_review(&mut group, BenchmarkId::new("engine", label), &engine, &body, &mut out, unchanged);
         for (id, placeholder) in [("engine-named-pod", UNIQUE_NAME), ("engine-unique-pod", UNIQUE_APP)] {
             let digits = digits_of(&body, placeholder);
-            group.bench_with_input(BenchmarkId::new(id, label), &body, |b, body| {
-                let mut buf = Vec::with_capacity(body.len());
-                let mut n = 0u32;
-                b.iter(|| {
-                    buf.clear();
-                    buf.extend_from_slice(body);
-                    n = n.wrapping_add(1);
-                    stamp(&mut buf, digits, n);
-                    black_box(engine.review(&mut buf, &mut out).unwrap());
-                })
-            });
+            let vary = |buf: &mut [u8], n: u32| stamp(buf, digits, n);
+            bench_review(&mut group, BenchmarkId::new(id, label), &engine, &body, &mut out, vary);
         }
 
         if label == "2KB" {
@@ -147,17 +154,9 @@ fn bench(c: &mut Criterion) {
             let mut review: Value = serde_json::from_slice(&body).unwrap();
             review["request"]["object"]["metadata"]["annotations"]["sidecar-injector.io/proxy-cpu"] = json!("100m");
             let overridden = serde_json::to_vec(&review).unwrap();
-            group.bench_with_input(BenchmarkId::new("engine-override", label), &overridden, |b, body| {
-                let mut buf = Vec::with_capacity(body.len());
-                b.iter(|| {
-                    buf.clear();
-                    buf.extend_from_slice(body);
-                    black_box(engine.review(&mut buf, &mut out).unwrap());
-                })
-            });
-        }
+            let id = BenchmarkId::new("engine-override", label);
+            bench_review(&mut group, id, &engine, &overridden, &mut out, unchanged);
 
-        if label == "2KB" {
             // Issue 35: a template whose pod-dependent leaf renders a quantity (a CPU request read from an
             // annotation) has its part judged whole with each pod's values. The same value on every call is judged
             // once per thread (cached by the rendered values); a new value on every call is judged every time. The
@@ -168,22 +167,18 @@ fn bench(c: &mut Criterion) {
             let body = serde_json::to_vec(&review).unwrap();
             let outcome = judged.review(&mut body.clone(), &mut out).unwrap();
             assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
-            for (id, vary) in [("engine-judged-same-values", false), ("engine-judged-new-values", true)] {
-                let digits = digits_of(&body, JUDGED_CPU.trim_end_matches('n'));
-                group.bench_with_input(BenchmarkId::new(id, label), &body, |b, body| {
-                    let mut buf = Vec::with_capacity(body.len());
-                    let mut n = 0u32;
-                    b.iter(|| {
-                        buf.clear();
-                        buf.extend_from_slice(body);
-                        if vary {
-                            n = n.wrapping_add(1);
-                            stamp_decimal(&mut buf, digits, n);
-                        }
-                        black_box(judged.review(&mut buf, &mut out).unwrap());
-                    })
-                });
-            }
+            let id = BenchmarkId::new("engine-judged-same-values", label);
+            bench_review(&mut group, id, &judged, &body, &mut out, unchanged);
+            let digits = digits_of(&body, JUDGED_CPU.trim_end_matches('n'));
+            let vary = |buf: &mut [u8], n: u32| stamp_decimal(buf, digits, n);
+            bench_review(
+                &mut group,
+                BenchmarkId::new("engine-judged-new-values", label),
+                &judged,
+                &body,
+                &mut out,
+                vary,
+            );
         }
 
         group.bench_with_input(BenchmarkId::new("simd-json-parse", label), &body, |b, body| {
