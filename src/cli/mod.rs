@@ -13,7 +13,7 @@ pub mod status;
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 /// What the exit codes mean, for scripts (`--help` shows it).
 pub const EXIT_CODES: &str = "Exit codes: 0 success; 1 the work found a problem (check refused a template, review or \
@@ -188,54 +188,18 @@ is judged by the templates of the revision that injected it.";
 pub struct PolicyArgs {
     /// A pod whose injection cannot be rendered is admitted without the sidecar (allow, with a warning) or
     /// refused (deny). A template's own `onError` takes precedence.
-    #[arg(long, value_enum, default_value_t = PolicyArg::Allow, env = "SIDECAR_INJECTOR_ON_ERROR")]
-    pub on_error: PolicyArg,
+    #[arg(long, value_enum, default_value_t = crate::Policy::Allow, env = "SIDECAR_INJECTOR_ON_ERROR")]
+    pub on_error: crate::Policy,
 
     /// A pod that names a template the injector does not have is admitted without the sidecar (allow, with a
     /// warning) or refused (deny).
-    #[arg(long, value_enum, default_value_t = PolicyArg::Allow, env = "SIDECAR_INJECTOR_UNKNOWN_TEMPLATE")]
-    pub unknown_template: PolicyArg,
+    #[arg(long, value_enum, default_value_t = crate::Policy::Allow, env = "SIDECAR_INJECTOR_UNKNOWN_TEMPLATE")]
+    pub unknown_template: crate::Policy,
 
     /// What validation answers for a pod that lacks part of its injection: refuse it naming what is missing
     /// (deny) or admit it with that as a warning (warn). A template's own `validation` takes precedence.
-    #[arg(long, value_enum, default_value_t = ValidationArg::Deny, env = "SIDECAR_INJECTOR_VALIDATION")]
-    pub validation: ValidationArg,
-}
-
-/// `allow` or `deny`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PolicyArg {
-    /// Admit the pod without the sidecar, with a warning.
-    Allow,
-    /// Refuse the pod, saying why.
-    Deny,
-}
-
-/// `deny` or `warn`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ValidationArg {
-    /// Refuse the pod, naming what is missing.
-    Deny,
-    /// Admit the pod with a warning naming what is missing.
-    Warn,
-}
-
-impl From<ValidationArg> for crate::Validation {
-    fn from(policy: ValidationArg) -> Self {
-        match policy {
-            ValidationArg::Deny => crate::Validation::Deny,
-            ValidationArg::Warn => crate::Validation::Warn,
-        }
-    }
-}
-
-impl From<PolicyArg> for crate::Policy {
-    fn from(policy: PolicyArg) -> Self {
-        match policy {
-            PolicyArg::Allow => crate::Policy::Allow,
-            PolicyArg::Deny => crate::Policy::Deny,
-        }
-    }
+    #[arg(long, value_enum, default_value_t = crate::Validation::Deny, env = "SIDECAR_INJECTOR_VALIDATION")]
+    pub validation: crate::Validation,
 }
 
 /// One revision's template directory: `REVISION=DIR`, or `DIR` for the revision `default`.
@@ -296,9 +260,9 @@ impl TemplateArgs {
         let defaults = crate::Settings::default();
         crate::Settings {
             annotation_prefix: self.annotation_prefix.clone(),
-            on_error: policies.map_or(defaults.on_error, |p| p.on_error.into()),
-            on_unknown_template: policies.map_or(defaults.on_unknown_template, |p| p.unknown_template.into()),
-            validation: policies.map_or(defaults.validation, |p| p.validation.into()),
+            on_error: policies.map_or(defaults.on_error, |p| p.on_error),
+            on_unknown_template: policies.map_or(defaults.on_unknown_template, |p| p.unknown_template),
+            validation: policies.map_or(defaults.validation, |p| p.validation),
             kubernetes_version: self.kubernetes_version,
             ..defaults
         }

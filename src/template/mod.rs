@@ -124,7 +124,8 @@ impl TemplateError {
 }
 
 /// What to do with a pod when injection cannot proceed (a template fails to render, an unknown template name).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Also the value of `--on-error` and `--unknown-template` (`allow`, `deny`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Policy {
     /// Admit the pod without the sidecar, with a warning saying why.
     #[default]
@@ -143,8 +144,9 @@ impl Policy {
     }
 }
 
-/// What `/validate` answers for a pod that lacks part of what its template injects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What `/validate` answers for a pod that lacks part of what its template injects. Also the value of
+/// `--validation` (`deny`, `warn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Validation {
     /// Refuse the pod, naming what is missing.
     #[default]
