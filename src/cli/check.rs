@@ -13,21 +13,9 @@ pub struct CheckArgs {
     #[arg(value_name = "DIR|FILE")]
     pub path: PathBuf,
 
-    /// For a directory: the template of pods that do not name one (it must exist).
-    #[arg(long, value_name = "NAME", default_value = crate::template::BUILTIN_NAME,
-          env = "SIDECAR_INJECTOR_DEFAULT_TEMPLATE")]
-    pub default_template: String,
-
-    /// The annotation prefix the templates will be served with.
-    #[arg(long, value_name = "PREFIX", default_value = crate::template::DEFAULT_PREFIX,
-          env = "SIDECAR_INJECTOR_ANNOTATION_PREFIX")]
-    pub annotation_prefix: String,
-
-    /// The Kubernetes version the injected pods are for (1.29, v1.30.2): templates are validated against its API
-    /// server's rules when they load (a native sidecar needs 1.29, the sleep hook 1.30).
-    #[arg(long, value_name = "VERSION", default_value_t = crate::validation::KubeVersion::DEFAULT,
-          env = "SIDECAR_INJECTOR_KUBERNETES_VERSION")]
-    pub kubernetes_version: crate::validation::KubeVersion,
+    /// How the templates will be served.
+    #[command(flatten)]
+    pub served: super::ServedAs,
 
     /// Refuse (exit 1) a template whose injected pods cannot meet this Pod Security level (privileged, baseline,
     /// restricted), naming the fields that break it. Without it, each template's level is reported only.
@@ -41,13 +29,9 @@ pub fn run(args: &CheckArgs) -> Result<(), CliError> {
     if !args.path.exists() {
         return Err(CliError::Config(format!("{}: no such file or directory", args.path.display())));
     }
-    let settings = crate::Settings {
-        annotation_prefix: args.annotation_prefix.clone(),
-        kubernetes_version: args.kubernetes_version,
-        ..crate::Settings::default()
-    };
+    let settings = args.served.settings();
     let loaded = if args.path.is_dir() {
-        TemplateSet::load_dir(&args.path, &args.default_template, &settings)
+        TemplateSet::load_dir(&args.path, &args.served.default_template, &settings)
     } else {
         TemplateSet::from_file(&args.path, &settings)
     };
@@ -57,7 +41,7 @@ pub fn run(args: &CheckArgs) -> Result<(), CliError> {
         let listed: String = problems.iter().map(|p| format!("  {p}\n")).collect();
         CliError::Refused(format!("{} refused:\n{}", args.path.display(), listed.trim_end()))
     })?;
-    super::stdout(summary(&args.path.display().to_string(), &set, args.kubernetes_version))?;
+    super::stdout(summary(&args.path.display().to_string(), &set, args.served.kubernetes_version))?;
     let Some(required) = args.pod_security else {
         return super::stdout("ok\n");
     };

@@ -153,7 +153,17 @@ pub struct TemplateArgs {
     #[arg(long, value_name = "[REVISION=]DIR", env = "SIDECAR_INJECTOR_TEMPLATE_DIR", value_delimiter = ',')]
     pub template_dir: Vec<RevisionDir>,
 
-    /// With --template-dir: the template of pods that do not name one with the `<prefix>template` annotation.
+    /// How the templates are served: the default template, the annotation prefix, the Kubernetes version.
+    #[command(flatten)]
+    pub served: ServedAs,
+}
+
+/// How templates are served: the options `check` shares with every command that injects or judges pods, so that a
+/// template is checked as it will be served.
+#[derive(Debug, Args)]
+pub struct ServedAs {
+    /// With a template directory: the template of pods that do not name one with the `<prefix>template`
+    /// annotation (it must exist).
     #[arg(long, value_name = "NAME", default_value = crate::template::BUILTIN_NAME,
           env = "SIDECAR_INJECTOR_DEFAULT_TEMPLATE")]
     pub default_template: String,
@@ -169,6 +179,17 @@ pub struct TemplateArgs {
     #[arg(long, value_name = "VERSION", default_value_t = crate::validation::KubeVersion::DEFAULT,
           env = "SIDECAR_INJECTOR_KUBERNETES_VERSION")]
     pub kubernetes_version: crate::validation::KubeVersion,
+}
+
+impl ServedAs {
+    /// The engine settings these options give; the others at their defaults.
+    pub fn settings(&self) -> crate::Settings {
+        crate::Settings {
+            annotation_prefix: self.annotation_prefix.clone(),
+            kubernetes_version: self.kubernetes_version,
+            ..crate::Settings::default()
+        }
+    }
 }
 
 /// `serve`'s words for `--template-dir`: it watches the directories and serves each revision at its own paths.
@@ -257,14 +278,12 @@ impl TemplateArgs {
     /// The engine settings these options describe, with the webhook's `policies` (the defaults of
     /// [`crate::Settings`] without them).
     pub fn settings(&self, policies: Option<&PolicyArgs>) -> crate::Settings {
-        let defaults = crate::Settings::default();
+        let served = self.served.settings();
         crate::Settings {
-            annotation_prefix: self.annotation_prefix.clone(),
-            on_error: policies.map_or(defaults.on_error, |p| p.on_error),
-            on_unknown_template: policies.map_or(defaults.on_unknown_template, |p| p.unknown_template),
-            validation: policies.map_or(defaults.validation, |p| p.validation),
-            kubernetes_version: self.kubernetes_version,
-            ..defaults
+            on_error: policies.map_or(served.on_error, |p| p.on_error),
+            on_unknown_template: policies.map_or(served.on_unknown_template, |p| p.unknown_template),
+            validation: policies.map_or(served.validation, |p| p.validation),
+            ..served
         }
     }
 
@@ -301,7 +320,7 @@ impl TemplateArgs {
         policies: Option<&PolicyArgs>,
     ) -> Result<crate::Engine, crate::TemplateError> {
         let settings = self.settings_for(&revision.revision, policies);
-        let set = crate::TemplateSet::load_dir(&revision.dir, &self.default_template, &settings)?;
+        let set = crate::TemplateSet::load_dir(&revision.dir, &self.served.default_template, &settings)?;
         Ok(crate::Engine::new(set, &settings))
     }
 }

@@ -180,7 +180,7 @@ impl ServeArgs {
             template_watches: (self.template.template_dir.iter())
                 .map(|revision| TemplateWatch {
                     dir: revision.dir.clone(),
-                    default_template: self.template.default_template.clone(),
+                    default_template: self.template.served.default_template.clone(),
                     settings: self.template.settings_for(&revision.revision, Some(&self.policies)),
                     poll_interval: self.template_poll_interval.into(),
                     debounce: TEMPLATE_DEBOUNCE,

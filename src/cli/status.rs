@@ -139,7 +139,7 @@ pub fn run(args: &StatusArgs) -> Result<(), CliError> {
     };
     super::stdout(text)?;
     if report.namespaces.is_empty() && args.namespaces.is_empty() && !args.all_namespaces {
-        let keys = Keys::new(&args.template.annotation_prefix);
+        let keys = Keys::new(&args.template.served.annotation_prefix);
         super::stderr(format_args!(
             "sidecar-injector: no namespace is opted in (labelled {}={} or {}=REVISION); -n NS or -A looks at others\n",
             keys.inject,
@@ -179,7 +179,7 @@ fn local_revisions(template: &TemplateArgs) -> Result<Vec<Revision>, CliError> {
 /// Everything that needs the API server: the ConfigMaps' templates, the namespaces and pods, the owners, the
 /// restarts; the report.
 async fn survey(args: &StatusArgs, local: Option<Vec<Revision>>) -> Result<Report, CliError> {
-    let keys = Keys::new(&args.template.annotation_prefix);
+    let keys = Keys::new(&args.template.served.annotation_prefix);
     let mut cluster = Cluster::connect(args.kubeconfig.as_deref(), args.context.as_deref()).await.map_err(config)?;
     let revisions = match local {
         Some(revisions) => revisions,
@@ -221,7 +221,7 @@ async fn configmap_revisions(cluster: &Cluster, args: &StatusArgs) -> Result<Vec
         let sources = cluster.configmap_sources(&configmap.namespace, &configmap.name).await.map_err(config)?;
         let source = sources.origin.clone();
         let settings = args.template.settings_for(&configmap.revision, None);
-        let set = crate::TemplateSet::compile(sources, &args.template.default_template, &settings)
+        let set = crate::TemplateSet::compile(sources, &args.template.served.default_template, &settings)
             .map_err(|e| CliError::templates(e, false))?;
         let engine = crate::Engine::new(set, &settings);
         revisions.push(Revision { name: configmap.revision.clone(), source, engine });
