@@ -666,14 +666,7 @@ fn pods_during(cluster: &Cluster, rounds: usize, disrupt: impl FnOnce() + Send) 
 fn check_disruption(cluster: &Cluster) {
     let (injected, missing, refused) = pods_during(cluster, 150, || {
         cluster.kubectl_ok(&["-n", "sidecar-injector", "rollout", "restart", "deployment/sidecar-injector"]);
-        cluster.kubectl_ok(&[
-            "-n",
-            "sidecar-injector",
-            "rollout",
-            "status",
-            "deployment/sidecar-injector",
-            "--timeout=120s",
-        ]);
+        wait_for_the_injector_rollout(cluster);
     });
     eprintln!("rollout restart: {injected} pods injected, {missing} without the sidecar, {} refused", refused.len());
     assert_eq!((missing, refused.len()), (0, 0), "a rolling restart lost pods: {refused:#?}");
@@ -696,6 +689,18 @@ fn check_disruption(cluster: &Cluster) {
         let deployment = cluster.json(&["-n", "sidecar-injector", "get", "deployment", "sidecar-injector"]);
         (deployment["status"]["readyReplicas"] == 2).then_some(())
     });
+}
+
+/// Waits (two minutes at most) until the injector's Deployment has rolled out.
+fn wait_for_the_injector_rollout(cluster: &Cluster) {
+    cluster.kubectl_ok(&[
+        "-n",
+        "sidecar-injector",
+        "rollout",
+        "status",
+        "deployment/sidecar-injector",
+        "--timeout=120s",
+    ]);
 }
 
 /// The sum of every series of `name` in a Prometheus text page.
@@ -724,28 +729,14 @@ fn shares_after_scaling_out(cluster: &Cluster, max_age: &str, window: Duration) 
         "-p",
         &patch,
     ]);
-    cluster.kubectl_ok(&[
-        "-n",
-        "sidecar-injector",
-        "rollout",
-        "status",
-        "deployment/sidecar-injector",
-        "--timeout=120s",
-    ]);
+    wait_for_the_injector_rollout(cluster);
     wait_for(Duration::from_secs(60), "two replicas serving", || (replica_metrics(cluster).len() == 2).then_some(()));
     // The API server's connections are now to these two.
     for round in 0..10 {
         dry_run_pod(cluster, "rollout", &format!("warm-{round}"), "demo").unwrap();
     }
     cluster.kubectl_ok(&["-n", "sidecar-injector", "scale", "deployment/sidecar-injector", "--replicas=3"]);
-    cluster.kubectl_ok(&[
-        "-n",
-        "sidecar-injector",
-        "rollout",
-        "status",
-        "deployment/sidecar-injector",
-        "--timeout=120s",
-    ]);
+    wait_for_the_injector_rollout(cluster);
     wait_for(Duration::from_secs(60), "three replicas serving", || (replica_metrics(cluster).len() == 3).then_some(()));
     let pods =
         cluster.json(&["-n", "sidecar-injector", "get", "pods", "-l", "app.kubernetes.io/name=sidecar-injector"]);

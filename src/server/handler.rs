@@ -193,19 +193,24 @@ async fn read_and_review(
     }
     shared.metrics.body_bytes(buf.len());
     let mut out = Vec::with_capacity(ANSWER_CAPACITY);
-    let mut reviewed = review(revision, endpoint, &mut buf, &mut out);
-    if let (Some(refresh), Ok(Ok(outcome))) = (&revision.refresh, &reviewed)
-        && outcome.verdict.reason() == Some(SkipReason::UnknownTemplate)
-    {
-        // A template this replica lacks: perhaps one a ConfigMap edit added that the kubelet has not projected
-        // here yet. Read the ConfigMap, and review again if that changed the set.
-        let engine = revision.engine.load_full();
-        if refresh.read_since(arrived, REFRESH_WAIT.min(deadline / 2)).await
-            && !Arc::ptr_eq(&engine, &revision.engine.load_full())
-        {
-            received.refill(&mut buf);
-            out.clear();
-            reviewed = review(revision, endpoint, &mut buf, &mut out);
+    // The engine the review used is kept (as an `Arc`, the guard released) only for a template this replica lacks:
+    // perhaps one a ConfigMap edit added that the kubelet has not projected here yet.
+    let (mut reviewed, lacked) = {
+        let engine = revision.engine.load();
+        let reviewed = review(&engine, endpoint, &mut buf, &mut out);
+        let unknown = matches!(&reviewed, Ok(Ok(o)) if o.verdict.reason() == Some(SkipReason::UnknownTemplate));
+        let lacked = (unknown && revision.refresh.is_some()).then(|| arc_swap::Guard::into_inner(engine));
+        (reviewed, lacked)
+    };
+    if let (Some(refresh), Some(used)) = (&revision.refresh, lacked) {
+        // Read the ConfigMap, and review again if the set serving is no longer the one the review used.
+        if refresh.read_since(arrived, REFRESH_WAIT.min(deadline / 2)).await {
+            let now = revision.engine.load_full();
+            if !Arc::ptr_eq(&used, &now) {
+                received.refill(&mut buf);
+                out.clear();
+                reviewed = review(&now, endpoint, &mut buf, &mut out);
+            }
         }
     }
     match reviewed {
@@ -227,14 +232,13 @@ async fn read_and_review(
 /// ([`super::refresh`]), at most: well within the API server's timeout for the call.
 const REFRESH_WAIT: Duration = Duration::from_secs(2);
 
-/// Reviews `buf` with the revision's engine serving now.
+/// Reviews `buf` with `engine`, for `endpoint`.
 fn review(
-    revision: &Revision,
+    engine: &crate::Engine,
     endpoint: Endpoint,
     buf: &mut Vec<u8>,
     out: &mut Vec<u8>,
 ) -> Result<Result<Outcome, ReviewError>, String> {
-    let engine = revision.engine.load();
     review_guarded(|| match endpoint {
         Endpoint::Mutate => engine.review(buf, out),
         Endpoint::Validate => engine.validate(buf, out),
