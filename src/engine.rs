@@ -52,7 +52,7 @@ pub struct Trace {
 }
 
 impl Outcome {
-    fn new(version: ApiVersion, trace: bool) -> Self {
+    pub(crate) fn new(version: ApiVersion, trace: bool) -> Self {
         Outcome {
             version,
             verdict: Verdict::Skipped(SkipReason::NotAPod),
@@ -97,6 +97,14 @@ pub enum Verdict {
         /// Whether the pod was refused (policy `deny`) rather than warned about.
         refused: bool,
     },
+    /// Preview (`/preview`): the workload is admitted, with a warning (in [`Outcome::warnings`]) for each thing
+    /// that would go wrong for its pods.
+    Previewed {
+        /// The pod templates injected for the preview: 0 when the object was not one to preview.
+        templates: usize,
+        /// A pod template names a template the set does not have (perhaps one an edit has just added).
+        unknown_template: bool,
+    },
 }
 
 impl Verdict {
@@ -105,6 +113,15 @@ impl Verdict {
         match self {
             Verdict::Skipped(reason) | Verdict::Denied(reason) => Some(reason),
             _ => None,
+        }
+    }
+
+    /// Did the pod (or, in a preview, a pod template) name a template the set does not have? A replica whose
+    /// template volume is behind its ConfigMap reads the ConfigMap for it, and answers again.
+    pub fn names_unknown_template(self) -> bool {
+        match self {
+            Verdict::Previewed { unknown_template, .. } => unknown_template,
+            _ => self.reason() == Some(SkipReason::UnknownTemplate),
         }
     }
 }
@@ -332,6 +349,16 @@ impl Engine {
     /// allowed. Same buffers and errors as [`Engine::review`].
     pub fn validate(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
         self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Validate, false))
+    }
+
+    /// Previews one `AdmissionReview` of a workload (`/preview`): its pod templates are injected as their pods
+    /// will be, and the workload is admitted with a warning for each thing that would go wrong for those pods
+    /// ([`crate::preview`]). Same buffers and errors as [`Engine::review`]; not for pods.
+    pub fn preview(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
+        // The review is read inside the parse, and the pod templates are injected after it: each injection is a
+        // review of its own, on the same thread's scratch tape.
+        let previewable = self.run(body, true, |_, root, _| crate::preview::read(root))?;
+        Ok(crate::preview::answer(self, previewable, out))
     }
 
     /// [`Engine::review`] or [`Engine::validate`], with the outcome's [`Trace`]: for people reading a decision,

@@ -40,6 +40,7 @@ mod patch;
 pub mod pki;
 mod pod;
 pub mod pod_security;
+pub(crate) mod preview;
 mod response;
 pub mod review;
 pub mod server;

@@ -142,6 +142,55 @@ pub fn inject_document(
     Ok(reports)
 }
 
+/// What the webhook would make of a workload's pods, for the apply-time preview ([`crate::preview`]).
+#[derive(Debug, Default)]
+pub(crate) struct Preview {
+    /// The pod templates injected.
+    pub(crate) templates: usize,
+    /// One line for each thing that would go wrong, naming the workload: its pods refused, or admitted without
+    /// the sidecar (and why), and the warnings the webhook would send with them.
+    pub(crate) warnings: Vec<String>,
+    /// A pod template names a template the set does not have.
+    pub(crate) unknown_template: bool,
+}
+
+/// Injects every pod template of `document` as [`inject_document`] does, without writing the result back, and
+/// says what would go wrong for the pods: the apply-time preview. Pods the rules leave out at their own request
+/// (opted out) or that are injected already are not worth a warning; every other skip is.
+pub(crate) fn preview_document(engine: &Engine, document: &mut Value, namespace: &str) -> Preview {
+    let mut preview = Preview::default();
+    let looked = each_pod_template(document, namespace, &mut |pod, workload| {
+        preview.templates += 1;
+        let created = AsCreated::new(pod, workload)?;
+        let mut response = Vec::new();
+        let outcome = engine
+            .review(&mut created.review(workload), &mut response)
+            .map_err(|e| internal(workload, e.to_string()))?;
+        let name = &workload.name;
+        let warnings = &mut preview.warnings;
+        match outcome.verdict {
+            Verdict::Denied(_) => {
+                let message = outcome.message.as_deref().unwrap_or_else(|| SkipReason::RenderFailed.explain());
+                warnings.push(format!("{name}: its pods would be refused by the sidecar injector: {message}"));
+            }
+            Verdict::Skipped(SkipReason::OptedOut | SkipReason::AlreadyInjected) => {}
+            // The engine's own warning says why, when it gives one.
+            Verdict::Skipped(_) if outcome.warnings.is_empty() => {
+                let why = outcome.skip_explanation().unwrap_or_default();
+                warnings.push(format!("{name}: its pods would be admitted without the sidecar: {why}"));
+            }
+            _ => {}
+        }
+        preview.unknown_template |= outcome.verdict.reason() == Some(SkipReason::UnknownTemplate);
+        warnings.extend(outcome.warnings.iter().map(|warning| format!("{name}: {warning}")));
+        Ok(())
+    });
+    if let Err(e) = looked {
+        preview.warnings.push(format!("the sidecar injector could not preview this workload's pods: {e}"));
+    }
+    preview
+}
+
 /// What `uninject` did to one pod template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Uninjection {
@@ -234,7 +283,7 @@ fn each_pod_template(
 
 /// Where the pod template of a workload kind (of an API group) is: `""` for a Pod itself, `None` for kinds
 /// without one. Kinds of the same name in other groups (a CRD's `Job`) are not ours to touch.
-fn template_path(group: &str, kind: &str) -> Option<&'static str> {
+pub(crate) fn template_path(group: &str, kind: &str) -> Option<&'static str> {
     match (group, kind) {
         ("", "Pod") => Some(""),
         ("", "ReplicationController")

@@ -146,6 +146,8 @@ pub struct Review<'t, 'i> {
     pub namespace: &'i str,
     /// `request.object`, `None` when absent or null.
     pub object: Option<Value<'t, 'i>>,
+    /// `request.oldObject` (an UPDATE's object as it was), `None` when absent or null.
+    pub old_object: Option<Value<'t, 'i>>,
     /// `request.dryRun`.
     pub dry_run: bool,
 }
@@ -191,6 +193,7 @@ pub(crate) fn read<'t, 'i>(root: Value<'t, 'i>) -> Result<Review<'t, 'i>, Review
             "subResource" => fields.sub_resource = Some(value),
             "namespace" => fields.namespace = Some(value),
             "object" => fields.object = Some(value),
+            "oldObject" => fields.old_object = Some(value),
             "dryRun" => fields.dry_run = Some(value),
             _ => {}
         }
@@ -221,6 +224,7 @@ pub(crate) fn read<'t, 'i>(root: Value<'t, 'i>) -> Result<Review<'t, 'i>, Review
         sub_resource: optional_str(fields.sub_resource, "request.subResource")?,
         namespace: optional_str(fields.namespace, "request.namespace")?,
         object: fields.object.filter(|o| !o.is_null()),
+        old_object: fields.old_object.filter(|o| !o.is_null()),
         dry_run,
     })
 }
@@ -234,6 +238,7 @@ struct RequestFields<'t, 'i> {
     sub_resource: Option<Value<'t, 'i>>,
     namespace: Option<Value<'t, 'i>>,
     object: Option<Value<'t, 'i>>,
+    old_object: Option<Value<'t, 'i>>,
     dry_run: Option<Value<'t, 'i>>,
 }
 

@@ -361,6 +361,38 @@ spec:
     assert_eq!(names(&pods["items"][0], "containers"), ["app"], "{}", pods["items"][0]["spec"]);
 }
 
+/// The apply-time preview (issue 41) through the drop-in Deployment: `kubectl apply` of a Deployment whose pods
+/// would go without the sidecar prints our warning, and the Deployment is admitted; a clean one prints none. Server
+/// dry runs: the webhooks are called, nothing is stored.
+fn check_apply_time_preview(cluster: &Cluster) {
+    let deployment = |name: &str, template: &str| {
+        format!(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: demo}}
+spec:
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}, annotations: {{sidecar-injector.io/template: {template}}}}}
+    spec:
+      containers:
+        - {{name: app, image: "busybox:1.36", command: [sleep, "3600"]}}
+"#
+        )
+    };
+    let printed = |yaml: &str| {
+        let output = cluster.kubectl_with_input(&["apply", "--dry-run=server", "-f", "-"], yaml);
+        assert!(output.status.success(), "a preview never refuses:\n{}", text(&output));
+        String::from_utf8(output.stderr).unwrap()
+    };
+    let warned = printed(&deployment("previewed", "dmeo"));
+    assert!(warned.contains("Warning: Deployment demo/previewed: "), "{warned}");
+    assert!(warned.contains("\"dmeo\"") || warned.contains("dmeo"), "names the template: {warned}");
+    let clean = printed(&deployment("clean", "demo"));
+    assert!(!clean.contains("Warning:"), "{clean}");
+}
+
 /// Nothing was pulled or tried: every image came from the archives imported at `up`.
 fn check_nothing_was_pulled(cluster: &Cluster) {
     let events = cluster.json(&["get", "events", "--all-namespaces"]);
@@ -866,6 +898,7 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
 
     check_injected_pods_start_and_share(&cluster);
     check_what_is_not_injected(&cluster);
+    check_apply_time_preview(&cluster);
 
     // Day two (issue 37): edits, the drift report and a certificate rotation through the API and the kubelet.
     let (propagation, new_template) = check_a_template_edit_through_the_api(&cluster);

@@ -66,6 +66,13 @@ impl Cluster {
 
     /// One API call: the status and the JSON body.
     async fn call(&self, method: Method, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let (status, body, _) = self.call_for_warnings(method, path, body).await;
+        (status, body)
+    }
+
+    /// [`Cluster::call`], with the warnings the API server sent (`Warning: 299 - "..."` headers, as kubectl prints
+    /// them).
+    async fn call_for_warnings(&self, method: Method, path: &str, body: Option<&Value>) -> (u16, Value, Vec<String>) {
         let mut conn = Conn::open_as(self.addr, self.client.clone(), "127.0.0.1").await.unwrap();
         let content_type = if method == Method::PATCH { "application/merge-patch+json" } else { "application/json" };
         let request = Request::builder()
@@ -75,9 +82,14 @@ impl Cluster {
             .header("content-type", content_type)
             .body(Full::new(Bytes::from(body.map(|b| serde_json::to_vec(b).unwrap()).unwrap_or_default())))
             .unwrap();
-        let (status, bytes) = conn.send(request).await.unwrap();
+        let (status, headers, bytes) = conn.send_for_headers(request).await.unwrap();
         let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&bytes)));
-        (status.as_u16(), body)
+        let warnings = headers
+            .get_all("warning")
+            .iter()
+            .map(|w| w.to_str().unwrap().trim_start_matches("299 - \"").trim_end_matches('"').to_owned())
+            .collect();
+        (status.as_u16(), body, warnings)
     }
 
     async fn create(&self, path: &str, object: Value) -> (u16, Value) {
@@ -443,6 +455,48 @@ async fn against_a_real_api_server() {
     .await;
 
     validating_companion(&cluster, &injector, &ca).await;
+    apply_time_preview(&cluster, &injector, &ca).await;
+}
+
+/// Issue 41 against the real API server: a Deployment whose pods would go without the sidecar is admitted, and
+/// the API server passes our warning to the client (`kubectl apply` prints it); one whose pods inject cleanly, or
+/// one outside the injected namespaces, gets no warning of ours.
+async fn apply_time_preview(cluster: &Cluster, injector: &Injector, ca: &str) {
+    let url = format!("https://{}", injector.addr);
+    register(cluster, VALIDATING, &configuration("validatingwebhookconfiguration.yaml", &url, ca)).await;
+    let deployment = |name: &str, annotations: Value| {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}, "annotations": annotations},
+                    "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}
+                }
+            }
+        })
+    };
+    let deployments = |namespace: &str| format!("/apis/apps/v1/namespaces/{namespace}/deployments");
+    let warnings = eventually("the preview webhook to take effect", async || {
+        let name = unique("previewed");
+        let misnamed = deployment(&name, json!({"sidecar-injector.io/template": "defualt"}));
+        let (status, body, warnings) =
+            cluster.call_for_warnings(Method::POST, &deployments("e2e-in"), Some(&misnamed)).await;
+        assert_eq!(status, 201, "a preview never refuses: {body}");
+        (!warnings.is_empty()).then_some(warnings)
+    })
+    .await;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].starts_with("Deployment e2e-in/previewed-"), "{warnings:?}");
+    assert!(warnings[0].contains("defualt") && warnings[0].contains("default"), "{warnings:?}");
+
+    let clean = deployment(&unique("clean"), json!({}));
+    let (status, _, warnings) = cluster.call_for_warnings(Method::POST, &deployments("e2e-in"), Some(&clean)).await;
+    assert_eq!((status, warnings.len()), (201, 0), "{warnings:?}");
+    let elsewhere = deployment(&unique("elsewhere"), json!({"sidecar-injector.io/template": "defualt"}));
+    let (status, _, warnings) =
+        cluster.call_for_warnings(Method::POST, &deployments("e2e-out"), Some(&elsewhere)).await;
+    assert_eq!((status, warnings.len()), (201, 0), "not an injected namespace: {warnings:?}");
 }
 
 /// Issue 8 against the real API server: the validating webhook refuses pods that lack their injection.

@@ -688,6 +688,78 @@ fn the_match_conditions_skip_exactly_the_pods_the_engine_skips() {
     assert!(!called(serde_json::json!({"annotations": {"kubernetes.io/config.mirror": "abc"}})), "a mirror pod");
 }
 
+/// The preview webhook: warnings only (it fails open and never sees a pod), in the pod webhooks' namespaces, for
+/// the workload kinds `inject` reads, and called only for what the injector would preview: its matchConditions,
+/// run by the independent CEL interpreter, skip exactly what `/preview` skips itself.
+#[test]
+fn the_preview_webhook_warns_about_workloads_in_the_injected_namespaces_and_skips_what_the_injector_skips() {
+    use std::sync::Arc;
+    let base = objects(BASE);
+    let mutating: MutatingWebhookConfiguration = typed(the(&base, "MutatingWebhookConfiguration"));
+    let validating: ValidatingWebhookConfiguration = typed(the(&base, "ValidatingWebhookConfiguration"));
+    let mutating = mutating.webhooks.unwrap().remove(0);
+    let preview = validating.webhooks.unwrap().into_iter().find(|w| w.name == "preview.sidecar-injector.io").unwrap();
+    assert_eq!(preview.failure_policy.as_deref(), Some("Ignore"), "warnings only: never the reason a workload fails");
+    assert_eq!(preview.side_effects, "None");
+    assert_eq!(preview.client_config.service.as_ref().unwrap().path.as_deref(), Some("/preview"));
+    assert_eq!(
+        serde_json::to_value(&preview.namespace_selector).unwrap(),
+        serde_json::to_value(&mutating.namespace_selector).unwrap(),
+        "the injected namespaces"
+    );
+    let mut kinds: Vec<(String, String)> = Vec::new();
+    for rule in preview.rules.iter().flatten() {
+        assert_eq!(rule.operations.as_deref().unwrap(), ["CREATE", "UPDATE"]);
+        assert_eq!(rule.api_versions.as_deref().unwrap(), ["v1"]);
+        for group in rule.api_groups.iter().flatten() {
+            kinds.extend(rule.resources.iter().flatten().map(|r| (group.clone(), r.clone())));
+        }
+    }
+    let expected = [
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("apps", "daemonsets"),
+        ("apps", "replicasets"),
+        ("batch", "jobs"),
+        ("batch", "cronjobs"),
+    ];
+    assert_eq!(kinds, expected.map(|(g, r)| (g.to_owned(), r.to_owned())), "no subresource (scale) and no pods");
+
+    let mut env = cel::Env::stdlib();
+    env.add_extension(cel::extensions::strings).unwrap();
+    let env = Arc::new(env);
+    let conditions = preview.match_conditions.unwrap();
+    let programs: Vec<_> = conditions
+        .iter()
+        .map(|c| (c.name.clone(), env.compile(&c.expression).unwrap_or_else(|e| panic!("{}: {e:?}", c.name))))
+        .collect();
+    let called = |operation: &str, object: &Value, old: &Value| -> bool {
+        let mut context = cel::Context::with_env(env.clone());
+        context.add_variable("object", object.clone()).unwrap();
+        context.add_variable("oldObject", old.clone()).unwrap();
+        context.add_variable("request", serde_json::json!({"operation": operation})).unwrap();
+        programs.iter().all(|(name, program)| match program.execute(&context) {
+            Ok(value) => value == cel::Value::from(true),
+            Err(e) => panic!("{name} fails on {operation} {object}: {e:?}"),
+        })
+    };
+    let template = |image: &str| serde_json::json!({"spec": {"containers": [{"name": "app", "image": image}]}});
+    let deployment = |image: &str, replicas: u32| serde_json::json!({"metadata": {"name": "web"}, "spec": {"replicas": replicas, "template": template(image)}});
+    let cronjob = |image: &str| serde_json::json!({"metadata": {"name": "nightly"}, "spec": {"jobTemplate": {"spec": {"template": template(image)}}}});
+    assert!(called("CREATE", &deployment("a", 1), &Value::Null));
+    assert!(called("UPDATE", &deployment("b", 1), &deployment("a", 1)), "a new pod template");
+    assert!(!called("UPDATE", &deployment("a", 3), &deployment("a", 1)), "scaled: the same pod template");
+    assert!(called("UPDATE", &cronjob("b"), &cronjob("a")));
+    assert!(!called("UPDATE", &cronjob("a"), &cronjob("a")));
+    let mut owned = deployment("a", 1);
+    owned["metadata"]["ownerReferences"] =
+        serde_json::json!([{"kind": "Deployment", "name": "web", "controller": true}]);
+    assert!(!called("CREATE", &owned, &Value::Null), "a controller's ReplicaSet");
+    owned["metadata"]["ownerReferences"] =
+        serde_json::json!([{"kind": "ConfigMap", "name": "c"}, {"kind": "X", "controller": false}]);
+    assert!(called("CREATE", &owned, &Value::Null), "owned, but not by a controller");
+}
+
 /// The Dockerfile builds the binary the Deployment runs, as the user the Deployment expects, from a context
 /// that holds everything cargo needs (it cannot be built here: no container daemon).
 #[test]
@@ -773,18 +845,24 @@ fn the_canary_component_adds_a_revision_the_server_serves_for_its_namespaces_alo
         serde_json::to_value(field).unwrap()
     }
 
-    // Each configuration gains one webhook: the default's, but for its name, path and namespaces.
+    // Each configuration gains one webhook for each of the default's: the same, but for its name, path and
+    // namespaces.
     let mutating = mutating.webhooks.unwrap();
     let validating = validating.webhooks.unwrap();
-    for (webhooks, path) in [(json(&mutating), "/mutate"), (json(&validating), "/validate")] {
-        let [default, canary] = webhooks.as_array().unwrap().as_slice() else { panic!("two webhooks: {webhooks}") };
-        assert_eq!(canary["name"], format!("canary.{}", default["name"].as_str().unwrap()));
-        assert_eq!(canary["clientConfig"]["service"]["path"], format!("{path}/canary"));
-        let mut same = canary.clone();
-        same["name"] = default["name"].clone();
-        same["clientConfig"] = default["clientConfig"].clone();
-        same["namespaceSelector"] = default["namespaceSelector"].clone();
-        assert_eq!(&same, default, "the canary's {path} webhook differs from the default's only where it must");
+    let defaults_and_canaries = [(json(&mutating), &["/mutate"][..]), (json(&validating), &["/validate", "/preview"])];
+    for (webhooks, paths) in defaults_and_canaries {
+        let webhooks = webhooks.as_array().unwrap();
+        assert_eq!(webhooks.len(), 2 * paths.len(), "{webhooks:?}");
+        let (defaults, canaries) = webhooks.split_at(paths.len());
+        for ((default, canary), path) in defaults.iter().zip(canaries).zip(paths) {
+            assert_eq!(canary["name"], format!("canary.{}", default["name"].as_str().unwrap()));
+            assert_eq!(canary["clientConfig"]["service"]["path"], format!("{path}/canary"));
+            let mut same = canary.clone();
+            same["name"] = default["name"].clone();
+            same["clientConfig"] = default["clientConfig"].clone();
+            same["namespaceSelector"] = default["namespaceSelector"].clone();
+            assert_eq!(&same, default, "the canary's {path} webhook differs from the default's only where it must");
+        }
     }
 
     // Routing: a namespace is the default revision's or the canary's, never both; the system ones neither's.

@@ -353,6 +353,53 @@ async fn certs_writes_a_certificate_the_api_server_will_accept_and_renewal_keeps
     assert_ne!(read("ca.crt"), ca, "--new-ca replaces it");
 }
 
+/// `POST /preview`: a workload review is admitted, with the engine's warnings for its pods, and counted; a
+/// broken body is a 400 as on the other paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preview_admits_workloads_with_warnings_and_counts_them() {
+    let server = start(|_, _| {}).await;
+    let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+    let deployment = |template: &str| {
+        serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                "namespace": "shop", "operation": "CREATE",
+                "object": {
+                    "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                    "spec": {"template": {
+                        "metadata": {"annotations": {"sidecar-injector.io/template": template}},
+                        "spec": {"containers": [{"name": "app", "image": "web:1"}]}
+                    }}
+                }
+            }
+        })
+    };
+    let preview = |review: serde_json::Value| {
+        post("/preview?timeout=5s", "application/json", &serde_json::to_vec(&review).unwrap())
+    };
+    let (status, body) = conn.send(preview(deployment("nope"))).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (&answer["response"]["uid"], &answer["response"]["allowed"]),
+        (&serde_json::json!("u-1"), &serde_json::json!(true))
+    );
+    let warnings = answer["response"]["warnings"].as_array().unwrap();
+    assert!(warnings.len() == 1 && warnings[0].as_str().unwrap().starts_with("Deployment shop/web: "), "{answer}");
+    let (_, body) = conn.send(preview(deployment("default"))).await.unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(answer["response"].get("warnings").is_none(), "{answer}");
+    let (status, _) = conn.send(post("/preview", "application/json", b"{\"kind\":")).await.unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    let metrics = admin_get(server.metrics, "/metrics").await.1;
+    for (result, count) in [("warned", 1.0), ("clean", 1.0), ("not-previewed", 0.0)] {
+        let series = format!(r#"sidecar_injector_previews_total{{revision="default",result="{result}"}}"#);
+        assert_eq!(counter(&metrics, &series), count, "{series}");
+    }
+}
+
 /// `POST /validate` beside `/mutate`: the mutated pod passes, the raw one is refused with the reason, and the
 /// validations are counted by result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -384,7 +431,7 @@ async fn validate_refuses_what_mutate_would_still_add_and_counts_it() {
 
     let (status, body) = conn.send(post("/nope", "application/json", b"{}")).await.unwrap();
     assert_eq!(status, StatusCode::NOT_FOUND);
-    assert_eq!(body, "not found: the webhooks are at POST /mutate and POST /validate\n");
+    assert_eq!(body, "not found: the webhooks are at POST /mutate, POST /validate and POST /preview\n");
 
     let metrics = admin_get(server.metrics, "/metrics").await.1;
     assert_eq!(

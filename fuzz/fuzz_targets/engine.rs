@@ -1,5 +1,6 @@
-//! The engine over arbitrary bytes. It never panics; on a review that serde_json reads (canonical JSON, one
-//! reading), an injected patch is add-only, applies with `json-patch`, and injecting the result adds nothing.
+//! The engine over arbitrary bytes, as `/mutate` and `/preview` read them. It never panics; on a review that
+//! serde_json reads (canonical JSON, one reading), an injected patch is add-only, applies with `json-patch`, and
+//! injecting the result adds nothing; a preview always admits.
 #![no_main]
 
 use std::sync::LazyLock;
@@ -16,8 +17,14 @@ static ENGINE: LazyLock<Engine> = LazyLock::new(|| {
 });
 
 fuzz_target!(|data: &[u8]| {
-    let mut body = data.to_vec();
     let mut out = Vec::new();
+    // The apply-time preview reads the same bytes as a workload's review: it never panics, and whatever it reads
+    // it admits, with a JSON answer.
+    if ENGINE.preview(&mut data.to_vec(), &mut out).is_ok() {
+        let answer: Value = serde_json::from_slice(&out).expect("every preview answer is JSON");
+        assert_eq!(answer["response"]["allowed"], true, "a preview never refuses");
+    }
+    let mut body = data.to_vec();
     let Ok(outcome) = ENGINE.review(&mut body, &mut out) else { return };
     let response: Value = serde_json::from_slice(&out).expect("every response is JSON");
     let Verdict::Injected { .. } = outcome.verdict else { return };

@@ -30,7 +30,7 @@ pub mod names {
     /// The ValidatingWebhookConfiguration (the companion that checks the final pod).
     pub const VALIDATING_CONFIGURATION: &str = "sidecar-injector";
     /// Its webhooks.
-    pub const VALIDATING_WEBHOOKS: &[&str] = &["validate.sidecar-injector.io"];
+    pub const VALIDATING_WEBHOOKS: &[&str] = &["validate.sidecar-injector.io", "preview.sidecar-injector.io"];
     /// The image the Deployment runs (without its tag), which kustomize `images:` entries replace.
     pub const IMAGE: &str = "ghcr.io/sidecar-injector/sidecar-injector";
 }
@@ -82,8 +82,8 @@ pub struct CertsArgs {
 const OLDEST_SUPPORTED_MINOR: u32 = 16;
 
 /// What the base uses that older clusters lack, newest first: the first minor version that has it, why, and the
-/// kustomize patch an overlay for an older cluster applies (`{webhooks}` stands for one `remove` per webhook of a
-/// configuration). docs/operations.md ("Older clusters") lists the same; a test applies them to a 1.20 cluster.
+/// kustomize patch an overlay for an older cluster applies (`{mutating}` and `{validating}` stand for one `remove`
+/// per webhook of that configuration). docs/operations.md ("Older clusters") lists the same; a test applies them to a 1.20 cluster.
 const OLDER_CLUSTERS: &[(u32, &str, &str)] = &[
     (
         30,
@@ -96,8 +96,8 @@ const OLDER_CLUSTERS: &[(u32, &str, &str)] = &[
         28,
         "CEL matchConditions need 1.28: the API server calls the webhooks for opted-out pods too, which the injector \
          skips",
-        "  - target: {kind: MutatingWebhookConfiguration}\n    patch: |-\n{webhooks}  - target: {kind: \
-         ValidatingWebhookConfiguration}\n    patch: |-\n{webhooks}",
+        "  - target: {kind: MutatingWebhookConfiguration}\n    patch: |-\n{mutating}  - target: {kind: \
+         ValidatingWebhookConfiguration}\n    patch: |-\n{validating}",
     ),
     (
         27,
@@ -132,19 +132,24 @@ const OLDER_CLUSTERS: &[(u32, &str, &str)] = &[
 
 /// The overlay's patches for a cluster of `version`: each of [`OLDER_CLUSTERS`] it lacks, and the injector told
 /// the version (so that it does not inject what the cluster cannot run, native sidecars before 1.29).
-fn older_cluster_patches(version: KubeVersion, webhooks: usize) -> String {
+fn older_cluster_patches(version: KubeVersion, revisions: usize) -> String {
     let mut text = format!(
         "  # Kubernetes {version} (`certs --kubernetes-version {version}`): the injector is told the version, and what \
          the\n  # base uses that {version} lacks is patched out.\n  - target: {{kind: Deployment, name: sidecar-injector}}\n    \
          patch: |-\n      - {{op: add, path: /spec/template/spec/containers/0/args/-, value: \
          --kubernetes-version={version}}}\n"
     );
-    let removals: String =
-        (0..webhooks).map(|i| format!("      - {{op: remove, path: /webhooks/{i}/matchConditions}}\n")).collect();
+    // Each revision (the default one and those of components) has the same webhooks in each configuration.
+    let removals = |webhooks: &[&str]| -> String {
+        (0..webhooks.len() * revisions)
+            .map(|i| format!("      - {{op: remove, path: /webhooks/{i}/matchConditions}}\n"))
+            .collect()
+    };
     for (since, why, patch) in OLDER_CLUSTERS {
         if !version.at_least(*since) {
             text.push_str(&format!("  # {why}\n"));
-            text.push_str(&patch.replace("{webhooks}", &removals));
+            let patch = patch.replace("{mutating}", &removals(names::MUTATING_WEBHOOKS));
+            text.push_str(&patch.replace("{validating}", &removals(names::VALIDATING_WEBHOOKS)));
         }
     }
     text

@@ -23,6 +23,11 @@ pub struct ReviewArgs {
     #[arg(long)]
     pub validate: bool,
 
+    /// Answer as the apply-time preview (`/preview`) does, for a workload's review (a Deployment, a Job...):
+    /// admitted, with a warning for each thing that would go wrong for its pods.
+    #[arg(long, conflicts_with = "validate")]
+    pub preview: bool,
+
     /// Which templates.
     #[command(flatten)]
     pub template: TemplateArgs,
@@ -45,7 +50,9 @@ pub fn run(args: &ReviewArgs) -> Result<(), CliError> {
     };
     let mut response = Vec::new();
     let mode = if args.validate { Mode::Validate } else { Mode::Mutate };
-    let outcome = if args.explain {
+    let outcome = if args.preview {
+        engine.preview(&mut body, &mut response)
+    } else if args.explain {
         engine.trace(&mut body, &mut response, mode)
     } else if args.validate {
         engine.validate(&mut body, &mut response)
@@ -78,7 +85,11 @@ fn read_stdin() -> Result<Vec<u8>, CliError> {
 /// The human-readable account of a decision, from the outcome's facts.
 fn explain(engine: &crate::Engine, outcome: &Outcome) -> String {
     let trace = outcome.trace.clone().unwrap_or_default();
-    let mut text = format!("pod: {}\n", trace.pod.as_deref().unwrap_or("-"));
+    let mut text = match outcome.verdict {
+        // A preview's pods are named in its warnings, each with its workload.
+        Verdict::Previewed { .. } => String::new(),
+        _ => format!("pod: {}\n", trace.pod.as_deref().unwrap_or("-")),
+    };
     if let Some(template) = &outcome.template {
         text.push_str(&format!(
             "template: {} (version {}, set {})\n",
@@ -110,6 +121,9 @@ fn explain(engine: &crate::Engine, outcome: &Outcome) -> String {
         }
         Verdict::Incomplete { missing, refused: false } => {
             text.push_str(&format!("validation: admitted with a warning, {missing} missing part(s)\n"));
+        }
+        Verdict::Previewed { templates, .. } => {
+            text.push_str(&format!("preview: {templates} pod template(s) injected as their pods would be\n"));
         }
     }
     for warning in &outcome.warnings {

@@ -34,6 +34,11 @@ pub struct ServeArgs {
     #[arg(long, default_value = DEFAULT_VALIDATE_PATH, env = "SIDECAR_INJECTOR_VALIDATE_PATH")]
     pub validate_path: String,
 
+    /// The apply-time preview's path: admits workloads (Deployments, Jobs...) with warnings naming what would go
+    /// wrong for their pods.
+    #[arg(long, default_value = DEFAULT_PREVIEW_PATH, env = "SIDECAR_INJECTOR_PREVIEW_PATH")]
+    pub preview_path: String,
+
     /// Serving certificate chain (PEM), reloaded when it changes. Without it (and --tls-key), a development
     /// certificate for localhost is generated.
     #[arg(long, value_name = "FILE", requires = "tls_key", env = "SIDECAR_INJECTOR_TLS_CERT")]
@@ -162,6 +167,7 @@ impl ServeArgs {
             metrics_listen: self.metrics_listen,
             path: self.path.clone(),
             validate_path: self.validate_path.clone(),
+            preview_path: self.preview_path.clone(),
             tls,
             client_ca: self.client_ca.clone(),
             tls13_only: self.tls13_only,
@@ -403,6 +409,7 @@ mod tests {
             metrics_listen,
             path,
             validate_path,
+            preview_path,
             tls,
             client_ca,
             tls13_only,
@@ -424,6 +431,7 @@ mod tests {
         assert_eq!(metrics_listen, default.metrics_listen, "--metrics-listen");
         assert_eq!(path, default.path, "--path");
         assert_eq!(validate_path, default.validate_path, "--validate-path");
+        assert_eq!(preview_path, default.preview_path, "--preview-path");
         assert_eq!(tls, default.tls, "--tls-cert, --tls-key, --dev-ca-file");
         assert_eq!(client_ca, default.client_ca, "--client-ca");
         assert_eq!(tls13_only, default.tls13_only, "--tls13-only");

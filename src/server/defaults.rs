@@ -22,6 +22,9 @@ pub const DEFAULT_PATH: &str = "/mutate";
 /// `--validate-path`: the validating webhook's path.
 pub const DEFAULT_VALIDATE_PATH: &str = "/validate";
 
+/// `--preview-path`: the apply-time preview's path.
+pub const DEFAULT_PREVIEW_PATH: &str = "/preview";
+
 /// `--tls-reload-interval`: how often the certificate files are checked for a change.
 pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 

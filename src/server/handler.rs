@@ -18,7 +18,7 @@ use super::budget::BODY_BUDGET_WAIT;
 use super::conn::{Answering, RequestGuard};
 use super::telemetry::{ErrorReason, RevisionMetrics};
 use super::{Revision, Shared};
-use crate::{Outcome, ReviewError, SkipReason, Verdict};
+use crate::{Outcome, ReviewError, Verdict};
 
 type Answer = Response<Full<Bytes>>;
 
@@ -83,13 +83,15 @@ pub(crate) async fn handle(
     Ok(answer.map(|bytes| AnswerBody { bytes, _request: body, _answering: answering }))
 }
 
-/// The two webhooks a server answers, for each revision.
+/// The three webhooks a server answers, for each revision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Endpoint {
     /// Inject (`--path`, `/mutate`).
     Mutate,
     /// Check that injection is complete (`--validate-path`, `/validate`).
     Validate,
+    /// Warn about a workload whose pods would not be injected (`--preview-path`, `/preview`).
+    Preview,
 }
 
 /// The answer to a request; `body` is read as far as it needs to be, and left to the caller (see [`AnswerBody`]).
@@ -97,11 +99,14 @@ async fn respond(shared: &Shared, req: &hyper::http::request::Parts, body: &mut 
     let config = &shared.config;
     let deadline = deadline(req.uri.query(), config.request_timeout);
     let accepted = shared.route(req.uri.path()).ok_or_else(|| {
-        let (mutate, validate) = (&config.path, &config.validate_path);
-        let mut paths = format!("POST {mutate} and POST {validate}");
+        let (mutate, validate, preview) = (&config.path, &config.validate_path, &config.preview_path);
+        let mut paths = format!("POST {mutate}, POST {validate} and POST {preview}");
         if let [_, _, ..] = &*shared.revisions {
             let names: Vec<&str> = shared.revisions.iter().map(|r| r.name.as_str()).collect();
-            paths.push_str(&format!(", and {mutate}/REVISION and {validate}/REVISION for {}", names.join(", ")));
+            paths.push_str(&format!(
+                ", and {mutate}/REVISION, {validate}/REVISION and {preview}/REVISION for {}",
+                names.join(", ")
+            ));
         }
         Refusal::NotFound(paths)
     });
@@ -198,7 +203,7 @@ async fn read_and_review(
     let (mut reviewed, lacked) = {
         let engine = revision.engine.load();
         let reviewed = review(&engine, endpoint, &mut buf, &mut out);
-        let unknown = matches!(&reviewed, Ok(Ok(o)) if o.verdict.reason() == Some(SkipReason::UnknownTemplate));
+        let unknown = matches!(&reviewed, Ok(Ok(o)) if o.verdict.names_unknown_template());
         let lacked = (unknown && revision.refresh.is_some()).then(|| arc_swap::Guard::into_inner(engine));
         (reviewed, lacked)
     };
@@ -242,6 +247,7 @@ fn review(
     review_guarded(|| match endpoint {
         Endpoint::Mutate => engine.review(buf, out),
         Endpoint::Validate => engine.validate(buf, out),
+        Endpoint::Preview => engine.preview(buf, out),
     })
 }
 
@@ -290,6 +296,10 @@ fn record(metrics: &RevisionMetrics, endpoint: Endpoint, outcome: &Outcome) {
         Verdict::Skipped(reason) | Verdict::Denied(reason) if endpoint == Endpoint::Validate => {
             metrics.validated_skipped(reason);
             tracing::debug!(reason = reason.as_str(), "validation skipped");
+        }
+        Verdict::Previewed { templates, .. } => {
+            metrics.previewed(templates, !outcome.warnings.is_empty());
+            tracing::debug!(templates, warnings = outcome.warnings.len(), "previewed");
         }
         Verdict::Injected { ops } => {
             metrics.injected();

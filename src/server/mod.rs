@@ -65,6 +65,8 @@ pub struct ServeConfig {
     pub path: String,
     /// The validating webhook's path: is the pod's injection complete?
     pub validate_path: String,
+    /// The apply-time preview's path: warnings for a workload whose pods would not be injected.
+    pub preview_path: String,
     /// Where the serving certificate comes from.
     pub tls: TlsSource,
     /// Require client certificates signed by this CA bundle.
@@ -113,6 +115,7 @@ impl Default for ServeConfig {
             metrics_listen: DEFAULT_METRICS_LISTEN,
             path: DEFAULT_PATH.to_owned(),
             validate_path: DEFAULT_VALIDATE_PATH.to_owned(),
+            preview_path: DEFAULT_PREVIEW_PATH.to_owned(),
             tls: TlsSource::SelfSigned { ca_out: default_dev_ca_file() },
             client_ca: None,
             tls13_only: false,
@@ -197,9 +200,11 @@ impl Shared {
     /// The revision a request's path names, and which webhook: the bare paths are the first revision's.
     pub(crate) fn route(&self, path: &str) -> Option<(&Revision, handler::Endpoint)> {
         let config = &self.config;
-        for (base, endpoint) in
-            [(&config.path, handler::Endpoint::Mutate), (&config.validate_path, handler::Endpoint::Validate)]
-        {
+        for (base, endpoint) in [
+            (&config.path, handler::Endpoint::Mutate),
+            (&config.validate_path, handler::Endpoint::Validate),
+            (&config.preview_path, handler::Endpoint::Preview),
+        ] {
             let Some(rest) = path.strip_prefix(base.as_str()) else { continue };
             if rest.is_empty() {
                 return Some((&self.revisions[0], endpoint));
@@ -343,6 +348,7 @@ impl Server {
             metrics = %admin_addr,
             path = %config.path,
             validate_path = %config.validate_path,
+            preview_path = %config.preview_path,
             "serving"
         );
 

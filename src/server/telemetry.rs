@@ -189,6 +189,8 @@ struct RevisionHandles {
     validated_missing_denied: Counter,
     validated_missing_warned: Counter,
     validated_skipped: Vec<(SkipReason, Counter)>,
+    /// Previews: with no warning, with warnings, and of objects not previewed.
+    previews: [Counter; 3],
     template_reloads_ok: Counter,
     template_reloads_failed: Counter,
     template_reads: Vec<(ReadResult, Counter)>,
@@ -200,6 +202,7 @@ struct RevisionHandles {
 
 const REQUESTS: &str = "sidecar_injector_requests_total";
 const VALIDATIONS: &str = "sidecar_injector_validations_total";
+const PREVIEWS: &str = "sidecar_injector_previews_total";
 const DURATION: &str = "sidecar_injector_request_duration_seconds";
 const BODY: &str = "sidecar_injector_request_body_bytes";
 const TEMPLATE_RELOADS: &str = "sidecar_injector_template_reloads_total";
@@ -246,6 +249,8 @@ impl Metrics {
                 validated_missing_denied: validated("missing", "denied"),
                 validated_missing_warned: validated("missing", "warned"),
                 validated_skipped: reasons(VALIDATIONS, "skipped"),
+                previews: ["clean", "warned", "not-previewed"]
+                    .map(|result| metrics::counter!(PREVIEWS, "revision" => label(), "result" => result)),
                 template_reloads_ok: template_reloads("ok"),
                 template_reloads_failed: template_reloads("error"),
                 template_reads: (ReadResult::ALL.iter())
@@ -272,6 +277,11 @@ impl Metrics {
         metrics::describe_counter!(
             VALIDATIONS,
             "Pods validated: ok (fully injected), missing (lacking part of the injection; denied or warned), skipped."
+        );
+        metrics::describe_counter!(
+            PREVIEWS,
+            "Workloads previewed at apply time: clean (no warning), warned, or not-previewed (not a workload, made by \
+             a controller, or its pod template unchanged)."
         );
         metrics::describe_histogram!(DURATION, metrics::Unit::Seconds, "Time to answer one admission request.");
         metrics::describe_histogram!(BODY, metrics::Unit::Bytes, "Size of admission request bodies.");
@@ -438,6 +448,17 @@ impl RevisionMetrics {
 
     pub(crate) fn validated_skipped(&self, reason: SkipReason) {
         count(&self.0.validated_skipped, reason);
+    }
+
+    /// A preview of `templates` pod templates, with or without warnings.
+    pub(crate) fn previewed(&self, templates: usize, warned: bool) {
+        let [clean, warnings, not_previewed] = &self.0.previews;
+        let counter = match (templates, warned) {
+            (0, false) => not_previewed,
+            (_, false) => clean,
+            (_, true) => warnings,
+        };
+        counter.increment(1);
     }
 
     /// The template set serving at start.

@@ -240,7 +240,8 @@ pub fn classify(
             let current_version = revision.engine.set().select(Some(&template)).ok().map(|t| t.hash().to_owned());
             Class::Stale { template, version, current_version }
         }
-        Verdict::Complete | Verdict::Skipped(_) => Class::Current { template, version },
+        // `status` validates; a preview's verdict never reaches here, and would say nothing is missing.
+        Verdict::Complete | Verdict::Skipped(_) | Verdict::Previewed { .. } => Class::Current { template, version },
         // Validation never injects; a patch to send would mean the same as a missing part.
         Verdict::Incomplete { .. } | Verdict::Injected { .. } | Verdict::Denied(_) => match stamp {
             None => Class::Missing { template, version },

@@ -173,6 +173,14 @@ impl Conn {
     }
 
     pub async fn send(&mut self, req: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), String> {
+        self.send_for_headers(req).await.map(|(status, _, body)| (status, body))
+    }
+
+    /// [`Conn::send`], with the response's headers.
+    pub async fn send_for_headers(
+        &mut self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<(StatusCode, hyper::HeaderMap, Bytes), String> {
         // Wait until the connection can take a request: right after a response, an h1 connection may still be
         // finishing the previous exchange, and sending then fails as "canceled" without reaching the server.
         let response = match self {
@@ -186,9 +194,9 @@ impl Conn {
             }
         }
         .map_err(|e| e.to_string())?;
-        let status = response.status();
+        let (status, headers) = (response.status(), response.headers().clone());
         let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
-        Ok((status, body))
+        Ok((status, headers, body))
     }
 
     pub async fn review(&mut self, body: &[u8]) -> (StatusCode, Bytes) {
