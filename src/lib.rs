@@ -50,6 +50,7 @@ pub mod template;
 mod uninject;
 mod validate;
 pub mod validation;
+pub mod workload;
 
 pub use decision::SkipReason;
 pub use engine::{Engine, Mode, Outcome, PARSE_PADDING, Settings, Stage, Trace, Verdict};

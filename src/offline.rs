@@ -257,8 +257,8 @@ fn each_pod_template(
         }
         return Ok(());
     }
-    let group = document["apiVersion"].as_str().and_then(|v| v.rsplit_once('/')).map_or("", |(group, _)| group);
-    let Some(path) = template_path(group, &kind) else { return Ok(()) };
+    let workload_kind = crate::workload::Kind::of(document["apiVersion"].as_str().unwrap_or_default(), &kind);
+    let Some(path) = workload_kind.pod_template_path() else { return Ok(()) };
     let metadata = &document["metadata"];
     let namespace = metadata["namespace"].as_str().unwrap_or(namespace).to_owned();
     let name = metadata["name"].as_str().unwrap_or_default().to_owned();
@@ -267,7 +267,7 @@ fn each_pod_template(
         namespace,
         generate_name: None,
         // The pods of a Job (and of a CronJob, through its Jobs) carry the Job as their owner, which templates read.
-        by_job: group == "batch",
+        by_job: workload_kind.makes_a_jobs_pods(),
     };
     if path.is_empty() {
         workload.by_job = false;
@@ -279,19 +279,6 @@ fn each_pod_template(
     // A controller names its pods after itself; `<name>-` is what the webhook's templates will see, near enough.
     workload.generate_name = (!name.is_empty()).then(|| format!("{name}-"));
     each(template, &workload)
-}
-
-/// Where the pod template of a workload kind (of an API group) is: `""` for a Pod itself, `None` for kinds
-/// without one. Kinds of the same name in other groups (a CRD's `Job`) are not ours to touch.
-pub(crate) fn template_path(group: &str, kind: &str) -> Option<&'static str> {
-    match (group, kind) {
-        ("", "Pod") => Some(""),
-        ("", "ReplicationController")
-        | ("apps" | "extensions", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet")
-        | ("batch", "Job") => Some("/spec/template"),
-        ("batch", "CronJob") => Some("/spec/jobTemplate/spec/template"),
-        _ => None,
-    }
 }
 
 /// A pod template as the API server would pass the pod to the webhook: with its namespace and, from a

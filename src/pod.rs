@@ -228,10 +228,10 @@ fn requires_windows_nodes(affinity: Value<'_, '_>) -> bool {
     })
 }
 
-/// Is this `ownerReferences` entry a Job of the `batch` group (`batch/v1`; not another group's kind `Job`)?
+/// Is this `ownerReferences` entry a Job ([`crate::workload::Kind::is_job`])?
 fn is_job(owner: Value<'_, '_>) -> bool {
-    let field = |key: &str| owner.get(key).and_then(|v| v.into_string());
-    field("kind") == Some("Job") && field("apiVersion").is_some_and(|version| version.starts_with("batch/"))
+    let field = |key: &str| owner.get(key).and_then(|v| v.into_string()).unwrap_or_default();
+    crate::workload::Kind::is_job(field("apiVersion"), field("kind"))
 }
 
 /// A string-to-string map on the tape (an object, or none), as templates see it. Non-string values are left out.

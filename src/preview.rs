@@ -34,7 +34,8 @@ pub(crate) fn read(root: simd_json::tape::Value<'_, '_>) -> Result<Previewable, 
         workload: None,
     };
     let kind = review.kind;
-    let Some(path) = crate::offline::template_path(kind.group, kind.kind) else { return Ok(previewable) };
+    let workload = crate::workload::Kind::of_group(kind.group, kind.kind);
+    let Some(path) = workload.pod_template_path() else { return Ok(previewable) };
     // A Pod has its own webhook; a subresource (scale, status) does not change the pod template.
     if path.is_empty() || !review.sub_resource.is_empty() {
         return Ok(previewable);

@@ -6,84 +6,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Serialize;
 
-/// The kind of a workload, as far as `status` tells them apart.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
-    /// `apps/v1` Deployment.
-    Deployment,
-    /// `apps/v1` StatefulSet.
-    StatefulSet,
-    /// `apps/v1` DaemonSet.
-    DaemonSet,
-    /// `apps/v1` ReplicaSet not controlled by a Deployment.
-    ReplicaSet,
-    /// `v1` ReplicationController.
-    ReplicationController,
-    /// `batch/v1` Job not controlled by a CronJob.
-    Job,
-    /// `batch/v1` CronJob.
-    CronJob,
-    /// A pod without a controller.
-    Pod,
-    /// Any other controller (an Argo Rollout, an operator's own kind): `Kind.group`, or `Kind` in the core group.
-    Other(String),
-}
-
-impl Kind {
-    /// The kind of an object of `api_version` (`apps/v1`, `v1`) and `kind`.
-    pub fn of(api_version: &str, kind: &str) -> Kind {
-        let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
-        match (group, kind) {
-            ("apps", "Deployment") => Kind::Deployment,
-            ("apps", "StatefulSet") => Kind::StatefulSet,
-            ("apps", "DaemonSet") => Kind::DaemonSet,
-            ("apps", "ReplicaSet") => Kind::ReplicaSet,
-            ("", "ReplicationController") => Kind::ReplicationController,
-            ("batch", "Job") => Kind::Job,
-            ("batch", "CronJob") => Kind::CronJob,
-            ("", "Pod") => Kind::Pod,
-            ("", other) => Kind::Other(other.to_owned()),
-            (group, other) => Kind::Other(format!("{other}.{group}")),
-        }
-    }
-
-    /// The name people and kubectl use: `Deployment`, `Rollout.argoproj.io`.
-    pub fn as_str(&self) -> &str {
-        match self {
-            Kind::Deployment => "Deployment",
-            Kind::StatefulSet => "StatefulSet",
-            Kind::DaemonSet => "DaemonSet",
-            Kind::ReplicaSet => "ReplicaSet",
-            Kind::ReplicationController => "ReplicationController",
-            Kind::Job => "Job",
-            Kind::CronJob => "CronJob",
-            Kind::Pod => "Pod",
-            Kind::Other(kind) => kind,
-        }
-    }
-
-    /// Can `status --restart` roll it, as `kubectl rollout restart` does (a new pod template annotation)?
-    pub fn restartable(&self) -> bool {
-        matches!(self, Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet)
-    }
-
-    /// Does one more owner reference up matter: a ReplicaSet's Deployment, a Job's CronJob?
-    pub fn has_parent(&self) -> bool {
-        matches!(self, Kind::ReplicaSet | Kind::Job)
-    }
-}
-
-impl std::fmt::Display for Kind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for Kind {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
+pub use crate::workload::Kind;
 
 /// The workload a pod belongs to: what the report groups pods by and `--restart` rolls.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -174,9 +97,6 @@ mod tests {
         assert_eq!(workload("p", Some(&sts), Some(&cron)).to_string(), "StatefulSet/db");
         let bare = workload("debug", None, None);
         assert_eq!((bare.to_string(), bare.kind.restartable()), ("Pod/debug".to_owned(), false));
-        assert_eq!(Kind::of("v1", "Node"), Kind::Other("Node".into()));
-        // A Job or Deployment of another group is not ours.
-        assert_eq!(Kind::of("example.com/v1", "Deployment"), Kind::Other("Deployment.example.com".into()));
     }
 
     #[test]
