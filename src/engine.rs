@@ -378,13 +378,7 @@ impl Engine {
             let review = review::read(root)?;
             let mut outcome = Outcome::new(review.version, true);
             let pod = decision::decide(&review, &engine.keys);
-            let decision = match &pod {
-                Err(reason) => Decision::Allow(Verdict::Skipped(*reason)),
-                Ok(pod) => match engine.choose(pod, work, &mut outcome) {
-                    Ok(template) => engine.prepare(template, pod, work, &mut outcome, Mode::Mutate),
-                    Err(decision) => decision,
-                },
-            };
+            let decision = engine.decide(&pod, work, &mut outcome, Mode::Mutate);
             let patch = match decision {
                 Decision::Allow(verdict) | Decision::Deny { verdict, .. } => {
                     outcome.verdict = verdict;
@@ -464,13 +458,7 @@ impl Engine {
         let review = review::read(root)?;
         let mut outcome = Outcome::new(review.version, trace);
         let pod = decision::decide(&review, &self.keys);
-        let decision = match &pod {
-            Err(reason) => Decision::Allow(Verdict::Skipped(*reason)),
-            Ok(pod) => match self.choose(pod, work, &mut outcome) {
-                Ok(template) => self.prepare(template, pod, work, &mut outcome, mode),
-                Err(decision) => decision,
-            },
-        };
+        let decision = self.decide(&pod, work, &mut outcome, mode);
         self.write(&review, decision, work, out, &mut outcome);
         Ok(outcome)
     }
@@ -493,14 +481,14 @@ impl Engine {
         }
         let mut outcome = Outcome::new(review.version, false);
         let pod = decision::decide(&review, &self.keys);
-        let decision = match &pod {
-            Err(reason) => Decision::Allow(Verdict::Skipped(*reason)),
-            Ok(pod) => match self.choose(pod, work, &mut outcome) {
-                Ok(_) if until == Stage::Decide => return Ok(()),
-                Ok(template) => self.prepare(template, pod, work, &mut outcome, Mode::Mutate),
-                Err(decision) => decision,
-            },
-        };
+        if until == Stage::Decide {
+            if let Ok(pod) = &pod {
+                // The choice is the stage measured; what it chose is not used.
+                let _chosen = self.choose(pod, work, &mut outcome);
+            }
+            return Ok(());
+        }
+        let decision = self.decide(&pod, work, &mut outcome, Mode::Mutate);
         match (until, &decision) {
             (Stage::Decide | Stage::Render, _) => {}
             (Stage::Merge, Decision::Patch { template, pod, overridden }) => {
@@ -510,6 +498,24 @@ impl Engine {
             _ => self.write(&review, decision, work, out, &mut outcome),
         }
         Ok(())
+    }
+
+    /// Inject or skip: for a pod to inject, its template chosen and its injection prepared; for one the review's
+    /// rules skip, that skip. The one sequence a review, `uninject` and the per-stage probe all run.
+    fn decide<'d>(
+        &'d self,
+        pod: &'d Result<PodView<'d, 'd>, SkipReason>,
+        work: &mut Work,
+        outcome: &mut Outcome,
+        mode: Mode,
+    ) -> Decision<'d> {
+        match pod {
+            Err(reason) => Decision::Allow(Verdict::Skipped(*reason)),
+            Ok(pod) => match self.choose(pod, work, outcome) {
+                Ok(template) => self.prepare(template, pod, work, outcome, mode),
+                Err(decision) => decision,
+            },
+        }
     }
 
     /// The template the pod takes; or, when it takes none, the decision already. Reads the pod's overrides
