@@ -179,6 +179,30 @@ fn bench(c: &mut Criterion) {
                 &mut out,
                 vary,
             );
+
+            // Issue 41: the apply-time preview of a Deployment whose pod template is this pod (off the pod path:
+            // one call per workload created or changed). Its cost beside `engine-unique-pod`: the workload read
+            // into JSON, the pod template wrapped as a Pod review, and one engine review of it.
+            let review: Value = serde_json::from_slice(&body).unwrap();
+            let pod = &review["request"]["object"];
+            let deployment = json!({
+                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                "spec": {"template": {"metadata": pod["metadata"], "spec": pod["spec"]}}
+            });
+            let mut workload_review = review.clone();
+            workload_review["request"]["kind"] = json!({"group": "apps", "version": "v1", "kind": "Deployment"});
+            workload_review["request"]["object"] = deployment;
+            let workload_review = serde_json::to_vec(&workload_review).unwrap();
+            let outcome = engine.preview(&mut workload_review.clone(), &mut out).unwrap();
+            assert!(matches!(outcome.verdict, Verdict::Previewed { templates: 1, .. }), "{outcome:?}");
+            group.bench_with_input(BenchmarkId::new("preview-deployment", label), &workload_review, |b, body| {
+                let mut buf = Vec::with_capacity(body.len());
+                b.iter(|| {
+                    buf.clear();
+                    buf.extend_from_slice(body);
+                    black_box(engine.preview(&mut buf, &mut out).unwrap());
+                })
+            });
         }
 
         group.bench_with_input(BenchmarkId::new("simd-json-parse", label), &body, |b, body| {

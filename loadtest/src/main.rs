@@ -21,6 +21,7 @@ mod bodies;
 mod check;
 mod client;
 mod drive;
+mod engine_cost;
 mod floor;
 mod plot;
 mod report;

@@ -38,6 +38,37 @@ pub struct Report {
     pub floor: Option<TargetReport>,
     /// Each target ÷ the stack floor, per figure.
     pub over_floor: Option<OverFloor>,
+    /// The injector's server CPU per request taken apart (`--start` with `--start-floor`).
+    pub accounting: Option<Accounting>,
+}
+
+/// Where the injector's server CPU per request goes, µs: the stack floor (hyper + rustls carrying the same
+/// requests and answers), the engine in process on the same bodies, and the remainder, the server's own.
+#[derive(Debug, Serialize)]
+pub struct Accounting {
+    /// The injector's server CPU per request.
+    pub ours_us: f64,
+    /// The stack floor's.
+    pub floor_us: f64,
+    /// The engine's, in process ([`crate::engine_cost`]).
+    pub engine_us: f64,
+    /// ours − floor − engine.
+    pub remainder_us: f64,
+    /// The target for the remainder (issue 40): 2 µs + 3% of the engine.
+    pub remainder_target_us: f64,
+}
+
+impl Accounting {
+    /// The accounting of `ours` and `floor` (server CPU per request) with the engine's cost in process.
+    pub fn of(ours: f64, floor: f64, engine: f64) -> Accounting {
+        Accounting {
+            ours_us: ours,
+            floor_us: floor,
+            engine_us: engine,
+            remainder_us: ours - floor - engine,
+            remainder_target_us: 2.0 + 0.03 * engine,
+        }
+    }
 }
 
 /// Each target ÷ the stack floor: a server CPU ratio of 3 means the target spends 3 times what hyper + rustls
@@ -339,6 +370,14 @@ impl Report {
                 })
                 .collect();
             let _ = writeln!(out, "ratios: {}", key.join(", "));
+        }
+        if let Some(a) = &self.accounting {
+            let _ = writeln!(
+                out,
+                "server CPU per request, {}: {:.1} µs = stack floor {:.1} + engine in process {:.1} + remainder {:.1} \
+                 (target <= {:.1})",
+                self.primary.target, a.ours_us, a.floor_us, a.engine_us, a.remainder_us, a.remainder_target_us
+            );
         }
         for t in &targets {
             if let Some(steps) = &t.sweep {

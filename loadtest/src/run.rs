@@ -16,7 +16,7 @@ use crate::bodies::{self, human_bytes};
 use crate::check::FixedAnswers;
 use crate::client::{self, Target};
 use crate::drive::{Phase, Pool, Shared};
-use crate::report::{OverFloor, Ratios, Report, ServerFigures, SweepStep, TargetReport};
+use crate::report::{Accounting, OverFloor, Ratios, Report, ServerFigures, SweepStep, TargetReport};
 use crate::server::{Kind, Launched, Probe};
 use crate::stats::Tally;
 
@@ -204,6 +204,9 @@ struct Spec {
     fixed: Option<Arc<FixedAnswers>>,
 }
 
+/// How long the engine runs in process for the accounting ([`crate::engine_cost`]).
+const ENGINE_COST_DURATION: Duration = Duration::from_secs(2);
+
 async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String> {
     let corpus = args.corpus.clone().unwrap_or_else(bodies::default_corpus);
     let pods = args.pods.clone().unwrap_or_else(|| corpus.join("pods"));
@@ -329,6 +332,17 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
     let over_floor = floor
         .as_ref()
         .map(|f| OverFloor { first: Ratios::of(f, &primary), compare: compare.as_ref().map(|c| Ratios::of(f, c)) });
+    // Our server's CPU per request taken apart, when the run has both it and the floor: the engine run in process
+    // on the same bodies, on the servers' CPUs, once the drivers are done.
+    let accounting =
+        match (args.start, primary.server_cpu_us_per_req, floor.as_ref().and_then(|f| f.server_cpu_us_per_req)) {
+            (true, Some(ours), Some(floor)) => {
+                let cpus = server_cpus.map(cpu_list).transpose()?;
+                let engine = crate::engine_cost::cpu_us_per_review(&shared.bodies, ENGINE_COST_DURATION, cpus)?;
+                Some(Accounting::of(ours, floor, engine))
+            }
+            _ => None,
+        };
     Ok(Report {
         mode: if args.sweep {
             "sweep"
@@ -355,6 +369,7 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
         ratios,
         floor,
         over_floor,
+        accounting,
     })
 }
 

@@ -165,6 +165,15 @@ fn the_stack_floor_answers_as_many_bytes_as_the_injector_in_an_open_loop() {
     assert!(floor["send_late_p999_us"].as_u64().is_some(), "the floor is paced as the others: {floor}");
     assert!(report["over_floor"]["first"]["server_cpu_us_per_req"].as_f64().unwrap() > 0.0, "{report}");
     assert!(report["over_floor"]["compare"].is_null(), "{report}");
+    // Ours taken apart: the floor's and ours as measured, the engine in process, the remainder what is left.
+    let accounting = &report["accounting"];
+    let figure = |key: &str| accounting[key].as_f64().unwrap_or_else(|| panic!("{key}: {accounting}"));
+    assert_eq!(figure("ours_us"), report["server_cpu_us_per_req"].as_f64().unwrap());
+    assert_eq!(figure("floor_us"), floor["server_cpu_us_per_req"].as_f64().unwrap());
+    assert!(figure("engine_us") > 0.0, "{accounting}");
+    let sum = figure("floor_us") + figure("engine_us") + figure("remainder_us");
+    assert!((sum - figure("ours_us")).abs() < 1e-9, "{accounting}");
+    assert!((figure("remainder_target_us") - (2.0 + 0.03 * figure("engine_us"))).abs() < 1e-9, "{accounting}");
 }
 
 #[test]
