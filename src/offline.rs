@@ -435,8 +435,9 @@ fn uninject_pod(
     loop {
         // Serialising a `Value` cannot fail.
         let patch = serde_json::to_vec(&ops).expect("JSON values serialise");
-        let stripped =
-            created.with_object(crate::uninject::apply(&created.object, &patch).map_err(|e| internal(workload, e))?);
+        let stripped = created.with_object(
+            crate::uninject::apply(&created.object, &patch).map_err(|e| internal(workload, e.to_string()))?,
+        );
         let (again, _) = injected(engine, &stripped, workload)?;
         if again == expected {
             stripped.write_back(stripped.object.clone(), pod, workload)?;

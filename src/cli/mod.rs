@@ -233,7 +233,7 @@ pub struct RevisionDir {
 }
 
 impl std::str::FromStr for RevisionDir {
-    type Err = String;
+    type Err = RevisionArgError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let (revision, dir) = split_revision(text, "directory")?;
@@ -243,18 +243,53 @@ impl std::str::FromStr for RevisionDir {
 
 /// `[REVISION=]VALUE`: the revision (the default one without `REVISION=`, which must be a DNS-1123 label) and
 /// the value, which must not be empty (`what` names it in the message).
-pub(crate) fn split_revision<'t>(text: &'t str, what: &str) -> Result<(String, &'t str), String> {
+pub(crate) fn split_revision<'t>(text: &'t str, what: &'static str) -> Result<(String, &'t str), RevisionArgError> {
     let (revision, value) = match text.split_once('=') {
         Some((name, value)) => (name, value),
         None => (crate::template::DEFAULT_REVISION, text),
     };
     if let Some(problem) = crate::validation::names::dns1123_label(revision).into_iter().next() {
-        return Err(format!("revision {revision:?}: {problem}"));
+        return Err(RevisionArgError::Revision { revision: revision.to_owned(), problem });
     }
     if value.is_empty() {
-        return Err(format!("revision {revision:?} names no {what}"));
+        return Err(RevisionArgError::Empty { revision: revision.to_owned(), what });
     }
     Ok((revision.to_owned(), value))
+}
+
+/// Why a `[REVISION=]VALUE` option value is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RevisionArgError {
+    /// The revision is not a DNS-1123 label.
+    #[error("revision {revision:?}: {problem}")]
+    Revision {
+        /// The revision given.
+        revision: String,
+        /// The rule it breaks.
+        problem: String,
+    },
+    /// Nothing after `REVISION=`.
+    #[error("revision {revision:?} names no {what}")]
+    Empty {
+        /// The revision given.
+        revision: String,
+        /// What the value names: `directory`, `ConfigMap`.
+        what: &'static str,
+    },
+    /// A ConfigMap named without its namespace where one is needed.
+    #[error("{value:?} is not NAMESPACE/NAME")]
+    NotNamespaced {
+        /// The value given.
+        value: String,
+    },
+    /// The ConfigMap's name is not a valid object name.
+    #[error("ConfigMap name {name:?}: {problem}")]
+    ConfigMapName {
+        /// The name given.
+        name: String,
+        /// The rule it breaks.
+        problem: String,
+    },
 }
 
 impl TemplateArgs {

@@ -208,12 +208,12 @@ pub struct RevisionConfigMap {
 }
 
 impl std::str::FromStr for RevisionConfigMap {
-    type Err = String;
+    type Err = super::RevisionArgError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let (revision, name) = super::split_revision(text, "ConfigMap")?;
         if let Some(problem) = crate::validation::names::dns1123_subdomain(name).into_iter().next() {
-            return Err(format!("ConfigMap name {name:?}: {problem}"));
+            return Err(super::RevisionArgError::ConfigMapName { name: name.to_owned(), problem });
         }
         Ok(RevisionConfigMap { revision, name: name.to_owned() })
     }

@@ -110,15 +110,14 @@ pub struct RevisionConfigMap {
 }
 
 impl std::str::FromStr for RevisionConfigMap {
-    type Err = String;
+    type Err = super::RevisionArgError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        // `REVISION=DIR` is parsed one way: the revision and its checks are the `--template-dir` flag's.
-        let super::RevisionDir { revision, dir } = text.parse()?;
-        let dir = dir.to_string_lossy();
-        let Some((namespace, name)) = dir.split_once('/').filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+        // `REVISION=NS/NAME` is parsed one way: the revision and its checks are the `--template-dir` flag's.
+        let (revision, value) = super::split_revision(text, "ConfigMap")?;
+        let Some((namespace, name)) = value.split_once('/').filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
         else {
-            return Err(format!("{dir:?} is not NAMESPACE/NAME"));
+            return Err(super::RevisionArgError::NotNamespaced { value: value.to_owned() });
         };
         Ok(RevisionConfigMap { revision, namespace: namespace.to_owned(), name: name.to_owned() })
     }
@@ -251,7 +250,7 @@ async fn restart(cluster: &Cluster, report: &Report, args: &StatusArgs) -> resta
     for target in plan.restart {
         match cluster.restart(&target, &patch).await {
             Ok(()) => outcome.restarted.push(target),
-            Err(reason) => outcome.failed.push(restart::Failed { target, reason }),
+            Err(e) => outcome.failed.push(restart::Failed { target, reason: status::chain(&e) }),
         }
     }
     outcome

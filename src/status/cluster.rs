@@ -22,6 +22,20 @@ use crate::decision::Keys;
 /// Objects asked for per list call: the page size client-go (and kubectl) use.
 const PAGE: u32 = 500;
 
+/// Why a workload could not be rolled (`status --restart`).
+#[derive(Debug, thiserror::Error)]
+pub enum RestartError {
+    /// A paused Deployment would not roll.
+    #[error("the Deployment is paused: `kubectl rollout resume` it first")]
+    Paused,
+    /// Not a kind `kubectl rollout restart` rolls.
+    #[error("not restartable")]
+    NotRestartable,
+    /// The API server refused the read or the patch.
+    #[error("the API server refused")]
+    Api(#[from] kube::Error),
+}
+
 /// Why the API server could not be asked, or did not answer as needed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -206,7 +220,7 @@ impl Cluster {
 
     /// Rolls `target` as `kubectl rollout restart` does, with `patch` ([`restart::patch`]); a paused Deployment
     /// is left alone (as kubectl does), since it would not roll.
-    pub async fn restart(&self, target: &restart::Target, patch: &serde_json::Value) -> Result<(), String> {
+    pub async fn restart(&self, target: &restart::Target, patch: &serde_json::Value) -> Result<(), RestartError> {
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
         let (namespace, name) = (target.namespace.as_str(), target.workload.name.as_str());
         let patch = Patch::Strategic(patch);
@@ -214,9 +228,9 @@ impl Cluster {
         let patched = match target.workload.kind {
             Kind::Deployment => {
                 let api = Api::<Deployment>::namespaced(client, namespace);
-                let deployment = api.get(name).await.map_err(|e| super::chain(&e))?;
+                let deployment = api.get(name).await?;
                 if deployment.spec.and_then(|s| s.paused) == Some(true) {
-                    return Err("the Deployment is paused: `kubectl rollout resume` it first".to_owned());
+                    return Err(RestartError::Paused);
                 }
                 api.patch(name, &params, &patch).await.map(drop)
             }
@@ -226,9 +240,9 @@ impl Cluster {
             Kind::DaemonSet => {
                 Api::<DaemonSet>::namespaced(client, namespace).patch(name, &params, &patch).await.map(drop)
             }
-            _ => return Err("not restartable".to_owned()),
+            _ => return Err(RestartError::NotRestartable),
         };
-        patched.map_err(|e| super::chain(&e))
+        Ok(patched?)
     }
 
     /// Every object of `api`'s collection, a page at a time.
