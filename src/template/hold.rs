@@ -5,10 +5,10 @@
 //! The kubelet offers two ways, and the Kubernetes version the injector is set for (`--kubernetes-version`)
 //! chooses one when the template is assembled:
 //!
-//! - from 1.29 ([`NATIVE_SIDECAR_MINOR`]), the template's containers become native sidecars (the very shape Jobs'
-//!   pods get, [`as_native_sidecars`]): the kubelet starts the app's containers once every init container has
-//!   completed or, for a native sidecar, once its `startupProbe` has succeeded. Their `lifecycle.postStart`, the
-//!   wait for older kubelets, is taken out: the probe is the one wait;
+//! - from 1.29 ([`NATIVE_SIDECAR_MINOR`](super::NATIVE_SIDECAR_MINOR)), the template's containers become native
+//!   sidecars (the very shape Jobs' pods get, [`as_native_sidecars`]): the kubelet starts the app's containers once
+//!   every init container has completed or, for a native sidecar, once its `startupProbe` has succeeded. Their
+//!   `lifecycle.postStart`, the wait for older kubelets, is taken out: the probe is the one wait;
 //! - below, the template's containers go first in `spec.containers`, in the template's order (the merge inserts
 //!   them at `/spec/containers/0`, `/1`, ...), each with its `lifecycle.postStart`: the kubelet starts a pod's
 //!   containers one after the other and does not start the next before the previous one's `postStart` hook has

@@ -9,7 +9,7 @@
 //! - `initContainerPosition`: `first` (default) or `last`, where missing init containers are inserted;
 //! - `injectHostNetwork`: whether `hostNetwork` pods are injected (default `false`);
 //! - `holdApplicationUntilSidecarReady`: whether the app's containers start only once the template's are ready
-//!   (default `false`; see [`hold`]).
+//!   (default `false`; see [`Hold`]).
 //!
 //! String values may be minijinja expressions. Those that use only `values` are rendered at load time; those
 //! that use `pod` are rendered per request. Loading fails, with the file, line and reason, when the YAML is
