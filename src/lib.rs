@@ -56,6 +56,6 @@ pub use decision::SkipReason;
 pub use engine::{Engine, Mode, Outcome, PARSE_PADDING, Settings, Stage, Trace, Verdict};
 pub use review::{ApiVersion, ReviewError};
 pub use template::{
-    JobPolicy, Policy, SelectError, Selection, SetSources, Stamp, Template, TemplateError, TemplateId, TemplateSet,
-    Validation,
+    Hold, JobPolicy, Policy, SelectError, Selection, SetSources, Stamp, Template, TemplateError, TemplateId,
+    TemplateSet, Validation,
 };

@@ -5,7 +5,8 @@
 //! - the pod lacks it (absent, null, or an empty map or list): one `add` of the whole template value there;
 //! - both are maps: recurse member by member;
 //! - both are keyed lists (containers by `name`, volumeMounts by `mountPath`, ...): recurse into the items the
-//!   pod already has, then add the missing ones (appended, or inserted at the front for init containers);
+//!   pod already has, then add the missing ones (appended, or inserted at the front: init containers, and
+//!   containers that hold the app with their `postStart` hooks);
 //! - anything else is present in the pod and belongs to the user: left alone, whatever the template says.
 //!
 //! The API's own rules, in [`schema`](crate::template::schema) (the one rule set, which combining templates
@@ -29,8 +30,9 @@ use crate::template::schema::{self, Existing};
 use crate::template::tree::{Item, KeyValue, List, Member, Object, Rendered, TNode};
 use crate::template::{InitPosition, Template};
 
-/// The field whose missing items may be inserted at the front rather than appended.
+/// The fields whose missing items may be inserted at the front rather than appended.
 const INIT_CONTAINERS: &str = "initContainers";
+const CONTAINERS: &str = "containers";
 
 /// One step from the pod's root to where the merge is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +85,8 @@ struct Merge<'p, 'b, 't, 'i, S: Sink, O> {
     path: &'p mut Pointer,
     rendered: Rendered<'p>,
     init_position: InitPosition,
+    /// The template's containers go in front of the pod's ([`Template::containers_first`]).
+    containers_first: bool,
     /// The pod's container lists (in [`schema::CONTAINER_LISTS`] order): a name may appear in only one of them.
     container_lists: [Option<Value<'t, 'i>>; 3],
     observer: &'p mut O,
@@ -105,12 +109,13 @@ pub(crate) fn merge<'m>(
         path,
         rendered,
         init_position: template.init_position,
+        containers_first: template.containers_first(),
         container_lists: pod.container_list_values(),
         observer,
     };
     let trees = template.trees(overridden);
     // Container defaults first: they address the pod's own containers by their original index, which the
-    // appended sidecars below do not shift.
+    // sidecars added below (appended, or inserted in front) would shift.
     if let (Some(defaults), Some(containers)) = (trees.container_defaults.as_ref(), pod.container_lists()[0]) {
         let spec_mark = cx.enter(Step::Field("spec"), "spec");
         let containers_mark = cx.enter(Step::Field("containers"), "containers");
@@ -241,7 +246,11 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
         if missing == 0 {
             return;
         }
-        let insert_front = field == INIT_CONTAINERS && self.init_position == InitPosition::First;
+        let insert_front = match field {
+            INIT_CONTAINERS => self.init_position == InitPosition::First,
+            CONTAINERS => self.containers_first,
+            _ => false,
+        };
         let mut inserted = 0;
         for item in &t.items {
             if find_item(item.key.as_ref(), items, merge_key).is_some() || !self.may_add(field, item, list) {

@@ -393,6 +393,96 @@ spec:
     assert!(!clean.contains("Warning:"), "{clean}");
 }
 
+/// Issue 41, item 5: `holdApplicationUntilSidecarReady` on a kubelet without native sidecars (1.20). A sidecar that
+/// becomes ready 5 s after it starts (it writes a file its startupProbe and postStart wait for), injected by
+/// `inject --kubernetes-version 1.20` with the webhook's engine into a namespace the webhook leaves alone: held, it
+/// is the first container and the app starts once its hook has returned, finding the file; the same pod injected
+/// without the setting is the control, whose app starts before the sidecar is ready.
+fn check_the_app_waits_for_its_sidecar(cluster: &Cluster) {
+    let template = |hold: bool| {
+        format!(
+            r#"
+holdApplicationUntilSidecarReady: {hold}
+pod:
+  spec:
+    containers:
+      - name: slow-sidecar
+        image: busybox:1.36
+        imagePullPolicy: IfNotPresent
+        command: [sh, -c, "sleep 5; touch /shared/ready; exec sleep 3600"]
+        startupProbe:
+          exec: {{command: [test, -f, /shared/ready]}}
+          periodSeconds: 1
+          failureThreshold: 60
+        lifecycle:
+          postStart:
+            exec: {{command: [sh, -c, "until test -f /shared/ready; do sleep 1; done"]}}
+        volumeMounts: [{{name: shared, mountPath: /shared}}]
+    volumes: [{{name: shared, emptyDir: {{}}}}]
+containerDefaults:
+  volumeMounts: [{{name: shared, mountPath: /shared}}]
+"#
+        )
+    };
+    cluster.kubectl_ok(&["create", "namespace", "hold"]);
+    for (name, hold) in [("held", true), ("not-held", false)] {
+        let file = cluster.work.join(format!("{name}.yaml"));
+        std::fs::write(&file, template(hold)).unwrap();
+        // The app says whether the sidecar was ready when it started.
+        let app =
+            "if test -f /shared/ready; then echo ready at start; else echo not ready at start; fi; exec sleep 3600";
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "hold"},
+            "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sh", "-c", app]}]}
+        })
+        .to_string();
+        let mut inject = cluster
+            .command("sidecar-injector")
+            .args(["inject", "--kubernetes-version", VERSION, "-f", "-", "--template"])
+            .arg(&file)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        inject.stdin.take().unwrap().write_all(pod.as_bytes()).unwrap();
+        let output = inject.wait_with_output().unwrap();
+        assert!(output.status.success(), "inject {name}:\n{}", text(&output));
+        cluster.apply(&String::from_utf8(output.stdout).unwrap());
+    }
+    let started = |pod: &Value, container: &str| -> std::time::SystemTime {
+        let statuses = pod["status"]["containerStatuses"].as_array().unwrap();
+        let status = statuses.iter().find(|s| s["name"] == container).unwrap();
+        humantime::parse_rfc3339(status["state"]["running"]["startedAt"].as_str().unwrap()).unwrap()
+    };
+    for (name, order, at_start) in [
+        ("held", ["slow-sidecar", "app"], "ready at start"),
+        ("not-held", ["app", "slow-sidecar"], "not ready at start"),
+    ] {
+        // Both containers running and the app's line logged (not Ready: a 1.20 kubelet marks a container without a
+        // readiness probe ready once its startup probe has passed only at the pod's next periodic sync).
+        let (pod, log) = wait_for(Duration::from_secs(60), name, || {
+            let pod = cluster.json(&["-n", "hold", "get", "pod", name]);
+            let statuses = pod["status"]["containerStatuses"].as_array()?;
+            let running = statuses.len() == 2 && statuses.iter().all(|c| !c["state"]["running"].is_null());
+            let log = cluster.kubectl(&["-n", "hold", "logs", name, "-c", "app"]).stdout;
+            (running && !log.is_empty()).then(|| (pod, String::from_utf8(log).unwrap()))
+        });
+        assert_eq!(names(&pod, "containers"), order, "{name}");
+        assert_eq!(log.trim(), at_start, "{name}: what the app found when it started");
+        // Seconds, as the kubelet reports them. `None`: the app started first.
+        let after = started(&pod, "app").duration_since(started(&pod, "slow-sidecar")).ok();
+        eprintln!("{name}: the app started {after:?} after the sidecar");
+        if name == "held" {
+            assert!(after.is_some_and(|after| after >= Duration::from_secs(4)), "{name}: the app did not wait");
+        } else {
+            assert!(after.is_none_or(|after| after <= Duration::from_secs(1)), "{name}: the app waited");
+        }
+    }
+    cluster.kubectl_ok(&["delete", "namespace", "hold", "--wait=false"]);
+}
+
 /// Nothing was pulled or tried: every image came from the archives imported at `up`.
 fn check_nothing_was_pulled(cluster: &Cluster) {
     let events = cluster.json(&["get", "events", "--all-namespaces"]);
@@ -899,6 +989,7 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     check_injected_pods_start_and_share(&cluster);
     check_what_is_not_injected(&cluster);
     check_apply_time_preview(&cluster);
+    check_the_app_waits_for_its_sidecar(&cluster);
 
     // Day two (issue 37): edits, the drift report and a certificate rotation through the API and the kubelet.
     let (propagation, new_template) = check_a_template_edit_through_the_api(&cluster);

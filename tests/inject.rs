@@ -435,7 +435,7 @@ fn uninject_gives_back_every_workload_kind_as_it_was_before_inject() {
     let manifests = dir.path().join("workloads.yaml");
     std::fs::write(&manifests, MANIFESTS).unwrap();
     let before = documents(MANIFESTS.as_bytes());
-    for template in ["default", "native-sidecar", "restricted", "demo"] {
+    for template in ["default", "native-sidecar", "restricted", "demo", "wait-for-sidecar"] {
         let file = format!("templates/{template}.yaml");
         let injected = run(&["inject", "-q", "--template", &file, "-f", manifests.to_str().unwrap()], "");
         assert!(injected.status.success(), "{template}");

@@ -8,12 +8,18 @@ mod common;
 use common::*;
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
-use sidecar_injector::Engine;
+use sidecar_injector::validation::KubeVersion;
+use sidecar_injector::{Engine, Settings, TemplateSet};
 
-/// Templates the properties are checked against: the shipped ones and one heavy on defaults.
+/// Templates the properties are checked against: the shipped ones and one heavy on defaults; the one that holds
+/// the app until its sidecar is ready in both its shapes (a native sidecar, and below 1.29 first in the list).
 fn engines() -> Vec<(&'static str, Engine)> {
     let native = std::fs::read_to_string("templates/native-sidecar.yaml").unwrap();
     let restricted = std::fs::read_to_string("templates/restricted.yaml").unwrap();
+    let wait = std::fs::read_to_string("templates/wait-for-sidecar.yaml").unwrap();
+    let below_1_29 = Settings { kubernetes_version: KubeVersion::new(28), ..Settings::default() };
+    let wait_below_1_29 =
+        Engine::new(TemplateSet::from_source("wait", "wait.yaml", &wait, &below_1_29).unwrap(), &below_1_29);
     let defaults = r#"
 pod:
   metadata: { labels: { "team.example.com/mesh": "on" }, annotations: { "example.com/b.c": "x" } }
@@ -37,6 +43,8 @@ containerDefaults:
         ("builtin", builtin()),
         ("native-sidecar", engine_from(&native)),
         ("restricted", engine_from(&restricted)),
+        ("wait-for-sidecar", engine_from(&wait)),
+        ("wait-for-sidecar at 1.28", wait_below_1_29),
         ("defaults", engine_from(defaults)),
     ]
 }

@@ -111,6 +111,9 @@ fn summary(label: &str, set: &TemplateSet, version: crate::validation::KubeVersi
             list(&injects.init_containers),
             list(&injects.volumes)
         ));
+        if let Some(hold) = template.hold() {
+            text.push_str(&format!("    holds the app until its sidecars are ready: {}\n", hold.describe()));
+        }
         for warning in template.warnings() {
             text.push_str(&format!("    warning: {warning}\n"));
         }

@@ -7,7 +7,9 @@
 //!   every injected pod;
 //! - `containerDefaults`: a partial container merged add-only into each of the pod's own containers;
 //! - `initContainerPosition`: `first` (default) or `last`, where missing init containers are inserted;
-//! - `injectHostNetwork`: whether `hostNetwork` pods are injected (default `false`).
+//! - `injectHostNetwork`: whether `hostNetwork` pods are injected (default `false`);
+//! - `holdApplicationUntilSidecarReady`: whether the app's containers start only once the template's are ready
+//!   (default `false`; see [`Hold`]).
 //!
 //! String values may be minijinja expressions. Those that use only `values` are rendered at load time; those
 //! that use `pod` are rendered per request. Loading fails, with the file, line and reason, when the YAML is
@@ -16,6 +18,7 @@
 
 mod checks;
 mod combine;
+mod hold;
 mod known_fields;
 mod leaf_cache;
 mod overrides;
@@ -37,6 +40,7 @@ use crate::validation::KubeVersion;
 
 use checks::LeafCheck;
 pub(crate) use checks::dry_run;
+pub use hold::Hold;
 pub(crate) use leaf_cache::LeafCache;
 pub(crate) use overrides::OverrideSpec;
 pub(crate) use pod_context::{ContainerEntries, PodContext, Port, Reads, StrEntries};
@@ -54,13 +58,14 @@ pub const BUILTIN_NAME: &str = "default";
 /// The default annotation prefix.
 pub const DEFAULT_PREFIX: &str = "sidecar-injector.io/";
 
-const TOP_LEVEL_KEYS: [&str; 11] = [
+const TOP_LEVEL_KEYS: [&str; 12] = [
     "values",
     "pod",
     "containerDefaults",
     "containerDefaultsFor",
     "initContainerPosition",
     "injectHostNetwork",
+    hold::KEY,
     "jobs",
     "onError",
     "validation",
@@ -342,6 +347,9 @@ pub struct Template {
     /// `None`), and the pod annotation that says (`<prefix>containers`).
     defaults_for: Option<Vec<String>>,
     containers_key: String,
+    /// How the app's containers are held until the template's are ready (`holdApplicationUntilSidecarReady`), for
+    /// the Kubernetes version: `None` when they are not.
+    hold: Option<Hold>,
     /// What a pod owned by a Job gets, after the fallback for the Kubernetes version.
     jobs: JobPolicy,
     /// `jobs` is `Skip` because `native-sidecar` needs a newer Kubernetes than the server's setting.
@@ -455,9 +463,15 @@ impl Template {
             many => hex_prefix(&Sha256::digest(many.iter().map(|p| p.hash.as_str()).collect::<Vec<_>>().join(","))),
         };
 
+        let combined_settings = PartSettings::combined(parts);
+        let native = settings.kubernetes_version.at_least(NATIVE_SIDECAR_MINOR);
+        let hold = combined_settings.hold_application.then(|| Hold::for_version(native));
         let mut combined = Combined::of(parts);
-        if shape == Shape::ForJobs {
-            as_native_sidecars(&mut combined.pod);
+        match (shape, hold) {
+            // Held by startup probes, the containers are native sidecars already: there is no Job shape to make.
+            (_, Some(Hold::StartupProbe)) => hold::as_held_by_startup_probes(&mut combined.pod),
+            (Shape::ForJobs, _) => as_native_sidecars(&mut combined.pod),
+            (Shape::AsWritten, _) => {}
         }
         let injects = Injects {
             containers: names_in(&combined.pod, "containers"),
@@ -523,8 +537,6 @@ impl Template {
         });
         let writes_host_ports =
             pod.has_key("hostPort") || container_defaults.as_ref().is_some_and(|d| d.has_key("hostPort"));
-        let combined_settings = PartSettings::combined(parts);
-        let native = settings.kubernetes_version.at_least(NATIVE_SIDECAR_MINOR);
         let jobs_fell_back = combined_settings.jobs == JobPolicy::NativeSidecar && !native;
         let template = Template {
             id: Arc::new(TemplateId::new(name, hash, set_hash.to_owned())),
@@ -535,6 +547,7 @@ impl Template {
             plain,
             init_position: combined_settings.init_position,
             inject_host_network: combined_settings.inject_host_network,
+            hold,
             jobs: if jobs_fell_back { JobPolicy::Skip } else { combined_settings.jobs },
             jobs_fell_back,
             defaults_for: parts.iter().find_map(|p| p.defaults_for.clone()),
@@ -590,6 +603,18 @@ impl Template {
     /// The `jobs` setting in effect.
     pub fn jobs(&self) -> JobPolicy {
         self.jobs
+    }
+
+    /// How the app's containers wait for the template's (`holdApplicationUntilSidecarReady`) at the Kubernetes
+    /// version the template was assembled for; `None` when they do not.
+    pub fn hold(&self) -> Option<Hold> {
+        self.hold
+    }
+
+    /// Do the template's containers go in front of the pod's own, rather than after them? So when they hold the
+    /// app with their `postStart` hooks, which the kubelet runs one container after the other.
+    pub(crate) fn containers_first(&self) -> bool {
+        self.hold == Some(Hold::PostStart)
     }
 
     /// The template's name: a file's stem, or the names of a combination joined by commas.
@@ -883,6 +908,8 @@ struct PartSettings {
     init_position: InitPosition,
     /// `injectHostNetwork`: `false` by default.
     inject_host_network: bool,
+    /// `holdApplicationUntilSidecarReady`: `false` by default.
+    hold_application: bool,
     /// `jobs`: `native-sidecar` (the default), `skip` or `inject`.
     jobs: JobPolicy,
     /// `onError`: `allow` or `deny`; the server's setting when absent.
@@ -916,6 +943,7 @@ impl PartSettings {
                 .unwrap_or(InitPosition::First),
             inject_host_network: setting(root, "injectHostNetwork", "true or false", boolean, invalid)?
                 .unwrap_or(false),
+            hold_application: setting(root, hold::KEY, "true or false", boolean, invalid)?.unwrap_or(false),
             jobs: setting(root, "jobs", "`native-sidecar`, `skip` or `inject`", jobs, invalid)?.unwrap_or_default(),
             on_error: setting(root, "onError", "`allow` or `deny`", policy, invalid)?,
             validation: setting(root, "validation", "`deny` or `warn`", validation, invalid)?,
@@ -930,8 +958,8 @@ impl PartSettings {
     }
 
     /// The settings of parts applied in order: the first part's init position; a host-network pod is injected
-    /// only if every part allows it; for each policy, the strictest part decides (for Jobs: `skip` over
-    /// `native-sidecar` over `inject`).
+    /// only if every part allows it; the app waits for the sidecars if any part says so; for each policy, the
+    /// strictest part decides (for Jobs: `skip` over `native-sidecar` over `inject`).
     fn combined(parts: &[&Part]) -> Self {
         let first = parts.first().expect("a template is assembled from at least one part");
         let on_error = if parts.iter().any(|p| p.settings.on_error == Some(Policy::Deny)) {
@@ -947,6 +975,7 @@ impl PartSettings {
         PartSettings {
             init_position: first.settings.init_position,
             inject_host_network: parts.iter().all(|p| p.settings.inject_host_network),
+            hold_application: parts.iter().any(|p| p.settings.hold_application),
             jobs: [JobPolicy::Skip, JobPolicy::NativeSidecar]
                 .into_iter()
                 .find(|policy| parts.iter().any(|p| p.settings.jobs == *policy))
@@ -1062,6 +1091,13 @@ impl Part {
                     .map(|(line, path, reason)| invalid(line, format!("{}: {reason}", display_path(&path))))
                     .collect(),
             ));
+        }
+        if settings.hold_application {
+            let line = root.map_get(hold::KEY).map_or(root.line, |setting| setting.line);
+            let problems = hold::problems(&pod, line, &invalid);
+            if !problems.is_empty() {
+                return Err(several(problems));
+            }
         }
 
         let mut hasher = Sha256::new();
