@@ -52,6 +52,10 @@ pub struct Accounting {
     pub floor_us: f64,
     /// The engine's, in process ([`crate::engine_cost`]).
     pub engine_us: f64,
+    /// One review's wall-clock time in process, median, µs.
+    pub engine_p50_us: f64,
+    /// Its 99th percentile.
+    pub engine_p99_us: f64,
     /// ours − floor − engine.
     pub remainder_us: f64,
     /// The target for the remainder (issue 40): 2 µs + 3% of the engine.
@@ -60,13 +64,15 @@ pub struct Accounting {
 
 impl Accounting {
     /// The accounting of `ours` and `floor` (server CPU per request) with the engine's cost in process.
-    pub fn of(ours: f64, floor: f64, engine: f64) -> Accounting {
+    pub fn of(ours: f64, floor: f64, engine: crate::engine_cost::EngineCost) -> Accounting {
         Accounting {
             ours_us: ours,
             floor_us: floor,
-            engine_us: engine,
-            remainder_us: ours - floor - engine,
-            remainder_target_us: 2.0 + 0.03 * engine,
+            engine_us: engine.cpu_us,
+            engine_p50_us: engine.p50_us,
+            engine_p99_us: engine.p99_us,
+            remainder_us: ours - floor - engine.cpu_us,
+            remainder_target_us: 2.0 + 0.03 * engine.cpu_us,
         }
     }
 }
@@ -375,8 +381,15 @@ impl Report {
             let _ = writeln!(
                 out,
                 "server CPU per request, {}: {:.1} µs = stack floor {:.1} + engine in process {:.1} + remainder {:.1} \
-                 (target <= {:.1})",
-                self.primary.target, a.ours_us, a.floor_us, a.engine_us, a.remainder_us, a.remainder_target_us
+                 (target <= {:.1}); one review in process: p50 {:.1} µs, p99 {:.1} µs",
+                self.primary.target,
+                a.ours_us,
+                a.floor_us,
+                a.engine_us,
+                a.remainder_us,
+                a.remainder_target_us,
+                a.engine_p50_us,
+                a.engine_p99_us
             );
         }
         for t in &targets {

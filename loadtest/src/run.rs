@@ -338,7 +338,7 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
         match (args.start, primary.server_cpu_us_per_req, floor.as_ref().and_then(|f| f.server_cpu_us_per_req)) {
             (true, Some(ours), Some(floor)) => {
                 let cpus = server_cpus.map(cpu_list).transpose()?;
-                let engine = crate::engine_cost::cpu_us_per_review(&shared.bodies, ENGINE_COST_DURATION, cpus)?;
+                let engine = crate::engine_cost::per_review(&shared.bodies, ENGINE_COST_DURATION, cpus)?;
                 Some(Accounting::of(ours, floor, engine))
             }
             _ => None,

@@ -171,6 +171,7 @@ fn the_stack_floor_answers_as_many_bytes_as_the_injector_in_an_open_loop() {
     assert_eq!(figure("ours_us"), report["server_cpu_us_per_req"].as_f64().unwrap());
     assert_eq!(figure("floor_us"), floor["server_cpu_us_per_req"].as_f64().unwrap());
     assert!(figure("engine_us") > 0.0, "{accounting}");
+    assert!(figure("engine_p99_us") >= figure("engine_p50_us") && figure("engine_p50_us") > 0.0, "{accounting}");
     let sum = figure("floor_us") + figure("engine_us") + figure("remainder_us");
     assert!((sum - figure("ours_us")).abs() < 1e-9, "{accounting}");
     assert!((figure("remainder_target_us") - (2.0 + 0.03 * figure("engine_us"))).abs() < 1e-9, "{accounting}");
