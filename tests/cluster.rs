@@ -80,8 +80,13 @@ impl Cluster {
 
     /// kubectl with `input` on its standard input.
     fn kubectl_with_input(&self, args: &[&str], input: &str) -> Output {
+        self.with_input("kubectl", args, input)
+    }
+
+    /// `program` (kubectl, sidecar-injector) with `input` on its standard input.
+    fn with_input(&self, program: &str, args: &[&str], input: &str) -> Output {
         let mut child = self
-            .command("kubectl")
+            .command(program)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -436,18 +441,9 @@ containerDefaults:
             "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sh", "-c", app]}]}
         })
         .to_string();
-        let mut inject = cluster
-            .command("sidecar-injector")
-            .args(["inject", "--kubernetes-version", VERSION, "-f", "-", "--template"])
-            .arg(&file)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        inject.stdin.take().unwrap().write_all(pod.as_bytes()).unwrap();
-        let output = inject.wait_with_output().unwrap();
+        let file = file.display().to_string();
+        let args = ["inject", "--kubernetes-version", VERSION, "-f", "-", "--template", file.as_str()];
+        let output = cluster.with_input("sidecar-injector", &args, &pod);
         assert!(output.status.success(), "inject {name}:\n{}", text(&output));
         cluster.apply(&String::from_utf8(output.stdout).unwrap());
     }
