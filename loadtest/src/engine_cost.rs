@@ -3,15 +3,14 @@
 //! every microsecond: ours = floor + engine + remainder, the remainder being the server's own overhead (the body
 //! gathered into one buffer, the deadline and budget, metrics, the answer's framing) beside hyper + rustls.
 //!
-//! The engine is the one the stack floor's answers come from (the built-in template, `serve`'s default
-//! settings), each review a stamped body as the drivers stamp them (its own uid and, for generated pods, its own
+//! The engine is the one the stack floor's answers come from ([`crate::stack_floor::answering_engine`]), each review a stamped body as the drivers stamp them (its own uid and, for generated pods, its own
 //! name), copied into a buffer with the parse padding as the server's body buffer is. The bodies are stamped
 //! before the clock starts; the thread's own CPU time (`/proc/thread-self/schedstat`, in nanoseconds) is what is
 //! counted.
 
 use std::time::{Duration, Instant};
 
-use sidecar_injector::{Engine, PARSE_PADDING, Settings, TemplateSet};
+use sidecar_injector::PARSE_PADDING;
 
 use crate::bodies::{Body, UID_LEN};
 
@@ -50,9 +49,7 @@ pub fn per_review(bodies: &[Body], duration: Duration, cpus: Option<Vec<usize>>)
         if let Some(cpus) = cpus {
             crate::run::pin_to(&cpus)?;
         }
-        let settings = Settings::default();
-        let set = TemplateSet::builtin(&settings).map_err(|e| format!("the built-in template: {e}"))?;
-        let engine = Engine::new(set, &settings);
+        let engine = crate::stack_floor::answering_engine()?;
         let longest = bodies.iter().map(Vec::len).max().unwrap_or(0);
         let (mut buf, mut out) = (Vec::with_capacity(longest + PARSE_PADDING), Vec::with_capacity(64 * 1024));
         let mut review = |body: &[u8]| -> Result<(), String> {

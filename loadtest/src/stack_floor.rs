@@ -78,12 +78,18 @@ pub struct FloorServerArgs {
     pub path: String,
 }
 
+/// The engine whose answers the floor gives: the built-in template, `serve`'s default settings. The accounting's
+/// engine in process ([`crate::engine_cost`]) is this one too.
+pub fn answering_engine() -> Result<Engine, String> {
+    let settings = Settings::default();
+    let set = TemplateSet::builtin(&settings).map_err(|e| format!("the built-in template: {e}"))?;
+    Ok(Engine::new(set, &settings))
+}
+
 /// The injector's answers to `bodies` as loaded, from its own engine with the built-in template and `serve`'s
 /// default settings; each is checked as a correct answer to its body.
 pub fn fixed_answers(bodies: &[Body]) -> Result<FixedAnswers, String> {
-    let settings = Settings::default();
-    let set = TemplateSet::builtin(&settings).map_err(|e| format!("the built-in template: {e}"))?;
-    let engine = Engine::new(set, &settings);
+    let engine = answering_engine()?;
     let mut answers = Vec::with_capacity(bodies.len());
     for body in bodies {
         let review = body.unstamped();
