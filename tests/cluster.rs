@@ -243,11 +243,14 @@ fn check_overlay_changes_only_what_the_readme_says(cluster: &Cluster) {
 fn check_the_injector_runs_as_shipped(cluster: &Cluster) {
     let deployment = cluster.json(&["-n", "sidecar-injector", "get", "deployment", "sidecar-injector"]);
     assert_eq!(deployment["status"]["readyReplicas"], 2, "{}", deployment["status"]);
-    let pods =
-        cluster.json(&["-n", "sidecar-injector", "get", "pods", "-l", "app.kubernetes.io/name=sidecar-injector"]);
-    let pods = pods["items"].as_array().unwrap();
-    assert_eq!(pods.len(), 2);
-    for pod in pods {
+    // A rollout's old replica lingers while it drains (the shutdown delay, then the grace period): wait it out.
+    let pods = wait_for(Duration::from_secs(90), "only the shipped two replicas", || {
+        let pods =
+            cluster.json(&["-n", "sidecar-injector", "get", "pods", "-l", "app.kubernetes.io/name=sidecar-injector"]);
+        let pods = pods["items"].as_array().unwrap().clone();
+        (pods.len() == 2).then_some(pods)
+    });
+    for pod in &pods {
         assert!(all_ready(pod), "{}", pod["status"]);
         let container = &pod["spec"]["containers"][0];
         assert_eq!(container["image"], IMAGE);

@@ -1,30 +1,22 @@
-//! The API server's rules applied to a template, so that what we inject is a pod it accepts.
+//! The API server's rules held against a template's own leaves, so that a value rendered from a pod or set by
+//! an override lands only where the API server would accept it. (The whole template is proven on sample pods one
+//! floor up, in [`crate::template_set`]: that needs the merge, which needs a compiled template.)
 //!
-//! - **At load** ([`check`]): the template is applied to sample pods of several shapes (named, `generateName`
-//!   only, with init containers of their own, with several containers of other shapes for the container defaults,
-//!   declaring the sidecar themselves), the patch applied as the API server applies it, and each result validated
-//!   ([`validation::validate_pod`]). Every problem is reported at the template line that causes it, so a broken
-//!   edit is refused while the last good set keeps serving.
-//! - **Per pod, whole**: a template that writes host ports has each pod judged with its sidecar merged in
-//!   (`Engine::pod_conflict_failure`), as only the pod knows which host ports it uses.
 //! - **Per pod**: a leaf rendered from the pod is held to the rule of the field it lands in ([`LeafCheck`],
-//!   found by the validator itself); overrides are tried on the template's own containers and one that would make
-//!   them invalid is refused with a warning ([`Template::vet_overrides`]).
+//!   found by the validator itself), and a template whose leaves render numbers or quantities has its own part
+//!   judged whole with the pod's values ([`Template::check_rendered`]).
+//! - **Overrides**: tried on the template's own containers; one that would make them invalid is refused with a
+//!   warning ([`Template::vet_overrides`]).
 
 use serde_json::{Value as J, json};
 
-use super::schema::merge_key_for;
 use super::tree::Rendered;
 use super::yaml::{self, PathSeg, YNode};
-use super::{ContainerEntries, PodContext, StrEntries, Template, TemplateError};
-use crate::patch::Pointer;
-use crate::pod::PodView;
+use super::{ContainerEntries, PodContext, StrEntries, Template};
 use crate::validation::{self, FieldError, FieldPath, KubeVersion, Rule, Seg};
 
 /// The name the container defaults go by when they are validated as a container of their own.
 const DEFAULTS_CONTAINER: &str = "container-defaults";
-/// The namespace sample pods are created in.
-const SAMPLE_NAMESPACE: &str = "default";
 
 /// A per-pod leaf and the rule of the field it is rendered into.
 #[derive(Debug, Clone)]
@@ -33,182 +25,6 @@ pub(crate) struct LeafCheck {
     pub rule: Rule,
     /// The field, for messages.
     pub path: FieldPath,
-}
-
-/// Pods of the shapes a template meets, named for messages: what every template is dry-run on when it loads.
-/// `sidecar` is a container the template injects (and `init` whether it is an init container): one sample
-/// declares it itself, as a user may.
-fn sample_pods(sidecar: Option<(&str, bool)>) -> Vec<(&'static str, J)> {
-    let app = json!({
-        "name": "app", "image": "registry.example.com/shop/app:1.0",
-        "ports": [{"name": "http", "containerPort": 8080}],
-        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-    });
-    let pod = |metadata: J, init: J, extra: Option<J>| {
-        let mut containers = vec![app.clone()];
-        containers.extend(extra);
-        json!({
-            "apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-            "spec": {"serviceAccountName": "shop", "containers": containers, "initContainers": init,
-                     "volumes": [{"name": "data", "emptyDir": {}}]},
-        })
-    };
-    let labels = json!({"app": "shop", "app.kubernetes.io/name": "shop", "version": "v1"});
-    let named = json!({"name": "shop-0", "namespace": SAMPLE_NAMESPACE, "labels": labels});
-    let generated = json!({"generateName": "shop-7c9d5b8f6-", "namespace": SAMPLE_NAMESPACE, "labels": labels});
-    let migrate = json!([{"name": "migrate", "image": "registry.example.com/shop/migrate:1.0"}]);
-    // Containers of other shapes, for what the container defaults add to every container: one with nothing but
-    // its image, one with limits, a security context, env and a port of another number.
-    let worker = json!({
-        "name": "worker", "image": "registry.example.com/shop/worker:1.0",
-        "ports": [{"name": "metrics", "containerPort": 9090}],
-        "env": [{"name": "MODE", "value": "batch"}],
-        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
-        "securityContext": {"runAsUser": 1000, "runAsNonRoot": true},
-    });
-    let bare = json!({"name": "bare", "image": "registry.example.com/shop/bare:1.0"});
-    let mut several = pod(named.clone(), json!([]), Some(worker));
-    if let Some(containers) = several["spec"]["containers"].as_array_mut() {
-        containers.push(bare);
-    }
-    let mut samples = vec![
-        ("a named pod", pod(named.clone(), json!([]), None)),
-        ("a pod with only a generateName", pod(generated, json!([]), None)),
-        ("a pod with init containers", pod(named.clone(), migrate, None)),
-        ("a pod with several containers", several),
-    ];
-    if let Some((name, init)) = sidecar {
-        let own = json!({"name": name, "image": "registry.example.com/own/sidecar:1.0"});
-        let sample = if init { pod(named, json!([own]), None) } else { pod(named, json!([]), Some(own)) };
-        samples.push(("a pod that declares the sidecar itself", sample));
-    }
-    samples
-}
-
-/// A pod whose only container meets the Pod Security `restricted` level on its own (nothing set at pod level, so
-/// that what a template adds there shows): what a template's [`pod_security`](Template::pod_security) is judged on.
-fn restricted_app_pod() -> J {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "shop-0", "namespace": SAMPLE_NAMESPACE, "labels": {"app": "shop"}},
-        "spec": {"containers": [{
-            "name": "app", "image": "registry.example.com/shop/app:1.0",
-            "ports": [{"name": "http", "containerPort": 8080}],
-            "securityContext": {
-                "allowPrivilegeEscalation": false, "runAsNonRoot": true,
-                "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
-            },
-        }]},
-    })
-}
-
-impl Template {
-    /// The Pod Security Standards level of the pods this template injects, when the app itself meets
-    /// `restricted`: the highest level its pods can meet, and, in the report, the fields that keep them from the
-    /// levels above it.
-    pub fn pod_security(&self) -> Result<crate::pod_security::Report, String> {
-        dry_run(self, &restricted_app_pod(), &[]).map(|injected| crate::pod_security::evaluate(&injected))
-    }
-}
-
-/// Applies `template` (with `overrides`) to `pod` as the webhook would, and the patch as the API server would:
-/// the injected pod.
-pub(crate) fn dry_run(template: &Template, pod: &J, overrides: &super::Overrides) -> Result<J, String> {
-    // A `Value` always serialises.
-    let mut bytes = serde_json::to_vec(pod).expect("JSON values serialise");
-    let tape = simd_json::to_tape(&mut bytes).map_err(|e| e.to_string())?;
-    let view = PodView::new(tape.as_value(), SAMPLE_NAMESPACE);
-    let context = view.context(template.reads());
-    let (mut buf, mut ranges) = (Vec::new(), Vec::new());
-    template.render(&context, overrides, None, &mut buf, &mut ranges).map_err(|e| e.reason)?;
-    let mut patch = Vec::new();
-    let rendered = Rendered { buf: &buf, ranges: &ranges };
-    crate::merge::merge(template, !overrides.is_empty(), &view, rendered, &mut Pointer::default(), &mut patch, &mut ());
-    let patch: json_patch::Patch = serde_json::from_slice(&patch).map_err(|e| e.to_string())?;
-    let mut injected = pod.clone();
-    json_patch::patch(&mut injected, &patch).map_err(|e| format!("the patch does not apply: {e}"))?;
-    Ok(injected)
-}
-
-/// Dry-runs `template` on every sample pod and validates the results: every problem at its line of `file`.
-/// `pod` and `defaults` are the template's `pod` and `containerDefaults` sections, with their lines.
-pub(super) fn check(
-    template: &Template,
-    pod: &YNode,
-    defaults: Option<&YNode>,
-    file: &str,
-    version: KubeVersion,
-) -> Vec<TemplateError> {
-    let injects = template.injects();
-    let sidecar = injects
-        .containers
-        .first()
-        .map(|name| (name.as_str(), false))
-        .or_else(|| injects.init_containers.first().map(|name| (name.as_str(), true)));
-    let mut problems: Vec<(usize, String, String)> = Vec::new();
-    for (shape, sample) in sample_pods(sidecar) {
-        let injected = match dry_run(template, &sample, &[]) {
-            Ok(injected) => injected,
-            Err(reason) => {
-                problems.push((pod.line, String::new(), format!("cannot be applied to {shape}: {reason}")));
-                continue;
-            }
-        };
-        for error in validation::validate_pod(&injected, version) {
-            let line = line_of(pod, defaults, &injected, &error.path);
-            let body = error.body();
-            if problems.iter().any(|(l, b, _)| *l == line && *b == body) {
-                continue; // the same problem, met again on another sample pod
-            }
-            problems.push((line, body, format!("{error} (the API server would refuse {shape} with this injected)")));
-        }
-    }
-    problems
-        .into_iter()
-        .map(|(line, _, reason)| TemplateError::Invalid { file: file.to_owned(), line, reason })
-        .collect()
-}
-
-/// The line of the template that put the field at `path` into `injected`: the template's node for it, found by
-/// walking both (list items by their merge key), or the deepest node on the way. A field of one of the pod's own
-/// containers comes from the container defaults.
-fn line_of(pod: &YNode, defaults: Option<&YNode>, injected: &J, path: &FieldPath) -> usize {
-    let mut node = pod;
-    let mut value = injected;
-    let mut field = "";
-    for seg in &path.0 {
-        match seg {
-            Seg::Field(_) | Seg::Key(_) => {
-                let key = seg.key().unwrap_or_default();
-                value = value.get(key).unwrap_or(&J::Null);
-                match node.map_get(key) {
-                    Some(next) => node = next,
-                    None => return node.line,
-                }
-                field = key;
-            }
-            Seg::Index(i) => {
-                let item = value.get(*i).unwrap_or(&J::Null);
-                let found = merge_key_for(field).and_then(|key| {
-                    let wanted = item.get(key)?;
-                    match &node.value {
-                        yaml::YValue::Seq(items) => items
-                            .iter()
-                            .find(|t| t.map_get(key).is_some_and(|k| yaml::to_json(k, &mut |_| J::Null) == *wanted)),
-                        _ => None,
-                    }
-                });
-                match (found, defaults) {
-                    (Some(next), _) => node = next,
-                    // One of the pod's own containers: what the template added to it came from the defaults.
-                    (None, Some(defaults)) if field == "containers" => node = defaults,
-                    (None, _) => return node.line,
-                }
-                value = item;
-            }
-        }
-    }
-    node.line
 }
 
 /// The template's own part of a pod, to validate without a pod around it: its `pod` section, and its container
