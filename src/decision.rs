@@ -8,6 +8,7 @@
 
 use crate::pod::PodView;
 use crate::review::Review;
+use crate::settings::Keys;
 use crate::template::Template;
 
 /// Why a request was admitted without a patch. The set is closed so that it can label a metric.
@@ -135,44 +136,6 @@ impl SkipReason {
                 "the pod names a template that needs a newer Kubernetes than the injector is set for"
             }
         }
-    }
-}
-
-/// The annotation keys the engine reads and writes, built once from the prefix.
-#[derive(Debug, Clone)]
-pub struct Keys {
-    /// `<prefix>inject`: `"false"` opts a pod out (annotation or label).
-    pub inject: String,
-    /// `<prefix>status`: written on injected pods.
-    pub status: String,
-    /// `<prefix>template`: the template(s) a pod asks for, comma-separated.
-    pub template: String,
-    /// `<prefix>containers`: the pod's containers a template's `containerDefaults` reaches, comma-separated.
-    pub containers: String,
-    /// `<prefix>rev`: the namespace label that opts a namespace in to a named revision
-    /// (`serve --template-dir REVISION=DIR`); not a pod annotation, so not one of [`Keys::own`].
-    pub rev: String,
-}
-
-impl Keys {
-    /// Keys under `prefix` (e.g. `sidecar-injector.io/`).
-    pub fn new(prefix: &str) -> Self {
-        Keys {
-            inject: format!("{prefix}inject"),
-            status: format!("{prefix}status"),
-            template: format!("{prefix}template"),
-            containers: format!("{prefix}containers"),
-            rev: format!("{prefix}rev"),
-        }
-    }
-    /// The pod annotations the injector itself reads or writes.
-    pub fn own(&self) -> impl Iterator<Item = &str> {
-        [self.inject.as_str(), self.status.as_str(), self.template.as_str(), self.containers.as_str()].into_iter()
-    }
-
-    /// Is `key` one of them?
-    pub fn is_own(&self, key: &str) -> bool {
-        self.own().any(|k| k == key)
     }
 }
 

@@ -7,15 +7,15 @@ use std::sync::Arc;
 
 use simd_json::{Buffers, Tape};
 
-use crate::decision::{self, Keys, SkipReason};
+use crate::decision::{self, SkipReason};
 use crate::patch::Pointer;
 use crate::pod::PodView;
 use crate::review::{self, ApiVersion, Review, ReviewError};
+use crate::settings::{Keys, Policy, Settings, Validation};
 use crate::template::tree::Rendered;
-use crate::template::{
-    LeafCache, NATIVE_SIDECAR_MINOR, Policy, SelectError, Selection, Template, TemplateId, TemplateSet, Validation,
-};
-use crate::validation::{self, FieldError, KubeVersion};
+use crate::template::{LeafCache, NATIVE_SIDECAR_MINOR, Template, TemplateId};
+use crate::template_set::{SelectError, Selection, TemplateSet};
+use crate::validation::{self, FieldError};
 use crate::{merge, response, validate};
 
 /// What the engine decided for one review, as facts: callers (the server's metrics, `review --explain`,
@@ -97,6 +97,10 @@ pub enum Verdict {
         /// Whether the pod was refused (policy `deny`) rather than warned about.
         refused: bool,
     },
+    /// Not answered yet: the pod (or, in a preview, a pod template) asks for a combination of templates that is
+    /// not assembled yet, and the set leaves that to the server ([`TemplateSet::defer_combinations`]), which
+    /// assembles it off the request path and answers again. Never the answer sent.
+    Pending,
     /// Preview (`/preview`): the workload is admitted, with a warning (in [`Outcome::warnings`]) for each thing
     /// that would go wrong for its pods.
     Previewed {
@@ -163,36 +167,6 @@ pub enum Stage {
 /// the mutating call without the template. docs/operations.md, "Changing templates in a running cluster".
 pub const TEMPLATE_ROLLOUT_GRACE: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// Engine settings that are not part of a template.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settings {
-    /// The annotation prefix, e.g. `sidecar-injector.io/`.
-    pub annotation_prefix: String,
-    /// What to do with a pod whose injection cannot be rendered, unless its template says otherwise.
-    pub on_error: Policy,
-    /// What to do with a pod that names a template the set does not have.
-    pub on_unknown_template: Policy,
-    /// What `/validate` answers for an incompletely injected pod, unless its template says otherwise.
-    pub validation: Validation,
-    /// The Kubernetes version the injected pods are validated for (templates at load, overrides per pod).
-    pub kubernetes_version: KubeVersion,
-    /// The revision this engine serves, which the status annotation records.
-    pub revision: String,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            annotation_prefix: crate::template::DEFAULT_PREFIX.to_owned(),
-            on_error: Policy::Allow,
-            on_unknown_template: Policy::Allow,
-            validation: Validation::Deny,
-            kubernetes_version: KubeVersion::DEFAULT,
-            revision: crate::template::DEFAULT_REVISION.to_owned(),
-        }
-    }
-}
-
 /// The injection engine over one template set: the snapshot a request uses from start to end.
 #[derive(Debug)]
 pub struct Engine {
@@ -211,7 +185,7 @@ struct Scratch {
 
 /// The scratch space of the stages after parsing.
 #[derive(Default)]
-struct Work {
+pub(crate) struct Work {
     /// Rendered per-pod leaves: slot `i` is `rendered[ranges[i]]`.
     rendered: Vec<u8>,
     ranges: Vec<Range<usize>>,
@@ -303,10 +277,8 @@ fn injected_pod(
     if work.merge(template, overridden, pod, &mut ()) == 0 {
         return None;
     }
-    let patch: json_patch::Patch = serde_json::from_slice(&work.staged).ok()?;
     let original = pod.to_json();
-    let mut injected = original.clone();
-    json_patch::patch(&mut injected, &patch).ok()?;
+    let injected = crate::patch::apply(&original, &work.staged).ok()?;
     Some((original, injected))
 }
 
@@ -349,16 +321,6 @@ impl Engine {
     /// allowed. Same buffers and errors as [`Engine::review`].
     pub fn validate(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
         self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Validate, false))
-    }
-
-    /// Previews one `AdmissionReview` of a workload (`/preview`): its pod templates are injected as their pods
-    /// will be, and the workload is admitted with a warning for each thing that would go wrong for those pods
-    /// ([`crate::preview`]). Same buffers and errors as [`Engine::review`]; not for pods.
-    pub fn preview(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
-        // The review is read inside the parse, and the pod templates are injected after it: each injection is a
-        // review of its own, on the same thread's scratch tape.
-        let previewable = self.run(body, true, |_, root, _| crate::preview::read(root))?;
-        Ok(crate::preview::answer(self, previewable, out))
     }
 
     /// [`Engine::review`] or [`Engine::validate`], with the outcome's [`Trace`]: for people reading a decision,
@@ -409,7 +371,7 @@ impl Engine {
 
     /// Parses `body` in place into the thread's scratch tape and hands its root to `then`; `one_reading` refuses
     /// a duplicate key first (false only for the benchmark stage that measures the parser alone).
-    fn run<R>(
+    pub(crate) fn run<R>(
         &self,
         body: &mut Vec<u8>,
         one_reading: bool,
@@ -531,6 +493,7 @@ impl Engine {
         }
         let template = match self.set.select(pod.annotation(&self.keys.template)) {
             Ok(template) => template,
+            Err(SelectError::Pending(_)) => return Err(Decision::Allow(Verdict::Pending)),
             Err(e) => return Err(self.fail(self.unknown_template(pod, e), outcome)),
         };
         let template = if pod.runs_to_completion() {
@@ -885,6 +848,7 @@ impl Engine {
             }
             SelectError::TooMany { .. } => format!("the templates cannot be combined: {error}"),
             SelectError::Combination(reason) => format!("the templates cannot be combined: {reason}"),
+            SelectError::Pending(_) => error.to_string(),
         };
         Failure {
             reason,

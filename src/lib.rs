@@ -44,18 +44,19 @@ pub(crate) mod preview;
 mod response;
 pub mod review;
 pub mod server;
+pub mod settings;
 pub mod status;
 mod suggest;
 pub mod template;
+pub mod template_set;
 mod uninject;
 mod validate;
 pub mod validation;
 pub mod workload;
 
 pub use decision::SkipReason;
-pub use engine::{Engine, Mode, Outcome, PARSE_PADDING, Settings, Stage, Trace, Verdict};
+pub use engine::{Engine, Mode, Outcome, PARSE_PADDING, Stage, Trace, Verdict};
 pub use review::{ApiVersion, ReviewError};
-pub use template::{
-    Hold, JobPolicy, Policy, SelectError, Selection, SetSources, Stamp, Template, TemplateError, TemplateId,
-    TemplateSet, Validation,
-};
+pub use settings::{Policy, Settings, Validation};
+pub use template::{Hold, JobPolicy, Stamp, Template, TemplateError, TemplateId};
+pub use template_set::{SelectError, Selection, SetSources, TemplateSet};

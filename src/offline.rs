@@ -152,6 +152,8 @@ pub(crate) struct Preview {
     pub(crate) warnings: Vec<String>,
     /// A pod template names a template the set does not have.
     pub(crate) unknown_template: bool,
+    /// A pod template asks for a combination of templates that is not assembled yet ([`Verdict::Pending`]).
+    pub(crate) pending: bool,
 }
 
 /// Injects every pod template of `document` as [`inject_document`] does, without writing the result back, and
@@ -182,6 +184,7 @@ pub(crate) fn preview_document(engine: &Engine, document: &mut Value, namespace:
             _ => {}
         }
         preview.unknown_template |= outcome.verdict.reason() == Some(SkipReason::UnknownTemplate);
+        preview.pending |= outcome.verdict == Verdict::Pending;
         warnings.extend(outcome.warnings.iter().map(|warning| format!("{name}: {warning}")));
         Ok(())
     });
@@ -222,7 +225,7 @@ pub fn uninject_document(
     document: &mut Value,
     namespace: &str,
 ) -> Result<Vec<UninjectReport>, OfflineError> {
-    let status = crate::decision::Keys::new(&engine.settings().annotation_prefix).status;
+    let status = crate::settings::Keys::new(&engine.settings().annotation_prefix).status;
     let mut reports = Vec::new();
     each_pod_template(document, namespace, &mut |pod, workload| {
         reports.push(uninject_pod(engine, pod, workload, &status)?);
@@ -365,10 +368,7 @@ fn internal(workload: &Workload, reason: impl Into<String>) -> OfflineError {
 
 /// `object` with a JSON Patch applied.
 fn patched(object: &Value, patch: &[u8], workload: &Workload) -> Result<Value, OfflineError> {
-    let patch: json_patch::Patch = serde_json::from_slice(patch).map_err(|e| internal(workload, e.to_string()))?;
-    let mut result = object.clone();
-    json_patch::patch(&mut result, &patch).map_err(|e| internal(workload, format!("the patch does not apply: {e}")))?;
-    Ok(result)
+    crate::patch::apply(object, patch).map_err(|e| internal(workload, e.to_string()))
 }
 
 /// The pod `created` injected by the engine, with the outcome: what the webhook would make of it.

@@ -5,7 +5,6 @@ use simd_json::prelude::{ValueAsScalar, ValueIntoString};
 use simd_json::tape::{Array, Value};
 
 use crate::template::schema::CONTAINER_LISTS;
-use crate::template::{ContainerEntries, PodContext, Port, Reads, StrEntries};
 
 /// The Pod under review. Accessors read the tape; nothing is copied. The metadata fields and the spec fields
 /// several stages read are located in one walk over each when the view is made (a `get` per field would rescan
@@ -131,30 +130,26 @@ impl<'t, 'i> PodView<'t, 'i> {
 
     /// Every annotation whose value is a string, in the order the pod has them.
     pub(crate) fn annotation_entries(&self) -> impl Iterator<Item = (&'i str, &'i str)> + use<'t, 'i> {
-        self.annotations(true).iter()
+        string_entries(self.annotations)
     }
 
     pub(crate) fn label(&self, key: &str) -> Option<&'i str> {
         self.labels.and_then(|m| m.get(key)).and_then(|v| v.into_string())
     }
 
-    /// The annotations, as templates see them (an empty map when `with` is false or there are none).
-    fn annotations(&self, with: bool) -> StrMap<'t, 'i> {
-        StrMap(self.annotations.filter(|_| with))
+    /// `metadata.labels`, when it is an object.
+    pub(crate) fn labels(&self) -> Option<Value<'t, 'i>> {
+        self.labels
     }
 
-    /// The pod as templates see it, with only the maps and lists that they `reads` (the others empty, so they
-    /// cost nothing to hand over).
-    pub(crate) fn context(&self, reads: Reads) -> PodContext<'i, StrMap<'t, 'i>, Containers<'t, 'i>> {
-        PodContext {
-            name: self.name,
-            generate_name: self.generate_name,
-            namespace: self.namespace,
-            service_account_name: self.service_account_name,
-            labels: StrMap(self.labels.filter(|_| reads.labels())),
-            annotations: self.annotations(reads.annotations()),
-            containers: Containers(self.container_lists[0].filter(|_| reads.containers())),
-        }
+    /// `metadata.annotations`, when it is an object.
+    pub(crate) fn annotations(&self) -> Option<Value<'t, 'i>> {
+        self.annotations
+    }
+
+    /// `spec.serviceAccountName`, or its deprecated alias `spec.serviceAccount`, or "default".
+    pub(crate) fn service_account_name(&self) -> &'i str {
+        self.service_account_name
     }
 
     pub(crate) fn host_network(&self) -> bool {
@@ -234,44 +229,13 @@ fn is_job(owner: Value<'_, '_>) -> bool {
     crate::workload::Kind::is_job(field("apiVersion"), field("kind"))
 }
 
-/// A string-to-string map on the tape (an object, or none), as templates see it. Non-string values are left out.
-pub(crate) struct StrMap<'t, 'i>(Option<Value<'t, 'i>>);
-
-impl<'t, 'i> StrMap<'t, 'i> {
-    /// Every entry whose value is a string, in the pod's order.
-    fn iter(&self) -> impl Iterator<Item = (&'i str, &'i str)> + use<'t, 'i> {
-        let object = self.0.and_then(|m| m.as_object());
-        object.into_iter().flat_map(|o| o.iter()).filter_map(|(key, value)| value.into_string().map(|v| (key, v)))
-    }
-}
-
-impl StrEntries for StrMap<'_, '_> {
-    fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.iter()
-    }
-}
-
-/// The pod's `spec.containers` on the tape (or none), as templates see them.
-pub(crate) struct Containers<'t, 'i>(Option<Value<'t, 'i>>);
-
-impl ContainerEntries for Containers<'_, '_> {
-    fn entries(&self) -> impl Iterator<Item = (&str, impl Iterator<Item = Port<'_>>)> {
-        let containers = self.0.and_then(|list| list.as_array());
-        containers.into_iter().flat_map(|list| list.iter()).map(|container| {
-            let name = container.get("name").and_then(|n| n.into_string()).unwrap_or("");
-            let ports = container.get("ports").and_then(|p| p.as_array());
-            let ports = ports.into_iter().flat_map(|list| list.iter()).filter_map(|port| {
-                let text = |key: &str| port.get(key).and_then(|v| v.into_string());
-                Some(Port {
-                    name: text("name"),
-                    container_port: port.get("containerPort")?.as_i64()?,
-                    // The API server's default, which it has applied before a webhook sees the pod.
-                    protocol: text("protocol").unwrap_or("TCP"),
-                })
-            });
-            (name, ports)
-        })
-    }
+/// The entries of a string-to-string map on the tape (an object, or none) whose value is a string, in the pod's
+/// order: how labels and annotations are read. Non-string values are left out.
+pub(crate) fn string_entries<'t, 'i>(
+    map: Option<Value<'t, 'i>>,
+) -> impl Iterator<Item = (&'i str, &'i str)> + use<'t, 'i> {
+    let object = map.and_then(|m| m.as_object());
+    object.into_iter().flat_map(|o| o.iter()).filter_map(|(key, value)| value.into_string().map(|v| (key, v)))
 }
 
 /// A value on the tape as a `serde_json` value. The tape's depth is bounded by the parser's (`review::MAX_DEPTH`).

@@ -13,6 +13,18 @@ use serde_json::Value;
 use crate::review::{self, ApiVersion, ReviewError};
 use crate::{Engine, Outcome, Verdict, response};
 
+impl Engine {
+    /// Previews one `AdmissionReview` of a workload (`/preview`): its pod templates are injected as their pods
+    /// will be, and the workload is admitted with a warning for each thing that would go wrong for those pods
+    /// (this module). Same buffers and errors as [`Engine::review`]; not for pods.
+    pub fn preview(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
+        // The review is read inside the parse, and the pod templates are injected after it: each injection is a
+        // review of its own, on the same thread's scratch tape.
+        let previewable = self.run(body, true, |_, root, _| read(root))?;
+        Ok(answer(self, previewable, out))
+    }
+}
+
 /// A review read for a preview: what the answer needs, owned (the tape is gone by the time the pod templates are
 /// injected, through reviews of their own).
 pub(crate) struct Previewable {
@@ -73,7 +85,10 @@ pub(crate) fn answer(engine: &Engine, previewable: Previewable, out: &mut Vec<u8
     response::allow(out);
     response::close(out, &preview.warnings, None);
     let mut outcome = Outcome::new(version, false);
-    outcome.verdict = Verdict::Previewed { templates: preview.templates, unknown_template: preview.unknown_template };
+    outcome.verdict = match preview.pending {
+        true => Verdict::Pending,
+        false => Verdict::Previewed { templates: preview.templates, unknown_template: preview.unknown_template },
+    };
     outcome.warnings = preview.warnings;
     outcome
 }

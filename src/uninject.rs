@@ -19,6 +19,7 @@ use simd_json::tape::Value;
 
 use crate::json::{escape_pointer_token, write_str};
 use crate::merge::{Added, Observer, Step};
+use crate::patch::ApplyError;
 use crate::template::schema;
 use crate::template::tree::{Object, Rendered, TNode};
 
@@ -218,23 +219,13 @@ impl<'m> Observer<'m> for Injected<'m> {
     }
 }
 
-/// Why the inverse patch could not be applied: a bug of ours either way.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ApplyError {
-    #[error("the inverse patch is not a JSON Patch: {0}")]
-    NotAPatch(#[source] serde_json::Error),
-    #[error("the inverse patch does not apply: {0}")]
-    DoesNotApply(#[source] json_patch::PatchError),
-}
-
 /// Applies the inverse `patch` to `pod` (the injected pod), and then removes each object or list that the
 /// removals left empty where the injected pod had something: injection adds a whole map where the pod has none
 /// (or an empty one), so a map all of whose members it added was not the pod's. Top-level members are left to the
 /// caller.
 pub(crate) fn apply(pod: &serde_json::Value, patch: &[u8]) -> Result<serde_json::Value, ApplyError> {
     let ops: json_patch::Patch = serde_json::from_slice(patch).map_err(ApplyError::NotAPatch)?;
-    let mut result = pod.clone();
-    json_patch::patch(&mut result, &ops).map_err(ApplyError::DoesNotApply)?;
+    let mut result = crate::patch::apply_ops(pod, &ops)?;
     let nonempty = |v: &serde_json::Value| match v {
         serde_json::Value::Object(o) => Some(!o.is_empty()),
         serde_json::Value::Array(a) => Some(!a.is_empty()),

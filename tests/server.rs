@@ -400,6 +400,63 @@ async fn preview_admits_workloads_with_warnings_and_counts_them() {
     }
 }
 
+/// A pod asking for a combination of templates first: the server assembles it off the request path (the set
+/// defers, as every set the server compiles does) and answers with both templates injected, on `/mutate` and in
+/// a workload's preview alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_combination_first_asked_for_is_assembled_off_the_request_path_and_answered() {
+    let settings = sidecar_injector::Settings::default();
+    let extra = "pod:\n  spec:\n    containers:\n      - name: extra\n        image: extra:1\n";
+    let sources = sidecar_injector::SetSources {
+        origin: "test".into(),
+        templates: vec![
+            ("default".into(), "default.yaml".into(), sidecar_injector::template::BUILTIN_SOURCE.into()),
+            ("extra".into(), "extra.yaml".into(), extra.into()),
+        ],
+        values: None,
+        ignored: Vec::new(),
+    };
+    let mut set = sidecar_injector::TemplateSet::compile(sources, "default", &settings).unwrap();
+    set.defer_combinations();
+    let engine = Arc::new(arc_swap::ArcSwap::from_pointee(sidecar_injector::Engine::new(set, &settings)));
+    let server = start_with(engine, |_, _| {}).await;
+    let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+    let pod = serde_json::json!({
+        "metadata": {"name": "web", "annotations": {"sidecar-injector.io/template": "default,extra"}},
+        "spec": {"containers": [{"name": "app", "image": "web:1"}]}
+    });
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-2", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "shop",
+                    "operation": "CREATE", "object": pod}
+    });
+    for round in 0..2 {
+        let (status, body) = conn.review(&serde_json::to_vec(&review).unwrap()).await;
+        assert_eq!(status, StatusCode::OK);
+        let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let patch = answer["response"]["patch"].as_str().unwrap_or_else(|| panic!("round {round}: {answer}"));
+        let patch =
+            String::from_utf8(base64::Engine::decode(&base64::prelude::BASE64_STANDARD, patch).unwrap()).unwrap();
+        assert!(patch.contains(r#""name":"extra""#) && patch.contains("sidecar"), "round {round}: {patch}");
+    }
+    let deployment = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-3", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"}, "namespace": "shop",
+            "operation": "CREATE",
+            "object": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                       "spec": {"template": {"metadata": {"annotations": {"sidecar-injector.io/template": "extra,default"}},
+                                             "spec": {"containers": [{"name": "app", "image": "web:1"}]}}}}
+        }
+    });
+    let request = post("/preview?timeout=5s", "application/json", &serde_json::to_vec(&deployment).unwrap());
+    let (status, body) = conn.send(request).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    assert!(answer["response"].get("warnings").is_none(), "a clean preview of a new combination: {answer}");
+}
+
 /// `POST /validate` beside `/mutate`: the mutated pod passes, the raw one is refused with the reason, and the
 /// validations are counted by result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -128,6 +128,56 @@ fn a_pod_can_combine_templates_in_order_and_the_result_is_idempotent() {
     assert!(outcome.warnings[0].contains("another template version"), "{:?}", outcome.warnings);
 }
 
+/// A set that defers combinations (as the server's do) never assembles one on the request path: the first pod
+/// asking for `a,b` is answered `Pending`, the caller assembles it off the path, and the same review then gets the
+/// same patch a set assembling in place gives. A reload assembles the combinations the set it replaces had, ahead
+/// of any pod; one that does not combine is kept with its reason.
+#[test]
+fn a_deferring_set_leaves_combinations_to_its_caller_and_a_reload_carries_them() {
+    let settings = Settings::default();
+    let compile = |templates: &[(&str, &str)]| {
+        let mut set = TemplateSet::compile(sources(templates, Some(VALUES)), "default", &settings).unwrap();
+        set.defer_combinations();
+        set
+    };
+    let asked = pod(json!({"sidecar-injector.io/template": "default,agent"}));
+    let deferring = Engine::new(compile(&[("default", MESH), ("agent", AGENT)]), &settings);
+    let (outcome, _, patch) = answer(&deferring, &review(&asked));
+    assert_eq!((outcome.verdict, patch), (Verdict::Pending, None));
+    assert_eq!(deferring.set().assemble_pending(), 1);
+    assert_eq!(deferring.set().assemble_pending(), 0, "taken off the pending list");
+    let (outcome, _, deferred_patch) = answer(&deferring, &review(&asked));
+    assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
+    let (_, _, in_place_patch) = answer(&engine(settings.clone()), &review(&asked));
+    assert_eq!(deferred_patch, in_place_patch, "the same patch as a set that assembles in place");
+
+    // A reload (another set, its arrivals noted against the one it replaces) has the combination ready.
+    let mut reloaded = Engine::new(compile(&[("default", MESH), ("agent", AGENT)]), &settings);
+    reloaded.note_arrivals(&deferring, std::time::Instant::now());
+    let (outcome, _, patch) = answer(&reloaded, &review(&asked));
+    assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
+    assert_eq!(patch, in_place_patch);
+
+    // Two templates that do not combine (each alone is valid; together they ask for host port 9999 twice) are
+    // kept as such: after the one assembly, every pod asking gets the reason at once.
+    let host_port = |name: &str, port: u16| {
+        format!(
+            "pod:\n  spec:\n    containers:\n      - name: {name}\n        image: {name}:1\n        ports: \
+             [{{containerPort: {port}, hostPort: 9999}}]\n"
+        )
+    };
+    let (first, second) = (host_port("first", 8001), host_port("second", 8002));
+    let clashing = Engine::new(compile(&[("default", &first), ("second", &second)]), &settings);
+    let asked = pod(json!({"sidecar-injector.io/template": "default,second"}));
+    let (outcome, _, _) = answer(&clashing, &review(&asked));
+    assert_eq!(outcome.verdict, Verdict::Pending);
+    assert_eq!(clashing.set().assemble_pending(), 1);
+    let (outcome, _, patch) = answer(&clashing, &review(&asked));
+    assert_eq!(patch, None);
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::UnknownTemplate), "{outcome:?}");
+    assert!(outcome.warnings[0].contains("cannot be combined"), "{:?}", outcome.warnings);
+}
+
 #[test]
 fn an_unknown_template_is_reported_and_the_pod_admitted_or_denied_by_policy() {
     let asked = pod(json!({"sidecar-injector.io/template": "default,mesh-v2"}));

@@ -307,7 +307,7 @@ fn a_jobs_native_sidecar_needs_no_default_container() {
 /// The Pod Security level of `template`'s injected pods, and the fields that keep them from `next`.
 fn pod_security(source: &str, next: Level) -> (Level, Vec<String>) {
     let set = TemplateSet::from_source("t", "t.yaml", source, &Settings::default()).unwrap();
-    let report = set.default_template().pod_security().unwrap();
+    let report = sidecar_injector::template_set::pod_security(set.default_template()).unwrap();
     let fields = report.breaking(next).flat_map(|v| v.fields.iter().map(|f| format!("{}: {f}", v.check))).collect();
     (report.level(), fields)
 }

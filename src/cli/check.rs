@@ -48,7 +48,7 @@ pub fn run(args: &CheckArgs) -> Result<(), CliError> {
     let below: Vec<String> = set
         .templates()
         .filter_map(|template| {
-            let report = template.pod_security().ok()?;
+            let report = crate::template_set::pod_security(template).ok()?;
             let broken: Vec<String> = report.breaking(required).map(|v| format!("    {v}")).collect();
             (!broken.is_empty()).then(|| format!("  {}: {}\n{}", template.name(), report.level(), broken.join("\n")))
         })
@@ -66,7 +66,7 @@ pub fn run(args: &CheckArgs) -> Result<(), CliError> {
 /// A template's Pod Security level, and what keeps it from the next level up (if any): two lines or one.
 fn pod_security_lines(template: &crate::Template) -> String {
     use crate::pod_security::Level;
-    let report = match template.pod_security() {
+    let report = match crate::template_set::pod_security(template) {
         Ok(report) => report,
         Err(reason) => return format!("    pod security: not judged ({reason})\n"),
     };

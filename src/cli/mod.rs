@@ -170,7 +170,7 @@ pub struct ServedAs {
 
     /// The prefix of the annotations the injector reads and writes (`<prefix>inject`, `<prefix>status`,
     /// `<prefix>template`, overrides).
-    #[arg(long, value_name = "PREFIX", default_value = crate::template::DEFAULT_PREFIX,
+    #[arg(long, value_name = "PREFIX", default_value = crate::settings::DEFAULT_PREFIX,
           env = "SIDECAR_INJECTOR_ANNOTATION_PREFIX")]
     pub annotation_prefix: String,
 
@@ -183,11 +183,11 @@ pub struct ServedAs {
 
 impl ServedAs {
     /// The engine settings these options give; the others at their defaults.
-    pub fn settings(&self) -> crate::Settings {
-        crate::Settings {
+    pub fn settings(&self) -> crate::settings::Settings {
+        crate::settings::Settings {
             annotation_prefix: self.annotation_prefix.clone(),
             kubernetes_version: self.kubernetes_version,
-            ..crate::Settings::default()
+            ..crate::settings::Settings::default()
         }
     }
 }
@@ -246,7 +246,7 @@ impl std::str::FromStr for RevisionDir {
 pub(crate) fn split_revision<'t>(text: &'t str, what: &'static str) -> Result<(String, &'t str), RevisionArgError> {
     let (revision, value) = match text.split_once('=') {
         Some((name, value)) => (name, value),
-        None => (crate::template::DEFAULT_REVISION, text),
+        None => (crate::settings::DEFAULT_REVISION, text),
     };
     if let Some(problem) = crate::validation::names::dns1123_label(revision).into_iter().next() {
         return Err(RevisionArgError::Revision { revision: revision.to_owned(), problem });
@@ -294,9 +294,9 @@ pub enum RevisionArgError {
 
 impl TemplateArgs {
     /// The engine settings these options describe, for `revision`, with the webhook's `policies` (the defaults of
-    /// [`crate::Settings`] without them).
-    pub fn settings_for(&self, revision: &str, policies: Option<&PolicyArgs>) -> crate::Settings {
-        crate::Settings { revision: revision.to_owned(), ..self.settings(policies) }
+    /// [`crate::settings::Settings`] without them).
+    pub fn settings_for(&self, revision: &str, policies: Option<&PolicyArgs>) -> crate::settings::Settings {
+        crate::settings::Settings { revision: revision.to_owned(), ..self.settings(policies) }
     }
 
     /// The template directories, one per revision, in order: the first is the default revision. Refuses a
@@ -311,10 +311,10 @@ impl TemplateArgs {
     }
 
     /// The engine settings these options describe, with the webhook's `policies` (the defaults of
-    /// [`crate::Settings`] without them).
-    pub fn settings(&self, policies: Option<&PolicyArgs>) -> crate::Settings {
+    /// [`crate::settings::Settings`] without them).
+    pub fn settings(&self, policies: Option<&PolicyArgs>) -> crate::settings::Settings {
         let served = self.served.settings();
-        crate::Settings {
+        crate::settings::Settings {
             on_error: policies.map_or(served.on_error, |p| p.on_error),
             on_unknown_template: policies.map_or(served.on_unknown_template, |p| p.unknown_template),
             validation: policies.map_or(served.validation, |p| p.validation),

@@ -125,6 +125,8 @@ fn explain(engine: &crate::Engine, outcome: &Outcome) -> String {
         Verdict::Previewed { templates, .. } => {
             text.push_str(&format!("preview: {templates} pod template(s) injected as their pods would be\n"));
         }
+        // The CLI's sets assemble combinations as they are asked for: never pending.
+        Verdict::Pending => text.push_str("decision: pending (a combination of templates being assembled)\n"),
     }
     for warning in &outcome.warnings {
         text.push_str(&format!("warning: {warning}\n"));

@@ -397,7 +397,7 @@ mod tests {
     fn serve_without_flags_has_the_engines_default_settings() {
         // The engine's defaults (`Settings::default`, what the library and the tests use) and clap's are one.
         let args = parse(&[]);
-        assert_eq!(args.template.settings(Some(&args.policies)), crate::Settings::default());
+        assert_eq!(args.template.settings(Some(&args.policies)), crate::settings::Settings::default());
     }
 
     #[test]

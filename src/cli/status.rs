@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::{CliError, TemplateArgs};
-use crate::decision::Keys;
+use crate::settings::Keys;
 use crate::status::report::{Report, Surveyed};
 use crate::status::restart::{self, DEFAULT_MAX_RESTARTS};
 use crate::status::{self, Cluster, ClusterError, Revision, Scope};

@@ -5,8 +5,10 @@
 //! text that is already JSON-escaped, so appending a precomputed token (see [`crate::json::path_token`]) is a plain
 //! byte copy and the path can be written into the patch without escaping it again.
 
+mod apply;
 mod sink;
 
+pub(crate) use apply::{ApplyError, apply, apply_ops};
 pub(crate) use sink::{Base64Sink, Fragment, Sink};
 
 /// A JSON Pointer under construction, as JSON-escaped text. `push_*` returns the previous length so the caller

@@ -191,9 +191,7 @@ async fn read_and_review(
                 buf.reserve_exact(target - buf.len());
             }
             buf.extend_from_slice(&data);
-            if revision.refresh.is_some() {
-                received.keep(data);
-            }
+            received.keep(data);
         }
     }
     shared.metrics.body_bytes(buf.len());
@@ -207,6 +205,24 @@ async fn read_and_review(
         let lacked = (unknown && revision.refresh.is_some()).then(|| arc_swap::Guard::into_inner(engine));
         (reviewed, lacked)
     };
+    // A combination of templates (`template: a,b`) first asked for is assembled on a blocking thread, never on
+    // this one, and the review made again. Another request may have swapped the set meanwhile: a few rounds.
+    for _ in 0..PENDING_ROUNDS {
+        if !matches!(&reviewed, Ok(Ok(o)) if o.verdict == Verdict::Pending) {
+            break;
+        }
+        let engine = revision.engine.load_full();
+        let assembling = tokio::task::spawn_blocking(move || engine.set().assemble_pending());
+        if assembling.await.is_err() {
+            return refuse(shared, &Refusal::Panic);
+        }
+        received.refill(&mut buf);
+        out.clear();
+        reviewed = review(&revision.engine.load(), endpoint, &mut buf, &mut out);
+    }
+    if matches!(&reviewed, Ok(Ok(o)) if o.verdict == Verdict::Pending) {
+        return refuse(shared, &Refusal::Churning);
+    }
     if let (Some(refresh), Some(used)) = (&revision.refresh, lacked) {
         // Read the ConfigMap, and review again if the set serving is no longer the one the review used.
         if refresh.read_since(arrived, REFRESH_WAIT.min(deadline / 2)).await {
@@ -232,6 +248,9 @@ async fn read_and_review(
         }
     }
 }
+
+/// How many times a request asking for a combination not assembled yet has it assembled and is reviewed again.
+const PENDING_ROUNDS: usize = 3;
 
 /// How long a request naming a template this replica lacks waits for a read of the template ConfigMap
 /// ([`super::refresh`]), at most: well within the API server's timeout for the call.
@@ -285,6 +304,8 @@ fn review_guarded(
 
 fn record(metrics: &RevisionMetrics, endpoint: Endpoint, outcome: &Outcome) {
     match outcome.verdict {
+        // Never answered: the handler assembles the combination and reviews again.
+        Verdict::Pending => {}
         Verdict::Complete => {
             metrics.validated_ok();
             tracing::debug!("validated: complete");
@@ -343,6 +364,10 @@ enum Refusal {
     /// The in-flight body budget (its size) had no room for this body in time: 503 with `Retry-After`.
     #[error("service unavailable: request bodies in progress fill the memory budget ({0} bytes); retry")]
     Overloaded(usize),
+    /// The pod's combination of templates was assembled and, every time, replaced (by a reload, or by more
+    /// combinations than a set keeps) before the review could use it: 503 with `Retry-After`.
+    #[error("service unavailable: the combination of templates asked for could not be kept long enough; retry")]
+    Churning,
 }
 
 impl Refusal {
@@ -355,7 +380,7 @@ impl Refusal {
             Refusal::Body(_) | Refusal::Review(_) => ErrorReason::BadRequest,
             Refusal::Panic => ErrorReason::Panic,
             Refusal::Timeout(_) => ErrorReason::Timeout,
-            Refusal::Overloaded(_) => ErrorReason::Overloaded,
+            Refusal::Overloaded(_) | Refusal::Churning => ErrorReason::Overloaded,
         }
     }
 
@@ -368,7 +393,7 @@ impl Refusal {
             Refusal::Body(_) | Refusal::Review(_) => StatusCode::BAD_REQUEST,
             Refusal::Panic => StatusCode::INTERNAL_SERVER_ERROR,
             Refusal::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Refusal::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::Overloaded(_) | Refusal::Churning => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }
@@ -382,7 +407,9 @@ fn refuse(shared: &Shared, refusal: &Refusal) -> Answer {
     *answer.status_mut() = status;
     match refusal {
         Refusal::Method => drop(answer.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"))),
-        Refusal::Overloaded(_) => drop(answer.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"))),
+        Refusal::Overloaded(_) | Refusal::Churning => {
+            drop(answer.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1")))
+        }
         _ => {}
     }
     answer

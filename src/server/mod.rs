@@ -103,7 +103,7 @@ pub struct ServeConfig {
     /// After the shutdown signal, give up on draining connections after this long.
     pub shutdown_timeout: Duration,
     /// Reload each revision's templates from its directory when it changes (a revision without one keeps its
-    /// templates); matched to the revisions by [`Settings::revision`](crate::Settings).
+    /// templates); matched to the revisions by [`Settings::revision`](crate::settings::Settings).
     pub template_watches: Vec<reload::TemplateWatch>,
 }
 
@@ -226,7 +226,7 @@ pub struct Server {
 
 impl Server {
     /// Loads the TLS material, installs the metrics recorder and binds both listeners. Each engine is a revision
-    /// (named by its [`Settings::revision`](crate::Settings)), the first also served at the bare paths; each is
+    /// (named by its [`Settings::revision`](crate::settings::Settings)), the first also served at the bare paths; each is
     /// shared so that a template reload can swap it while requests flow.
     pub async fn bind(config: ServeConfig, engines: Vec<Arc<ArcSwap<Engine>>>) -> Result<Server, ServeError> {
         if engines.is_empty() {

@@ -50,7 +50,9 @@ pub struct TemplateWatch {
 impl TemplateWatch {
     /// Compiles the set in `sources` into an engine.
     pub fn compile(&self, sources: SetSources) -> Result<Engine, TemplateError> {
-        let set = TemplateSet::compile(sources, &self.default_template, &self.settings)?;
+        let mut set = TemplateSet::compile(sources, &self.default_template, &self.settings)?;
+        // The server assembles a combination a pod first asks for off the request path (`handler`).
+        set.defer_combinations();
         Ok(Engine::new(set, &self.settings))
     }
 }

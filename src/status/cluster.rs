@@ -17,7 +17,7 @@ use super::owners::{self, Kind, Workload};
 use super::restart::{self, FIELD_MANAGER};
 use super::{Enrollment, Revision};
 use crate::SetSources;
-use crate::decision::Keys;
+use crate::settings::Keys;
 
 /// Objects asked for per list call: the page size client-go (and kubectl) use.
 const PAGE: u32 = 500;

@@ -17,7 +17,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::decision::{self, Keys, SkipReason};
+use crate::decision::{self, SkipReason};
+use crate::settings::Keys;
 use crate::{Engine, ReviewError, Stamp, Verdict};
 
 pub(crate) use cluster::{Cluster, ClusterError, Scope};
@@ -62,7 +63,7 @@ impl Enrollment {
             (Some(rev), _) => Enrollment::UnknownRevision(rev.clone()),
             (None, Some(decision::NAMESPACE_ENABLED)) => match revisions.first() {
                 Some(default) => Enrollment::Revision(default.name.clone()),
-                None => Enrollment::UnknownRevision(crate::template::DEFAULT_REVISION.to_owned()),
+                None => Enrollment::UnknownRevision(crate::settings::DEFAULT_REVISION.to_owned()),
             },
             (None, _) => Enrollment::NotOptedIn,
         }
@@ -240,8 +241,11 @@ pub fn classify(
             let current_version = revision.engine.set().select(Some(&template)).ok().map(|t| t.hash().to_owned());
             Class::Stale { template, version, current_version }
         }
-        // `status` validates; a preview's verdict never reaches here, and would say nothing is missing.
-        Verdict::Complete | Verdict::Skipped(_) | Verdict::Previewed { .. } => Class::Current { template, version },
+        // `status` validates; a preview's verdict never reaches here, and would say nothing is missing. Nor does
+        // `Pending`: the CLI's sets assemble combinations as they are asked for.
+        Verdict::Complete | Verdict::Skipped(_) | Verdict::Previewed { .. } | Verdict::Pending => {
+            Class::Current { template, version }
+        }
         // Validation never injects; a patch to send would mean the same as a missing part.
         Verdict::Incomplete { .. } | Verdict::Injected { .. } | Verdict::Denied(_) => match stamp {
             None => Class::Missing { template, version },

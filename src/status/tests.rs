@@ -42,7 +42,7 @@ fn revisions() -> Vec<Revision> {
 }
 
 fn keys() -> Keys {
-    Keys::new(crate::template::DEFAULT_PREFIX)
+    Keys::new(crate::settings::DEFAULT_PREFIX)
 }
 
 fn pod(name: &str) -> Value {

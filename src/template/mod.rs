@@ -16,16 +16,15 @@
 //! malformed, an expression does not compile or render on a sample pod, or the result is not a valid part of
 //! a Pod.
 
-mod checks;
 mod combine;
 mod hold;
 mod known_fields;
 mod leaf_cache;
+mod leaf_checks;
 mod overrides;
 mod pod_context;
 mod render;
 pub(crate) mod schema;
-mod set;
 pub(crate) mod tree;
 mod validate;
 pub(crate) mod yaml;
@@ -35,19 +34,17 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use crate::Settings;
+use crate::settings::{DEFAULT_REVISION, Policy, Settings, Validation};
 use crate::validation::KubeVersion;
 
-use checks::LeafCheck;
-pub(crate) use checks::dry_run;
 pub use hold::Hold;
 pub(crate) use leaf_cache::LeafCache;
+use leaf_checks::LeafCheck;
 pub(crate) use overrides::OverrideSpec;
 pub(crate) use pod_context::{ContainerEntries, PodContext, Port, Reads, StrEntries};
 use render::{LeafKind, is_template};
 pub(crate) use render::{Overrides, RenderError, Renderer};
 use schema::Place;
-pub use set::{SelectError, Selection, SetSources, TemplateSet, Unavailable};
 use tree::TNode;
 use yaml::{PathSeg, YNode, YValue, display_path};
 
@@ -55,8 +52,6 @@ use yaml::{PathSeg, YNode, YValue, display_path};
 pub const BUILTIN_SOURCE: &str = include_str!("../../templates/default.yaml");
 /// The name the built-in template is known by, and the template pods get when they do not ask for one.
 pub const BUILTIN_NAME: &str = "default";
-/// The default annotation prefix.
-pub const DEFAULT_PREFIX: &str = "sidecar-injector.io/";
 
 const TOP_LEVEL_KEYS: [&str; 12] = [
     "values",
@@ -128,48 +123,6 @@ impl TemplateError {
     }
 }
 
-/// What to do with a pod when injection cannot proceed (a template fails to render, an unknown template name).
-/// Also the value of `--on-error` and `--unknown-template` (`allow`, `deny`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Policy {
-    /// Admit the pod without the sidecar, with a warning saying why.
-    #[default]
-    Allow,
-    /// Refuse the pod, with a message saying why.
-    Deny,
-}
-
-impl Policy {
-    fn parse(text: &str) -> Option<Self> {
-        match text {
-            "allow" => Some(Policy::Allow),
-            "deny" => Some(Policy::Deny),
-            _ => None,
-        }
-    }
-}
-
-/// What `/validate` answers for a pod that lacks part of what its template injects. Also the value of
-/// `--validation` (`deny`, `warn`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Validation {
-    /// Refuse the pod, naming what is missing.
-    #[default]
-    Deny,
-    /// Admit the pod with a warning naming what is missing.
-    Warn,
-}
-
-impl Validation {
-    fn parse(text: &str) -> Option<Self> {
-        match text {
-            "deny" => Some(Validation::Deny),
-            "warn" => Some(Validation::Warn),
-            _ => None,
-        }
-    }
-}
-
 /// What a template does for a pod owned by a Job (which covers a CronJob's): a regular sidecar container never
 /// exits, so the Job's pod would never complete (kubernetes#25908).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -219,7 +172,7 @@ pub enum InitPosition {
 
 /// Which shape of a template to assemble.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shape {
+pub(crate) enum Shape {
     /// As the files say.
     AsWritten,
     /// For the pods of Jobs: the containers as native sidecars.
@@ -383,72 +336,12 @@ pub struct Template {
 }
 
 impl Template {
-    /// Assembles a template from parts applied in order: each later part fills only what the earlier ones leave
-    /// out (the same add-only merge as injection). Dry-runs it on sample pods and validates the results as the
-    /// API server would.
-    ///
-    /// When pods of Jobs get native sidecars, the template is also assembled and checked in that shape.
-    pub(crate) fn assemble(parts: &[&Part], set_hash: &str, settings: &Settings) -> Result<Self, TemplateError> {
-        let file = parts.iter().map(|p| p.file.as_str()).collect::<Vec<_>>().join(" + ");
-        let checked = |shape: Shape| -> Result<Self, TemplateError> {
-            let (template, mut problems) = Self::assemble_unchecked(parts, set_hash, settings, shape)?;
-            let Sources { pod, container_defaults } = &template.sources;
-            let file = match shape {
-                Shape::AsWritten => file.clone(),
-                Shape::ForJobs => format!("{file} (its containers as native sidecars, for Jobs)"),
-            };
-            problems.extend(checks::check(
-                &template,
-                pod,
-                container_defaults.as_ref(),
-                &file,
-                settings.kubernetes_version,
-            ));
-            match problems.is_empty() {
-                true => Ok(template),
-                false => Err(by_line(problems)),
-            }
-        };
-        let mut template = checked(Shape::AsWritten)?;
-        if template.jobs == JobPolicy::NativeSidecar && !template.injects.containers.is_empty() {
-            template.job_shape = Some(Box::new(checked(Shape::ForJobs)?));
-        }
-        Ok(template)
-    }
-
-    /// Injects the template in `source` into `pod` (overrides read from its annotations, checked for their type
-    /// only) without the API server's rules being applied, neither to the template nor to the overrides: what the
-    /// injected pod would be if nothing checked it. For tests that compare those rules with a real API server.
-    #[doc(hidden)]
-    pub fn inject_unchecked(
-        source: &str,
-        pod: &serde_json::Value,
-        settings: &Settings,
-    ) -> Result<serde_json::Value, String> {
-        let part = Part::parse("unchecked", "unchecked.yaml", source, None, &settings.annotation_prefix)
-            .map_err(|e| e.to_string())?;
-        let (template, problems) =
-            Self::assemble_unchecked(&[&part], "unchecked", settings, Shape::AsWritten).map_err(|e| e.to_string())?;
-        if !problems.is_empty() {
-            return Err(several(problems).to_string());
-        }
-        let annotations = pod["metadata"]["annotations"].as_object();
-        let overrides: Vec<(String, serde_json::Value)> = template
-            .overrides
-            .iter()
-            .filter_map(|spec| {
-                let raw = annotations?.get(&spec.annotation)?.as_str()?;
-                Some((spec.value.clone(), spec.accept(raw).ok()?))
-            })
-            .collect();
-        dry_run(&template, pod, &overrides)
-    }
-
-    /// [`Template::assemble`] without the checks against the API server's rules: the parts combined, the status
-    /// annotation added, the leaves dry-rendered and the result decoded as the API types, then compiled. With the
-    /// template, the problems that leave it whole enough to be judged further (unknown fields), so that a file's
-    /// every problem is listed at once.
-    fn assemble_unchecked(
+    /// Compiles a template from parts applied in order (each later part fills only what the earlier ones leave
+    /// out: the same add-only merge as injection): the parts combined, the status annotation added, the leaves
+    /// dry-rendered and the result decoded as the API types, then compiled. With the template, the problems that
+    /// leave it whole enough to be judged further (unknown fields), so that a file's every problem is listed at
+    /// once. Proving it on sample pods is the caller's ([`crate::template_set`]): that needs the merge.
+    pub(crate) fn compile(
         parts: &[&Part],
         set_hash: &str,
         settings: &Settings,
@@ -520,7 +413,7 @@ impl Template {
         let all_slot_paths: Vec<Vec<PathSeg>> = rendering.iter().flat_map(|p| p.slot_paths.iter().cloned()).collect();
         // Leaves that read only overridable values are checked with the overrides (`vet_overrides`), not per pod.
         let mut leaf_checks =
-            checks::leaf_checks(&pod, container_defaults.as_ref(), &all_slot_paths, settings.kubernetes_version);
+            leaf_checks::leaf_checks(&pod, container_defaults.as_ref(), &all_slot_paths, settings.kubernetes_version);
         leaf_checks.retain(|check| !fixed.contains_key(&check.slot));
         // A pod-dependent leaf that renders something other than a string, or a quantity (held to its limit as well
         // as to its syntax), needs its part judged whole per pod; string leaves are held to their field's rule.
@@ -530,7 +423,7 @@ impl Template {
         });
         let rendered_baseline = beyond_single_rules.then(|| {
             let mut slot = |i: usize| sample.slot(i);
-            checks::fragment_problems(&pod, container_defaults.as_ref(), &mut slot, settings.kubernetes_version)
+            leaf_checks::fragment_problems(&pod, container_defaults.as_ref(), &mut slot, settings.kubernetes_version)
                 .iter()
                 .map(crate::validation::FieldError::body)
                 .collect()
@@ -551,7 +444,7 @@ impl Template {
             jobs: if jobs_fell_back { JobPolicy::Skip } else { combined_settings.jobs },
             jobs_fell_back,
             defaults_for: parts.iter().find_map(|p| p.defaults_for.clone()),
-            containers_key: crate::decision::Keys::new(&settings.annotation_prefix).containers,
+            containers_key: crate::settings::Keys::new(&settings.annotation_prefix).containers,
             job_shape: None,
             on_error: combined_settings.on_error,
             validation: combined_settings.validation,
@@ -566,6 +459,35 @@ impl Template {
             warnings,
         };
         Ok((template, problems))
+    }
+
+    /// The `pod` and `containerDefaults` sections as written, with their lines: what the checks point at.
+    pub(crate) fn sources(&self) -> (&YNode, Option<&YNode>) {
+        (&self.sources.pod, self.sources.container_defaults.as_ref())
+    }
+
+    /// Is the template also assembled in the shape it takes for the pods of Jobs (its containers as native
+    /// sidecars)? See [`Template::for_jobs`].
+    pub(crate) fn has_job_shape(&self) -> bool {
+        self.jobs == JobPolicy::NativeSidecar && !self.injects.containers.is_empty()
+    }
+
+    /// Sets the template's Job shape (see [`Template::has_job_shape`]), proven by the caller.
+    pub(crate) fn set_job_shape(&mut self, for_jobs: Template) {
+        self.job_shape = Some(Box::new(for_jobs));
+    }
+
+    /// The overrides `pod`'s annotations set, checked for their type only: for tests that compare the API server's
+    /// rules with a real API server, which must see what nothing vetted.
+    pub(crate) fn overrides_of(&self, pod: &serde_json::Value) -> Vec<(String, serde_json::Value)> {
+        let annotations = pod["metadata"]["annotations"].as_object();
+        self.overrides
+            .iter()
+            .filter_map(|spec| {
+                let raw = annotations?.get(&spec.annotation)?.as_str()?;
+                Some((spec.value.clone(), spec.accept(raw).ok()?))
+            })
+            .collect()
     }
 
     /// Does `containerDefaults` reach the pod's container `name`? The pod's `<prefix>containers` annotation (names,
@@ -1026,6 +948,11 @@ impl Part {
         &self.name
     }
 
+    /// The file it was read from, for messages.
+    pub(crate) fn file(&self) -> &str {
+        &self.file
+    }
+
     /// Parses one template file. `shared` is the set's shared values file, as `(source, values)`, which
     /// overrides the template's own `values` key by key.
     pub(crate) fn parse(
@@ -1128,7 +1055,7 @@ pub(crate) fn several(mut errors: Vec<TemplateError>) -> TemplateError {
 }
 
 /// The problems of one file in the order of their lines, as one error.
-fn by_line(mut errors: Vec<TemplateError>) -> TemplateError {
+pub(crate) fn by_line(mut errors: Vec<TemplateError>) -> TemplateError {
     errors.sort_by_key(|e| match e {
         TemplateError::Invalid { line, .. } => *line,
         _ => 0,
@@ -1137,7 +1064,7 @@ fn by_line(mut errors: Vec<TemplateError>) -> TemplateError {
 }
 
 /// Reads a template file: `(name, file label, source)`, the name being the file stem.
-fn read_template_file(path: &Path) -> Result<(String, String, String), TemplateError> {
+pub(crate) fn read_template_file(path: &Path) -> Result<(String, String, String), TemplateError> {
     let file = path.display().to_string();
     let source = std::fs::read_to_string(path).map_err(|source| TemplateError::Read { file: file.clone(), source })?;
     let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or(BUILTIN_NAME).to_owned();
@@ -1145,7 +1072,7 @@ fn read_template_file(path: &Path) -> Result<(String, String, String), TemplateE
 }
 
 /// The hash of a whole set: every template's name and source, and the shared values file.
-fn set_hash<'a>(templates: impl Iterator<Item = (&'a str, &'a str)>, values: Option<&str>) -> String {
+pub(crate) fn set_hash<'a>(templates: impl Iterator<Item = (&'a str, &'a str)>, values: Option<&str>) -> String {
     let mut hasher = Sha256::new();
     for (name, source) in templates {
         hasher.update(name.as_bytes());
@@ -1263,10 +1190,6 @@ impl Stamp {
         self.revision.as_deref().unwrap_or(DEFAULT_REVISION)
     }
 }
-
-/// The name of the revision that serves the bare `/mutate` and `/validate` paths when `serve` is given one
-/// unnamed template directory (or none).
-pub const DEFAULT_REVISION: &str = "default";
 
 /// The status annotation: which template, its version, the set's and the revision, and what it injects.
 fn status_value(name: &str, hash: &str, set_hash: &str, revision: &str, injects: &Injects) -> String {

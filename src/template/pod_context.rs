@@ -14,6 +14,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 use minijinja::Value;
+use simd_json::prelude::{ValueAsScalar, ValueIntoString};
+use simd_json::tape::Value as TapeValue;
+
+use crate::pod::PodView;
 use minijinja::value::{Enumerator, Object, ObjectRepr, Serde};
 
 /// The pod as templates see it: `pod.name`, `pod.generateName`, `pod.namespace`, `pod.serviceAccountName`,
@@ -599,4 +603,52 @@ pub(crate) fn encode_containers(containers: &impl ContainerEntries, out: &mut Ve
         put_end(out);
     }
     put_end(out);
+}
+
+/// The pod under review as templates see it, over the tape.
+impl<'t, 'i> PodView<'t, 'i> {
+    /// With only the maps and lists that templates `reads` (the others empty, so they cost nothing to hand over).
+    pub(crate) fn context(&self, reads: Reads) -> PodContext<'i, StrMap<'t, 'i>, Containers<'t, 'i>> {
+        PodContext {
+            name: self.name(),
+            generate_name: self.generate_name(),
+            namespace: self.namespace(),
+            service_account_name: self.service_account_name(),
+            labels: StrMap(self.labels().filter(|_| reads.labels())),
+            annotations: StrMap(self.annotations().filter(|_| reads.annotations())),
+            containers: Containers(self.container_list_values()[0].filter(|_| reads.containers())),
+        }
+    }
+}
+
+/// A string-to-string map on the tape (an object, or none), as templates see it. Non-string values are left out.
+pub(crate) struct StrMap<'t, 'i>(Option<TapeValue<'t, 'i>>);
+
+impl StrEntries for StrMap<'_, '_> {
+    fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        crate::pod::string_entries(self.0)
+    }
+}
+
+/// The pod's `spec.containers` on the tape (or none), as templates see them.
+pub(crate) struct Containers<'t, 'i>(Option<TapeValue<'t, 'i>>);
+
+impl ContainerEntries for Containers<'_, '_> {
+    fn entries(&self) -> impl Iterator<Item = (&str, impl Iterator<Item = Port<'_>>)> {
+        let containers = self.0.and_then(|list| list.as_array());
+        containers.into_iter().flat_map(|list| list.iter()).map(|container| {
+            let name = container.get("name").and_then(|n| n.into_string()).unwrap_or("");
+            let ports = container.get("ports").and_then(|p| p.as_array());
+            let ports = ports.into_iter().flat_map(|list| list.iter()).filter_map(|port| {
+                let text = |key: &str| port.get(key).and_then(|v| v.into_string());
+                Some(Port {
+                    name: text("name"),
+                    container_port: port.get("containerPort")?.as_i64()?,
+                    // The API server's default, which it has applied before a webhook sees the pod.
+                    protocol: text("protocol").unwrap_or("TCP"),
+                })
+            });
+            (name, ports)
+        })
+    }
 }

@@ -4,7 +4,7 @@ use super::*;
 use crate::TemplateSet;
 
 fn refuse(source: &str) -> (usize, String) {
-    match TemplateSet::from_source("t", "t.yaml", source, &crate::Settings::default()).unwrap_err() {
+    match TemplateSet::from_source("t", "t.yaml", source, &crate::settings::Settings::default()).unwrap_err() {
         TemplateError::Invalid { file, line, reason } => {
             assert_eq!(file, "t.yaml");
             (line, reason)
@@ -17,14 +17,15 @@ const CONTAINER: &str = "pod:\n  spec:\n    containers:\n      - name: p\n      
 
 #[test]
 fn the_shipped_templates_compile() {
-    let builtin = TemplateSet::builtin(&crate::Settings::default()).unwrap();
+    let builtin = TemplateSet::builtin(&crate::settings::Settings::default()).unwrap();
     let builtin = builtin.default_template();
     assert_eq!(builtin.name(), "default");
     assert_eq!(builtin.hash().len(), 16);
     assert_eq!(builtin.injects().containers, ["proxy"]);
     assert!(builtin.renders_per_pod(), "the default template has a per-pod leaf");
     let native =
-        TemplateSet::from_file(Path::new("templates/native-sidecar.yaml"), &crate::Settings::default()).unwrap();
+        TemplateSet::from_file(Path::new("templates/native-sidecar.yaml"), &crate::settings::Settings::default())
+            .unwrap();
     assert_eq!(native.default_template().name(), "native-sidecar");
 }
 
@@ -34,7 +35,7 @@ fn the_status_annotation_names_template_version_and_parts() {
         "mesh",
         "t.yaml",
         CONTAINER,
-        &crate::Settings { annotation_prefix: "example.com/".into(), ..Default::default() },
+        &crate::settings::Settings { annotation_prefix: "example.com/".into(), ..Default::default() },
     )
     .unwrap();
     let t = t.default_template();
@@ -46,7 +47,7 @@ fn the_status_annotation_names_template_version_and_parts() {
         "mesh",
         "t.yaml",
         &CONTAINER.replace("image: x", "image: z"),
-        &crate::Settings { annotation_prefix: "example.com/".into(), ..Default::default() },
+        &crate::settings::Settings { annotation_prefix: "example.com/".into(), ..Default::default() },
     )
     .unwrap();
     assert_ne!(edited.default_template().hash(), t.hash(), "any edit changes the version");
@@ -125,7 +126,7 @@ fn expression_errors_are_refused_at_their_line() {
 #[test]
 fn values_expressions_may_produce_whole_structures() {
     let source = "values:\n  res: { requests: { cpu: 10m } }\n  port: 9000\npod:\n  spec:\n    containers:\n      - name: p\n        image: x\n        resources: \"{{ values.res }}\"\n        ports: [{ containerPort: \"{{ values.port }}\" }]\n";
-    let t = TemplateSet::from_source("t", "t.yaml", source, &crate::Settings::default()).unwrap();
+    let t = TemplateSet::from_source("t", "t.yaml", source, &crate::settings::Settings::default()).unwrap();
     // Values-only expressions render at load time: the one leaf left per pod is the injector's own.
     let template = t.default_template();
     assert!(template.slot_path(0).contains("default-container") && template.slot_path(1).is_empty());
@@ -142,7 +143,8 @@ fn the_status_annotation_is_reserved() {
 
 #[test]
 fn a_missing_file_is_a_read_error_naming_it() {
-    let err = TemplateSet::from_file(Path::new("/nonexistent/t.yaml"), &crate::Settings::default()).unwrap_err();
+    let err =
+        TemplateSet::from_file(Path::new("/nonexistent/t.yaml"), &crate::settings::Settings::default()).unwrap_err();
     assert!(err.to_string().contains("/nonexistent/t.yaml"));
 }
 
@@ -151,7 +153,7 @@ fn a_missing_file_is_a_read_error_naming_it() {
 #[test]
 fn every_problem_of_a_file_is_listed() {
     let problems = |source: &str| -> Vec<(usize, String)> {
-        match TemplateSet::from_source("t", "t.yaml", source, &crate::Settings::default()).unwrap_err() {
+        match TemplateSet::from_source("t", "t.yaml", source, &crate::settings::Settings::default()).unwrap_err() {
             TemplateError::Several(all) => all
                 .into_iter()
                 .map(|e| match e {
@@ -185,7 +187,7 @@ fn every_problem_of_a_file_is_listed() {
 fn reads_of_labels_without_a_default_are_warned_of() {
     let set = |leaf: &str| {
         let source = CONTAINER.replace("image: x", &format!("image: x\n        args: [\"{leaf}\"]"));
-        TemplateSet::from_source("t", "t.yaml", &source, &crate::Settings::default()).unwrap()
+        TemplateSet::from_source("t", "t.yaml", &source, &crate::settings::Settings::default()).unwrap()
     };
     let unguarded = set("{{ pod.labels.app }}");
     let warnings = unguarded.default_template().warnings();
@@ -202,5 +204,7 @@ fn reads_of_labels_without_a_default_are_warned_of() {
     ] {
         assert!(set(guarded).default_template().warnings().is_empty(), "{guarded}");
     }
-    assert!(TemplateSet::builtin(&crate::Settings::default()).unwrap().default_template().warnings().is_empty());
+    assert!(
+        TemplateSet::builtin(&crate::settings::Settings::default()).unwrap().default_template().warnings().is_empty()
+    );
 }

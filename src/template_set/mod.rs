@@ -12,14 +12,19 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
-use super::{BUILTIN_NAME, BUILTIN_SOURCE, Part, Policy, Template, TemplateError, set_hash, several, yaml};
-use crate::Settings;
+mod assembly;
+
+pub use assembly::{DryRunError, inject_unchecked, pod_security};
+
+use crate::settings::Policy;
+use crate::settings::Settings;
+use crate::template::{BUILTIN_NAME, BUILTIN_SOURCE, Part, Template, TemplateError, set_hash, several, yaml};
 use crate::validation::KubeVersion;
 
 /// The name of the shared values file (with a `.yaml` or `.yml` extension).
 pub const VALUES_FILE: &str = "values";
 
-/// Combinations (`template: a,b`) compiled per snapshot; beyond this many, a new one is compiled for each pod.
+/// Combinations (`template: a,b`) kept per snapshot; beyond this many, the oldest makes room.
 const MAX_COMBINATIONS: usize = 32;
 /// The most templates one pod may ask for.
 const MAX_TEMPLATES_PER_POD: usize = 8;
@@ -157,8 +162,23 @@ pub struct TemplateSet {
     /// When each template's name first reached this process by a reload (`templates[i]`); `None` for those it
     /// started with. See [`TemplateSet::arrived_within`].
     arrivals: Vec<Option<Instant>>,
-    /// Combinations pods asked for, compiled on first use, published lock-free; they live as long as the set.
-    combinations: ArcSwap<Vec<Arc<Template>>>,
+    /// Combinations pods asked for, each assembled once (or found not to combine), published lock-free; they
+    /// live as long as the set.
+    combinations: ArcSwap<Vec<Combination>>,
+    /// Whether [`TemplateSet::select`] leaves a combination it does not have to the caller, to assemble off the
+    /// request path ([`TemplateSet::defer_combinations`]).
+    deferred: bool,
+    /// The combinations `select` was asked for and left (names joined by commas), for
+    /// [`TemplateSet::assemble_pending`].
+    pending: ArcSwap<Vec<String>>,
+}
+
+/// A combination (`template: a,b`) as assembled: the template, or why the parts do not combine (kept, so that a
+/// pod asking again is answered at once).
+#[derive(Debug, Clone)]
+struct Combination {
+    key: String,
+    assembled: Result<Arc<Template>, Arc<TemplateError>>,
 }
 
 /// The template(s) a pod asked for.
@@ -232,7 +252,11 @@ pub enum SelectError {
     },
     /// The combination could not be assembled.
     #[error("the templates cannot be combined: {0}")]
-    Combination(#[source] Box<TemplateError>),
+    Combination(#[source] Arc<TemplateError>),
+    /// The combination is not assembled yet, and the set leaves assembling it to the caller
+    /// ([`TemplateSet::defer_combinations`]).
+    #[error("the combination {0} is being assembled")]
+    Pending(String),
 }
 
 impl TemplateSet {
@@ -243,7 +267,7 @@ impl TemplateSet {
 
     /// One template file, which is the set's default whatever its name (its name is the file's stem).
     pub fn from_file(path: &Path, settings: &Settings) -> Result<Self, TemplateError> {
-        let (name, file, source) = super::read_template_file(path)?;
+        let (name, file, source) = crate::template::read_template_file(path)?;
         Self::from_source(&name, &file, &source, settings)
     }
 
@@ -299,7 +323,7 @@ impl TemplateSet {
                 unavailable.push(Unavailable { name: part.name().to_owned(), needs, on_error: part.on_error() });
                 continue;
             }
-            match Template::assemble(&[&part], &hash, settings) {
+            match assembly::assemble(&[&part], &hash, settings) {
                 Ok(template) => {
                     parts.push(part);
                     templates.push(template);
@@ -317,8 +341,8 @@ impl TemplateSet {
                 template.needs, settings.kubernetes_version
             )));
         }
-        let Some(default) = parts.iter().position(|p| p.name == default) else {
-            let found = parts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
+        let Some(default) = parts.iter().position(|p| p.name() == default) else {
+            let found = parts.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ");
             return Err(directory(format!(
                 "no template named `{default}` (the template of pods that do not name one); found: {found}"
             )));
@@ -333,6 +357,8 @@ impl TemplateSet {
             ignored: sources.ignored,
             unavailable,
             combinations: ArcSwap::from_pointee(Vec::new()),
+            deferred: false,
+            pending: ArcSwap::from_pointee(Vec::new()),
         })
     }
 
@@ -375,6 +401,7 @@ impl TemplateSet {
                 None => Some(now),
             };
         }
+        self.assemble_combinations_of(previous);
     }
 
     /// Did one of the templates named `names` (`a` or `a,b`) reach this process by a reload less than `grace`
@@ -425,25 +452,82 @@ impl TemplateSet {
             return Err(self.missing(&missing));
         }
         let key = names.join(",");
-        if let Some(found) = self.combinations.load().iter().find(|t| t.name() == key) {
-            return Ok(Selection::Combined(found.clone()));
+        let found = self.combinations.load().iter().find(|c| c.key == key).map(|c| c.assembled.clone());
+        let assembled = match found {
+            Some(assembled) => assembled,
+            None if self.deferred => {
+                self.pending.rcu(|pending| {
+                    let mut next = Vec::clone(pending);
+                    if !next.contains(&key) {
+                        next.push(key.clone());
+                    }
+                    next
+                });
+                return Err(SelectError::Pending(key));
+            }
+            None => self.assemble_combination(&names),
+        };
+        assembled.map(Selection::Combined).map_err(SelectError::Combination)
+    }
+
+    /// Has `select` leave a combination it does not have yet (`template: a,b` first asked for) to the caller,
+    /// answering [`SelectError::Pending`], instead of assembling it (a dry run on every sample pod) on the request
+    /// path: the server assembles it on a blocking thread with [`TemplateSet::assemble_pending`] and answers
+    /// again. The CLI, which has no request path, leaves this off.
+    pub fn defer_combinations(&mut self) {
+        self.deferred = true;
+    }
+
+    /// Assembles and publishes every combination `select` has left pending: off the request path (the server
+    /// runs it on a blocking thread). Returns how many were assembled.
+    pub fn assemble_pending(&self) -> usize {
+        let pending = self.pending.swap(Arc::new(Vec::new()));
+        let mut assembled = 0;
+        for key in pending.iter() {
+            if self.combinations.load().iter().any(|c| &c.key == key) {
+                continue; // another thread assembled it meanwhile
+            }
+            let names: Vec<&str> = key.split(',').collect();
+            // One that does not combine is kept as such too: the pods asking for it get the reason.
+            let _ = self.assemble_combination(&names);
+            assembled += 1;
         }
-        // First use of this combination in this snapshot: assemble it (a fraction of a millisecond), then publish it
-        // for every thread without a lock.
-        // Every name is in the set (checked above): `parts[i]` is the part of `templates[i]`.
-        let parts: Vec<&Part> = names.iter().filter_map(|n| index(n)).map(|i| &self.parts[i]).collect();
-        let combined = Arc::new(
-            Template::assemble(&parts, &self.hash, &self.settings)
-                .map_err(|e| SelectError::Combination(Box::new(e)))?,
-        );
+        assembled
+    }
+
+    /// Assembles the combination of `names` (each in the set: `select` checked), publishes it for every thread
+    /// without a lock, and returns it. Beyond [`MAX_COMBINATIONS`], the oldest published one makes room.
+    fn assemble_combination(&self, names: &[&str]) -> Result<Arc<Template>, Arc<TemplateError>> {
+        let parts: Vec<&Part> = names
+            .iter()
+            .filter_map(|n| self.templates.iter().position(|t| t.name() == *n))
+            .map(|i| &self.parts[i])
+            .collect();
+        let assembled = assembly::assemble(&parts, &self.hash, &self.settings).map(Arc::new).map_err(Arc::new);
+        let combination = Combination { key: names.join(","), assembled: assembled.clone() };
         self.combinations.rcu(|current| {
             let mut next = Vec::clone(current);
-            if next.len() < MAX_COMBINATIONS && !next.iter().any(|t| t.name() == key) {
-                next.push(combined.clone());
+            if !next.iter().any(|c| c.key == combination.key) {
+                if next.len() >= MAX_COMBINATIONS {
+                    next.remove(0);
+                }
+                next.push(combination.clone());
             }
             next
         });
-        Ok(Selection::Combined(combined))
+        assembled
+    }
+
+    /// Assembles, ahead of any pod, the combinations `previous` (the set this one replaces) had assembled, whose
+    /// templates are all still in this set: after an edit, the pods that ask for them find them ready.
+    pub fn assemble_combinations_of(&self, previous: &TemplateSet) {
+        for combination in previous.combinations.load().iter() {
+            let names: Vec<&str> = combination.key.split(',').collect();
+            if names.iter().all(|n| self.templates.iter().any(|t| t.name() == *n)) {
+                // As in `assemble_pending`: kept either way.
+                let _ = self.assemble_combination(&names);
+            }
+        }
     }
 }
 

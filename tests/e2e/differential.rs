@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use serde_json::{Value, json};
 use sidecar_injector::validation::{KubeVersion, validate_pod};
-use sidecar_injector::{Engine, Settings, Template, TemplateSet, Verdict};
+use sidecar_injector::{Engine, Settings, TemplateSet, Verdict};
 
 use super::Cluster;
 
@@ -544,7 +544,7 @@ async fn run_case(cluster: &Cluster, changes: &[Change], coverage: &mut Coverage
     let case = case(changes);
     let settings = Settings { kubernetes_version: VERSION, ..Settings::default() };
     let pod = app_pod(&case, "rules");
-    let Ok(injected) = Template::inject_unchecked(&case.template, &pod, &settings) else {
+    let Ok(injected) = sidecar_injector::template_set::inject_unchecked(&case.template, &pod, &settings) else {
         return Ok(()); // refused before the API rules (a YAML or type problem): nothing to compare
     };
     let ours = validate_pod(&injected, VERSION);
