@@ -39,6 +39,7 @@ pub mod offline;
 mod patch;
 pub mod pki;
 mod pod;
+mod pod_api;
 pub mod pod_security;
 pub(crate) mod preview;
 mod response;

@@ -9,9 +9,9 @@
 //!   containers that hold the app with their `postStart` hooks);
 //! - anything else is present in the pod and belongs to the user: left alone, whatever the template says.
 //!
-//! The API's own rules, in [`schema`](crate::template::schema) (the one rule set, which combining templates
-//! follows too), widen "present": a member of a union the pod has already chosen another member of, a resource
-//! the pod sizes itself in the other map, `allowPrivilegeEscalation` beside privilege, a container the pod
+//! The API's own rules, in [`merge_rules`](crate::pod_api::merge_rules) (the one rule set, which combining
+//! templates follows too), widen "present": a member of a union the pod has already chosen another member of, a
+//! resource the pod sizes itself in the other map, `allowPrivilegeEscalation` beside privilege, a container the pod
 //! declares in another container list, a port whose name the container gives another port. Each would make a
 //! pod the API server refuses, or quietly change what the user set. One string is merged rather than kept: a set
 //! of names (the autoscaler's safe-to-evict volumes) gets the names it lacks appended to the pod's own.
@@ -26,7 +26,7 @@ use simd_json::tape::{Array, Value};
 
 use crate::patch::{Fragment, OpHead, PatchWriter, Pointer, Sink};
 use crate::pod::PodView;
-use crate::template::schema::{self, Existing};
+use crate::pod_api::merge_rules::{self, Existing};
 use crate::template::tree::{Item, KeyValue, List, Member, Object, Rendered, TNode};
 use crate::template::{InitPosition, Template};
 
@@ -87,7 +87,7 @@ struct Merge<'p, 'b, 't, 'i, S: Sink, O> {
     init_position: InitPosition,
     /// The template's containers go in front of the pod's ([`Template::containers_first`]).
     containers_first: bool,
-    /// The pod's container lists (in [`schema::CONTAINER_LISTS`] order): a name may appear in only one of them.
+    /// The pod's container lists (in [`merge_rules::CONTAINER_LISTS`] order): a name may appear in only one of them.
     container_lists: [Option<Value<'t, 'i>>; 3],
     observer: &'p mut O,
 }
@@ -161,7 +161,7 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
 
     /// Merges `t` into a value the pod has at the current path; `field` is the key it sits under and `head` the
     /// precompiled start of an `add` there, if the path is static. `taken` is a map of the pod whose keys are the
-    /// user's here too (see [`Shape::Resources`](schema::Shape::Resources)).
+    /// user's here too (see [`Shape::Resources`](merge_rules::Shape::Resources)).
     fn present(
         &mut self,
         t: &'m TNode,
@@ -188,7 +188,7 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
                 Some(a) if list.merge_key.is_some() => self.keyed_list(list, value, a, field),
                 _ => {} // an atomic list, or another type: the user's value wins
             },
-            TNode::Scalar(names) if schema::is_name_set(field) => {
+            TNode::Scalar(names) if merge_rules::is_name_set(field) => {
                 if let Some(existing) = value.into_string() {
                     self.add_names(t, names, existing, head);
                 }
@@ -198,12 +198,12 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
     }
 
     /// One `add` of the pod's set of names `existing` with those of the template's `names` it lacks appended, if
-    /// it lacks any ([`schema::is_name_set`]). Only pods that set such an annotation themselves come here.
+    /// it lacks any ([`merge_rules::is_name_set`]). Only pods that set such an annotation themselves come here.
     #[cold]
     fn add_names(&mut self, t: &'m TNode, names: &Fragment, existing: &str, head: Option<&OpHead>) {
         // The template's value is a static JSON string; one that is not (it cannot be) adds nothing.
         let Ok(template) = serde_json::from_slice::<&str>(names.json()) else { return };
-        let Some(union) = schema::name_union(existing, template) else { return };
+        let Some(union) = merge_rules::name_union(existing, template) else { return };
         self.observer.added(Added::Value(t));
         self.patch.add(head, self.path, false, |out| {
             let mut json = Vec::with_capacity(union.len() + 2);
@@ -213,13 +213,13 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
     }
 
     fn object(&mut self, t: &'m Object, value: Value<'_, '_>, taken: Taken<'_, '_>) {
-        for member in t.members.iter().filter(|m| !schema::is_set(taken, &m.key)) {
+        for member in t.members.iter().filter(|m| !merge_rules::is_set(taken, &m.key)) {
             let mark = self.enter_member(member);
             let head = member.add_head.as_ref();
             let linked = t.shape.linked(&member.key).and_then(|other| value.member(other));
             match value.member(&member.key) {
                 Some(v) => self.present(&member.node, v, &member.key, head, linked),
-                None if schema::may_add_member(t.shape, &member.key, value) => {
+                None if merge_rules::may_add_member(t.shape, &member.key, value) => {
                     self.add_here(&member.node, head, linked, &member.key)
                 }
                 None => {} // the user chose otherwise (another member of a union, say)
@@ -276,7 +276,7 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
         let rendered = self.rendered;
         match (t, taken) {
             (TNode::Object(object), Some(taken))
-                if object.members.iter().any(|m| schema::is_set(Some(taken), &m.key)) =>
+                if object.members.iter().any(|m| merge_rules::is_set(Some(taken), &m.key)) =>
             {
                 self.add_members(object, head, taken)
             }
@@ -293,7 +293,7 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
     /// One `add` of the members of `object` that `taken` lacks, if any.
     #[cold]
     fn add_members(&mut self, object: &'m Object, head: Option<&OpHead>, taken: Value<'_, '_>) {
-        let keep = |key: &str| !schema::is_set(Some(taken), key);
+        let keep = |key: &str| !merge_rules::is_set(Some(taken), key);
         if object.members.iter().any(|m| keep(&m.key)) {
             let rendered = self.rendered;
             self.observer.added(Added::Members(object, &keep));
@@ -305,7 +305,8 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
     #[cold]
     fn add_items(&mut self, list: &'m List, head: Option<&OpHead>, field: &str) {
         let lists = self.container_lists;
-        let keep = |item: &Item| !item.name.as_deref().is_some_and(|name| schema::named_elsewhere(&lists, field, name));
+        let keep =
+            |item: &Item| !item.name.as_deref().is_some_and(|name| merge_rules::named_elsewhere(&lists, field, name));
         if list.items.iter().any(keep) {
             let rendered = self.rendered;
             self.observer.added(Added::Items(list, &keep));
@@ -314,13 +315,13 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
     }
 
     /// May `item` be added to the pod's `list` (under `field`), which lacks its merge key? See
-    /// [`schema::may_add_item`].
+    /// [`merge_rules::may_add_item`].
     fn may_add(&self, field: &str, item: &Item, list: Value<'_, '_>) -> bool {
-        schema::may_add_item(field, item.name.as_deref(), list, &self.container_lists)
+        merge_rules::may_add_item(field, item.name.as_deref(), list, &self.container_lists)
     }
 
     fn named_elsewhere(&self, field: &str, item: &Item) -> bool {
-        item.name.as_deref().is_some_and(|name| schema::named_elsewhere(&self.container_lists, field, name))
+        item.name.as_deref().is_some_and(|name| merge_rules::named_elsewhere(&self.container_lists, field, name))
     }
 }
 
@@ -328,10 +329,10 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
 type Taken<'t, 'i> = Option<Value<'t, 'i>>;
 
 /// Is the pod's `existing` item, found by the template item's merge key, one of the pod's own objects rather than
-/// the template's (see [`schema::identified_by_name`])?
+/// the template's (see [`merge_rules::identified_by_name`])?
 fn another_object(field: &str, item: &Item, existing: Value<'_, '_>) -> bool {
     let theirs = || existing.member("name").and_then(Existing::string);
-    schema::identified_by_name(field)
+    merge_rules::identified_by_name(field)
         && item.name.as_deref().is_some_and(|ours| theirs().is_some_and(|theirs| theirs != ours))
 }
 

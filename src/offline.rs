@@ -471,7 +471,7 @@ fn uninject_pod(
 fn item_members(pod: &Value, pointer: &str) -> Vec<Value> {
     let Some((list, index)) = pointer.rsplit_once('/') else { return Vec::new() };
     let field = list.rsplit('/').next().unwrap_or_default();
-    let (Ok(_), Some(key)) = (index.parse::<usize>(), crate::template::schema::merge_key_for(field)) else {
+    let (Ok(_), Some(key)) = (index.parse::<usize>(), crate::pod_api::merge_rules::merge_key_for(field)) else {
         return Vec::new();
     };
     let members = pod.pointer(pointer).and_then(Value::as_object).into_iter().flatten();

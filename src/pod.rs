@@ -4,7 +4,7 @@
 use simd_json::prelude::{ValueAsScalar, ValueIntoString};
 use simd_json::tape::{Array, Value};
 
-use crate::template::schema::CONTAINER_LISTS;
+use crate::pod_api::spec::CONTAINER_LISTS;
 
 /// The Pod under review. Accessors read the tape; nothing is copied. The metadata fields and the spec fields
 /// several stages read are located in one walk over each when the view is made (a `get` per field would rescan

@@ -5,7 +5,7 @@
 //! [`Injected`]: wherever the template meets the pod, a pod value equal to what the template would have written
 //! there (its rendered leaves included) is what injection added, and is removed whole; a value that differs is
 //! the user's, and is kept (only what the template completes inside it is looked at). A set of names
-//! ([`schema::is_name_set`]) loses the template's names that injection appended to it. The result is a JSON Patch
+//! ([`merge_rules::is_name_set`]) loses the template's names that injection appended to it. The result is a JSON Patch
 //! of `remove` and `replace` operations, in an order that applies; [`apply`] applies it, and removes the maps it
 //! leaves empty (injection adds a whole map where the pod has none).
 //!
@@ -20,7 +20,7 @@ use simd_json::tape::Value;
 use crate::json::{escape_pointer_token, write_str};
 use crate::merge::{Added, Observer, Step};
 use crate::patch::ApplyError;
-use crate::template::schema;
+use crate::pod_api::merge_rules;
 use crate::template::tree::{Object, Rendered, TNode};
 
 /// One step of a path into the pod, owned.
@@ -189,7 +189,7 @@ impl<'m> Observer<'m> for Injected<'m> {
         }
         // An item's merge key names it: the item stays, so does its key.
         if let [.., Step::Field(list), Step::Index(_), Step::Field(key)] = self.steps.as_slice()
-            && schema::merge_key_for(list) == Some(*key)
+            && merge_rules::merge_key_for(list) == Some(*key)
         {
             return;
         }
@@ -205,14 +205,14 @@ impl<'m> Observer<'m> for Injected<'m> {
         // `requests` and `limits`: a resource the pod sizes in one is the user's in both, so the merge does not
         // look at what it added to the other (the injected pod sizes it in both). Each resource is judged here.
         if let TNode::Object(object) = t
-            && object.shape == schema::Shape::Resources
+            && object.shape == merge_rules::Shape::Resources
         {
             self.resources(object, value, rendered);
             return;
         }
-        let set = matches!(self.steps.last(), Some(Step::Field(key)) if schema::is_name_set(key));
+        let set = matches!(self.steps.last(), Some(Step::Field(key)) if merge_rules::is_name_set(key));
         if let (true, Some(names), Some(existing)) = (set, template.as_str(), value.into_string())
-            && let Some(kept) = schema::name_difference(existing, names)
+            && let Some(kept) = merge_rules::name_difference(existing, names)
         {
             self.ops.push(Op::Replace(self.path(), kept));
         }

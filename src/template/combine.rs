@@ -1,9 +1,11 @@
 //! Combining templates: a pod that asks for `template: a,b` gets `a`, then whatever `b` adds that `a` does not
-//! already have, by the rules injection follows ([`schema`](super::schema): maps member by member, keyed lists
-//! item by item, anything `a` has wins, and nothing of `b` that the API server would refuse beside what `a` has).
+//! already have, by the rules injection follows ([`merge_rules`](crate::pod_api::merge_rules): maps member by
+//! member, keyed lists item by item, anything `a` has wins, and nothing of `b` that the API server would refuse
+//! beside what `a` has).
 
-use super::schema::{self, CONTAINER_LISTS, Existing, Place, merge_key_for, shape_of};
 use super::yaml::{YNode, YValue};
+use crate::pod_api::merge_rules::{self, Existing, Place, merge_key_for, shape_of};
+use crate::pod_api::spec::CONTAINER_LISTS;
 
 /// Adds to `base` what `overlay` has and `base` lacks: the add-only merge of injection, with `base` in the
 /// pod's place.
@@ -21,7 +23,7 @@ struct Fill<'a> {
 
 impl Fill<'_> {
     /// Merges `overlay` into `base`, a value `base` has at `place`. `taken` is `base`'s map whose keys rule out
-    /// `overlay`'s here (see [`schema::Shape::linked`]).
+    /// `overlay`'s here (see [`merge_rules::Shape::linked`]).
     fn node(&self, base: &mut YNode, overlay: &YNode, place: Place<'_>, taken: Option<&YNode>) {
         let field = match place {
             Place::Field(field) => field,
@@ -40,8 +42,8 @@ impl Fill<'_> {
         match (&base.value, &overlay.value) {
             (YValue::Map(_), YValue::Map(theirs)) => self.map(base, theirs, place, taken),
             (YValue::Seq(_), YValue::Seq(theirs)) => self.list(base, theirs, field),
-            (YValue::Str(mine), YValue::Str(theirs)) if schema::is_name_set(field) => {
-                if let Some(union) = schema::name_union(mine, theirs) {
+            (YValue::Str(mine), YValue::Str(theirs)) if merge_rules::is_name_set(field) => {
+                if let Some(union) = merge_rules::name_union(mine, theirs) {
                     base.value = YValue::Str(union);
                 }
             }
@@ -51,10 +53,10 @@ impl Fill<'_> {
 
     fn map(&self, base: &mut YNode, theirs: &[(String, YNode)], place: Place<'_>, taken: Option<&YNode>) {
         let shape = shape_of(place);
-        for (key, value) in theirs.iter().filter(|(key, _)| !schema::is_set(taken, key)) {
+        for (key, value) in theirs.iter().filter(|(key, _)| !merge_rules::is_set(taken, key)) {
             let snapshot = &*base;
             let linked = shape.linked(key).and_then(|other| snapshot.member(other)).cloned();
-            if snapshot.member(key).is_none() && !schema::may_add_member(shape, key, snapshot) {
+            if snapshot.member(key).is_none() && !merge_rules::may_add_member(shape, key, snapshot) {
                 continue; // `base` chose otherwise (another member of a union, say)
             }
             let YValue::Map(mine) = &mut base.value else { return };
@@ -74,7 +76,7 @@ impl Fill<'_> {
                 items.position(|m| key.is_some() && m.member(merge_key).map(|k| &k.value) == key)
             });
             let name = item.member("name").and_then(Existing::string);
-            if found.is_none() && !schema::may_add_item(field, name, snapshot, &self.lists) {
+            if found.is_none() && !merge_rules::may_add_item(field, name, snapshot, &self.lists) {
                 continue; // a name the API server wants unique
             }
             let YValue::Seq(mine) = &mut base.value else { return };
@@ -90,14 +92,14 @@ impl Fill<'_> {
     fn whole(&self, overlay: &YNode, field: &str, taken: Option<&YNode>) -> YNode {
         let value = match &overlay.value {
             YValue::Map(members) if taken.is_some() => {
-                YValue::Map(members.iter().filter(|(key, _)| !schema::is_set(taken, key)).cloned().collect())
+                YValue::Map(members.iter().filter(|(key, _)| !merge_rules::is_set(taken, key)).cloned().collect())
             }
             YValue::Seq(items) => YValue::Seq(
                 items
                     .iter()
                     .filter(|item| {
                         let name = item.member("name").and_then(Existing::string);
-                        !name.is_some_and(|name| schema::named_elsewhere(&self.lists, field, name))
+                        !name.is_some_and(|name| merge_rules::named_elsewhere(&self.lists, field, name))
                     })
                     .cloned()
                     .collect(),

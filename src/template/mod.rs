@@ -24,7 +24,6 @@ mod leaf_checks;
 mod overrides;
 mod pod_context;
 mod render;
-pub(crate) mod schema;
 pub(crate) mod tree;
 mod validate;
 pub(crate) mod yaml;
@@ -37,6 +36,7 @@ use sha2::{Digest, Sha256};
 use crate::settings::{DEFAULT_REVISION, Policy, Settings, Validation};
 use crate::validation::KubeVersion;
 
+use crate::pod_api::merge_rules::{self as schema, Place};
 pub use hold::Hold;
 pub(crate) use leaf_cache::LeafCache;
 use leaf_checks::LeafCheck;
@@ -44,7 +44,6 @@ pub(crate) use overrides::OverrideSpec;
 pub(crate) use pod_context::{ContainerEntries, PodContext, Port, Reads, StrEntries};
 use render::{LeafKind, is_template};
 pub(crate) use render::{Overrides, RenderError, Renderer};
-use schema::Place;
 use tree::TNode;
 use yaml::{PathSeg, YNode, YValue, display_path};
 

@@ -4,10 +4,10 @@
 
 use std::ops::Range;
 
-use super::schema::{Place, Shape, merge_key_for, shape_of};
 use super::yaml::{PathSeg, YNode, YValue};
 use crate::json::{path_token, write_str};
 use crate::patch::{Fragment, OpHead, Sink, op_head};
+use crate::pod_api::merge_rules::{Place, Shape, merge_key_for, shape_of};
 
 /// A compiled template node.
 #[derive(Debug)]

@@ -12,8 +12,8 @@ use serde_json::{Value as J, json};
 
 use crate::patch::{ApplyError, Pointer};
 use crate::pod::PodView;
+use crate::pod_api::merge_rules::merge_key_for;
 use crate::settings::Settings;
-use crate::template::schema::merge_key_for;
 use crate::template::tree::Rendered;
 use crate::template::yaml::{self, YNode};
 use crate::template::{Overrides, Part, Shape, Template, TemplateError, by_line, several};

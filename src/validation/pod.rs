@@ -13,7 +13,7 @@ use serde_json::{Map, Value as J};
 use super::field::{FieldError, FieldPath};
 use super::quantity::{self, Quantity};
 use super::{Cx, Rule};
-use crate::template::schema::{ENV_VAR_SOURCES, LIFECYCLE_HANDLERS, PROBE_HANDLERS, VOLUME_SOURCES};
+use crate::pod_api::spec::{ENV_VAR_SOURCES, LIFECYCLE_HANDLERS, PROBE_HANDLERS, VOLUME_SOURCES};
 
 const FILE_MODE: &str = "must be a number between 0 and 0777 (octal), both inclusive";
 const MAX_INT32: i64 = i32::MAX as i64;

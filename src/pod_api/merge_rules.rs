@@ -1,6 +1,12 @@
-//! What the merge must know of the Pod API beyond JSON: how list items are matched (merge keys), and which
-//! members of an object exclude each other, so that completing what the user wrote never yields a pod the API
-//! server refuses.
+//! What the merge must know of the Pod API beyond JSON: how list items are matched (merge keys), which members of
+//! an object exclude each other, and when a value counts as absent, so that completing what the user wrote never
+//! yields a pod the API server refuses. The one rule set: injecting a template into a pod (`merge`) and combining
+//! templates (`template::combine`) both follow it.
+
+use super::spec::{
+    CONTAINER_LISTS, CONTAINERS, ENV_VAR_SOURCES, EPHEMERAL_CONTAINERS, INIT_CONTAINERS, LIFECYCLE_HANDLERS,
+    LIFECYCLE_HOOKS, PROBE_HANDLERS, PROBES, VOLUME_SOURCES,
+};
 
 /// Where a template node sits: under a key of a map, or as an item of the list under a key.
 #[derive(Debug, Clone, Copy)]
@@ -17,17 +23,11 @@ pub(crate) enum Place<'a> {
 /// atomic, as in Kubernetes: their order and content belong to the user (`command`, `args`, `tolerations`...).
 pub(crate) fn merge_key_for(field: &str) -> Option<&'static str> {
     match field {
-        "containers"
-        | "initContainers"
-        | "ephemeralContainers"
-        | "volumes"
-        | "env"
-        | "imagePullSecrets"
-        | "resourceClaims"
-        | "schedulingGates" => Some("name"),
+        CONTAINERS | INIT_CONTAINERS | EPHEMERAL_CONTAINERS | "volumes" | "env" | "imagePullSecrets"
+        | "resourceClaims" | "schedulingGates" => Some("name"),
         "volumeMounts" => Some("mountPath"),
         "volumeDevices" => Some("devicePath"),
-        "ports" => Some("containerPort"),
+        PORTS => Some("containerPort"),
         "hostAliases" => Some("ip"),
         "topologySpreadConstraints" => Some("topologyKey"),
         _ => None,
@@ -58,54 +58,13 @@ pub(crate) enum Shape {
     SecurityContext,
 }
 
-/// A probe's handlers (`Probe`).
-pub(crate) const PROBE_HANDLERS: &[&str] = &["exec", "httpGet", "tcpSocket", "grpc"];
-/// A lifecycle hook's handlers (`LifecycleHandler`).
-pub(crate) const LIFECYCLE_HANDLERS: &[&str] = &["exec", "httpGet", "tcpSocket", "sleep"];
-/// The sources of an env var's `valueFrom` (`EnvVarSource`).
-pub(crate) const ENV_VAR_SOURCES: &[&str] =
-    &["fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef", "fileKeyRef"];
-/// A volume's sources (`VolumeSource`).
-pub(crate) const VOLUME_SOURCES: &[&str] = &[
-    "hostPath",
-    "emptyDir",
-    "gcePersistentDisk",
-    "awsElasticBlockStore",
-    "gitRepo",
-    "secret",
-    "nfs",
-    "iscsi",
-    "glusterfs",
-    "persistentVolumeClaim",
-    "rbd",
-    "flexVolume",
-    "cinder",
-    "cephfs",
-    "flocker",
-    "downwardAPI",
-    "fc",
-    "azureFile",
-    "configMap",
-    "vsphereVolume",
-    "quobyte",
-    "azureDisk",
-    "photonPersistentDisk",
-    "projected",
-    "portworxVolume",
-    "scaleIO",
-    "storageos",
-    "csi",
-    "ephemeral",
-    "image",
-];
-
 /// The shape of the object at `place`.
 pub(crate) fn shape_of(place: Place<'_>) -> Shape {
     match place {
         Place::ItemOf("env") => Shape::OneOf(&["value", "valueFrom"]),
         Place::Field("valueFrom") => Shape::OneOf(ENV_VAR_SOURCES),
-        Place::Field("readinessProbe" | "livenessProbe" | "startupProbe") => Shape::OneOf(PROBE_HANDLERS),
-        Place::Field("postStart" | "preStop") => Shape::OneOf(LIFECYCLE_HANDLERS),
+        Place::Field(field) if PROBES.contains(&field) => Shape::OneOf(PROBE_HANDLERS),
+        Place::Field(field) if LIFECYCLE_HOOKS.contains(&field) => Shape::OneOf(LIFECYCLE_HANDLERS),
         Place::ItemOf("volumes") => Shape::OneOf(VOLUME_SOURCES),
         Place::ItemOf("volumeMounts") => Shape::OneOf(&["subPath", "subPathExpr"]),
         Place::Field("resources") => Shape::Resources,
@@ -142,8 +101,6 @@ impl Shape {
 
 /// A container's ports: matched by `containerPort`, and their names are unique in the container too.
 pub(crate) const PORTS: &str = "ports";
-/// The container lists of a pod spec. A container's name is unique across all three.
-pub(crate) const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
 
 /// A node of what a template is merged into: the pod (on simd-json's tape) when injecting, or the template that
 /// comes first when templates are combined. The rules below read it through this trait, so that both merges

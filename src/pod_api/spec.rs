@@ -1,0 +1,60 @@
+//! The names the Pod API gives to members of a pod spec that several rooms read as a set: the container lists, a
+//! container's probes and lifecycle hooks, and the members of the API's unions (a handler, an env var's source, a
+//! volume's source).
+
+/// A pod's app containers.
+pub(crate) const CONTAINERS: &str = "containers";
+/// A pod's init containers (native sidecars among them).
+pub(crate) const INIT_CONTAINERS: &str = "initContainers";
+/// A pod's ephemeral (debug) containers.
+pub(crate) const EPHEMERAL_CONTAINERS: &str = "ephemeralContainers";
+/// The container lists of a pod spec. A container's name is unique across all three. Readers keep the lists in
+/// this order, by index (`[0]` is `containers`).
+pub(crate) const CONTAINER_LISTS: [&str; 3] = [CONTAINERS, INIT_CONTAINERS, EPHEMERAL_CONTAINERS];
+
+/// A container's probes.
+pub(crate) const PROBES: [&str; 3] = ["livenessProbe", "readinessProbe", "startupProbe"];
+/// A container's lifecycle hooks (under `lifecycle`).
+pub(crate) const LIFECYCLE_HOOKS: [&str; 2] = ["postStart", "preStop"];
+
+/// A probe's handlers (`Probe`).
+pub(crate) const PROBE_HANDLERS: &[&str] = &["exec", "httpGet", "tcpSocket", "grpc"];
+/// A lifecycle hook's handlers (`LifecycleHandler`).
+pub(crate) const LIFECYCLE_HANDLERS: &[&str] = &["exec", "httpGet", "tcpSocket", "sleep"];
+/// The sources of an env var's `valueFrom` (`EnvVarSource`).
+pub(crate) const ENV_VAR_SOURCES: &[&str] =
+    &["fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef", "fileKeyRef"];
+/// A volume's sources (`VolumeSource`), in the order of its fields, which is the order Pod Security's
+/// `restrictedVolumes` names the first refused source in.
+pub(crate) const VOLUME_SOURCES: &[&str] = &[
+    "hostPath",
+    "emptyDir",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "gitRepo",
+    "secret",
+    "nfs",
+    "iscsi",
+    "glusterfs",
+    "persistentVolumeClaim",
+    "rbd",
+    "flexVolume",
+    "cinder",
+    "cephfs",
+    "flocker",
+    "downwardAPI",
+    "fc",
+    "azureFile",
+    "configMap",
+    "vsphereVolume",
+    "quobyte",
+    "azureDisk",
+    "photonPersistentDisk",
+    "projected",
+    "portworxVolume",
+    "scaleIO",
+    "storageos",
+    "csi",
+    "ephemeral",
+    "image",
+];
