@@ -176,15 +176,16 @@ impl<'m, S: Sink, O: Observer<'m>> Merge<'_, '_, '_, '_, S, O> {
         self.observer.met(t, value, self.rendered);
         match t {
             TNode::Object(object) => match value.as_object() {
-                // An empty map in the pod takes the template's whole value, unless that is empty too (`{}`
-                // already satisfies `emptyDir: {}`: re-adding it would never converge).
-                Some(o) if o.is_empty() && !object.members.is_empty() => self.add_here(t, head, taken, field),
+                Some(o) if merge_rules::empty_is_absent(o.is_empty(), object.members.is_empty()) => {
+                    self.add_here(t, head, taken, field)
+                }
                 Some(_) => self.object(object, value, taken),
                 None => {} // the user's value has another type: theirs wins
             },
             TNode::List(list) => match value.as_array() {
-                // Likewise an empty list takes the template's whole list, unless that is empty too.
-                Some(a) if a.is_empty() && !list.items.is_empty() => self.add_here(t, head, None, field),
+                Some(a) if merge_rules::empty_is_absent(a.is_empty(), list.items.is_empty()) => {
+                    self.add_here(t, head, None, field)
+                }
                 Some(a) if list.merge_key.is_some() => self.keyed_list(list, value, a, field),
                 _ => {} // an atomic list, or another type: the user's value wins
             },

@@ -217,6 +217,14 @@ pub(crate) fn name_difference(existing: &str, template: &str) -> Option<String> 
     })
 }
 
+/// Does an empty map or list that a template meets count as absent? It does, and takes the template's whole
+/// value, unless the template's is empty too: `{}` already satisfies `emptyDir: {}`, and re-adding it would
+/// never converge. (Null counts as absent always: see [`Existing::member`].)
+#[inline]
+pub(crate) fn empty_is_absent(existing_is_empty: bool, template_is_empty: bool) -> bool {
+    existing_is_empty && !template_is_empty
+}
+
 /// Does `map` set `key` to anything but null? `map` is the pod's map whose keys are the user's beside the one
 /// being merged (a container's `limits` beside its `requests`: see [`Shape::linked`]).
 pub(crate) fn is_set<'a>(map: Option<impl Existing<'a>>, key: &str) -> bool {
@@ -242,5 +250,12 @@ mod tests {
         }
         assert_eq!(name_difference("mine", "a,b"), None);
         assert_eq!(name_difference("a,mine", "a"), None, "a name that does not end the list is the user's");
+    }
+
+    #[test]
+    fn an_empty_value_is_absent_unless_the_templates_is_empty_too() {
+        assert!(empty_is_absent(true, false));
+        assert!(!empty_is_absent(true, true), "`emptyDir: {{}}` meets `{{}}`: nothing to add, ever");
+        assert!(!empty_is_absent(false, false) && !empty_is_absent(false, true));
     }
 }

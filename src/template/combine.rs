@@ -4,7 +4,7 @@
 //! beside what `a` has).
 
 use super::yaml::{YNode, YValue};
-use crate::pod_api::merge_rules::{self, Existing, Place, merge_key_for, shape_of};
+use crate::pod_api::merge_rules::{self, Existing, Place, empty_is_absent, merge_key_for, shape_of};
 use crate::pod_api::spec::CONTAINER_LISTS;
 
 /// Adds to `base` what `overlay` has and `base` lacks: the add-only merge of injection, with `base` in the
@@ -31,8 +31,8 @@ impl Fill<'_> {
         };
         let absent = match (&base.value, &overlay.value) {
             (YValue::Null, _) => true,
-            (YValue::Map(mine), YValue::Map(theirs)) => mine.is_empty() && !theirs.is_empty(),
-            (YValue::Seq(mine), YValue::Seq(theirs)) => mine.is_empty() && !theirs.is_empty(),
+            (YValue::Map(mine), YValue::Map(theirs)) => empty_is_absent(mine.is_empty(), theirs.is_empty()),
+            (YValue::Seq(mine), YValue::Seq(theirs)) => empty_is_absent(mine.is_empty(), theirs.is_empty()),
             _ => false,
         };
         if absent {
