@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 
 use serde_json::Value as J;
 
-use super::{Finding, Pod, finding, forbidden_profile_type, is_true, listed, object, strings, text};
+use super::{Finding, Pod, finding, forbidden_profile_type, listed};
+use crate::pod_api::read::{is_true, items, object, strings, text};
 
 /// The capabilities a container may add (the container runtimes' default set).
 const CAPABILITIES: &[&str] = &[
@@ -148,7 +149,7 @@ pub(super) fn host_ports(pod: &Pod<'_>) -> Option<Finding> {
     let mut fields = Vec::new();
     let mut bound = BTreeSet::new();
     for container in &pod.containers {
-        let ports = container.get(&["ports"]).and_then(J::as_array).map(Vec::as_slice).unwrap_or_default();
+        let ports = items(container.get(&["ports"]));
         for (index, port) in ports.iter().enumerate() {
             let host_port = port.get("hostPort").and_then(J::as_i64).unwrap_or(0);
             if host_port != 0 {

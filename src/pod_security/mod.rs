@@ -25,6 +25,8 @@ use std::str::FromStr;
 
 use serde_json::{Map, Value as J};
 
+use crate::pod_api::read::{items, object, text};
+
 /// A Pod Security Standards level, from the least to the most restrictive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Level {
@@ -238,7 +240,7 @@ impl<'a> Pod<'a> {
         let containers = CONTAINER_LISTS
             .iter()
             .flat_map(|list| {
-                let entries = at(spec, &[list]).and_then(J::as_array).map(Vec::as_slice).unwrap_or_default();
+                let entries = items(at(spec, &[list]));
                 entries.iter().enumerate().filter_map(move |(index, entry)| Container::new(list, index, entry))
             })
             .collect();
@@ -263,8 +265,7 @@ impl<'a> Pod<'a> {
     /// `spec.volumes`, each with its path, named by its name (or by its index if it has none):
     /// `spec.volumes[logs]`.
     fn volumes(&self) -> impl Iterator<Item = (String, &'a Map<String, J>)> {
-        let volumes = self.spec(&["volumes"]).and_then(J::as_array).map(Vec::as_slice).unwrap_or_default();
-        volumes.iter().enumerate().filter_map(|(index, volume)| {
+        items(self.spec(&["volumes"])).iter().enumerate().filter_map(|(index, volume)| {
             let volume = volume.as_object()?;
             Some((named("spec.volumes", text(volume.get("name")), index), volume))
         })
@@ -329,25 +330,6 @@ fn at<'a>(object: Option<&'a Map<String, J>>, path: &[&str]) -> Option<&'a J> {
         current = current.get(*key)?.as_object()?;
     }
     current.get(*last).filter(|value| !value.is_null())
-}
-
-fn object(value: Option<&J>) -> Option<&Map<String, J>> {
-    value.and_then(J::as_object)
-}
-
-/// A string field, `""` when absent (as Go reads an unset string).
-fn text(value: Option<&J>) -> &str {
-    value.and_then(J::as_str).unwrap_or("")
-}
-
-/// A boolean field that is present and true.
-fn is_true(value: Option<&J>) -> bool {
-    value.and_then(J::as_bool) == Some(true)
-}
-
-/// The strings of a list field (other items would not decode, and are skipped).
-fn strings(value: Option<&J>) -> impl Iterator<Item = &str> {
-    value.and_then(J::as_array).into_iter().flatten().filter_map(J::as_str)
 }
 
 /// Values for a detail, comma-separated, an empty one shown as `""`.

@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use serde_json::Value as J;
 
 use super::baseline::SECCOMP_TYPES;
-use super::{Finding, Pod, finding, forbidden_profile_type, listed, object, strings};
+use super::{Finding, Pod, finding, forbidden_profile_type, listed};
+use crate::pod_api::read::{object, strings};
 
 /// The volume sources a restricted pod may use: data the API server or a CSI driver provides, not the node's.
 const VOLUME_SOURCES: &[&str] = &[

@@ -13,6 +13,7 @@ use serde_json::{Map, Value as J};
 use super::field::{FieldError, FieldPath};
 use super::quantity::{self, Quantity};
 use super::{Cx, Rule};
+use crate::pod_api::read::{items, object, strings};
 use crate::pod_api::spec::{ENV_VAR_SOURCES, LIFECYCLE_HANDLERS, PROBE_HANDLERS, VOLUME_SOURCES};
 
 const FILE_MODE: &str = "must be a number between 0 and 0777 (octal), both inclusive";
@@ -98,10 +99,10 @@ fn object_meta(cx: &mut Cx, metadata: &J, path: &FieldPath) {
         let masked = prefix.strip_suffix('-').map(|p| format!("{p}a"));
         cx.rule(&path.child("generateName"), masked.as_deref().unwrap_or(prefix), Rule::Dns1123Subdomain);
     }
-    if let Some(labels) = obj(metadata, "labels") {
+    if let Some(labels) = object(metadata.get("labels")) {
         labels_map(cx, labels, &path.child("labels"));
     }
-    if let Some(annotations) = obj(metadata, "annotations") {
+    if let Some(annotations) = object(metadata.get("annotations")) {
         let at = path.child("annotations");
         let mut total = 0usize;
         for (key, value) in annotations {
@@ -130,22 +131,22 @@ fn labels_map(cx: &mut Cx, labels: &Map<String, J>, at: &FieldPath) {
 }
 
 fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
-    let volumes = volumes(cx, items(spec, "volumes"), &path.child("volumes"));
-    let containers = items(spec, "containers");
-    let init_containers = items(spec, "initContainers");
+    let volumes = volumes(cx, items(spec.get("volumes")), &path.child("volumes"));
+    let containers = items(spec.get("containers"));
+    let init_containers = items(spec.get("initContainers"));
     if containers.is_empty() {
         cx.push(FieldError::required(&path.child("containers"), ""));
     }
     let mut names = HashSet::new();
     container_list(cx, containers, false, &volumes, &mut names, &path.child("containers"));
     container_list(cx, init_containers, true, &volumes, &mut names, &path.child("initContainers"));
-    for (i, container) in items(spec, "ephemeralContainers").iter().enumerate() {
+    for (i, container) in items(spec.get("ephemeralContainers")).iter().enumerate() {
         let name = str_of(container, "name").unwrap_or_default();
         if !name.is_empty() && !names.insert(name) {
             cx.push(FieldError::duplicate(&path.child("ephemeralContainers").index(i).child("name"), name));
         }
     }
-    if !items(spec, "ephemeralContainers").is_empty() {
+    if !items(spec.get("ephemeralContainers")).is_empty() {
         // `ValidatePodCreate`: only the ephemeralcontainers subresource adds them (before 1.23 the API server
         // drops them instead, which would leave the template half-applied).
         cx.push(FieldError::forbidden(&path.child("ephemeralContainers"), "cannot be set on create"));
@@ -169,18 +170,18 @@ fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
     if let Some(policy) = str_of(spec, "dnsPolicy").filter(|p| !p.is_empty()) {
         cx.rule(&path.child("dnsPolicy"), policy, Rule::OneOf(DNS_POLICIES));
     }
-    if let Some(selector) = obj(spec, "nodeSelector") {
+    if let Some(selector) = object(spec.get("nodeSelector")) {
         labels_map(cx, selector, &path.child("nodeSelector"));
     }
     dns_config(cx, spec, &path.child("dnsConfig"));
-    for (i, gate) in items(spec, "readinessGates").iter().enumerate() {
+    for (i, gate) in items(spec.get("readinessGates")).iter().enumerate() {
         let condition = str_of(gate, "conditionType").unwrap_or_default();
         cx.rule(&path.child("readinessGates").index(i).child("conditionType"), condition, Rule::QualifiedName);
     }
     if let Some(class) = str_of(spec, "runtimeClassName") {
         cx.rule(&path.child("runtimeClassName"), class, Rule::Dns1123Subdomain);
     }
-    tolerations(cx, items(spec, "tolerations"), &path.child("tolerations"));
+    tolerations(cx, items(spec.get("tolerations")), &path.child("tolerations"));
     if let Some(affinity) = spec.get("affinity").filter(|a| a.is_object()) {
         self::affinity(cx, affinity, &path.child("affinity"));
     }
@@ -203,22 +204,22 @@ fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
         let detail = format!("must be between 1 and {MAX_INT32}, inclusive");
         cx.push(FieldError::invalid(&path.child("activeDeadlineSeconds"), deadline, detail));
     }
-    for (i, secret) in items(spec, "imagePullSecrets").iter().enumerate() {
+    for (i, secret) in items(spec.get("imagePullSecrets")).iter().enumerate() {
         if str_of(secret, "name").is_none_or(str::is_empty) {
             cx.push(FieldError::required(&path.child("imagePullSecrets").index(i).child("name"), ""));
         }
     }
-    for (i, alias) in items(spec, "hostAliases").iter().enumerate() {
+    for (i, alias) in items(spec.get("hostAliases")).iter().enumerate() {
         let at = path.child("hostAliases").index(i);
         let ip = str_of(alias, "ip").unwrap_or_default();
         if ip.parse::<std::net::IpAddr>().is_err() {
             cx.push(FieldError::invalid(&at.child("ip"), ip, "must be valid IP address"));
         }
-        for hostname in items(alias, "hostnames").iter().filter_map(J::as_str) {
+        for hostname in strings(alias.get("hostnames")) {
             cx.rule_as(&at.child("hostnames"), hostname, hostname, Rule::Dns1123Subdomain);
         }
     }
-    for (i, constraint) in items(spec, "topologySpreadConstraints").iter().enumerate() {
+    for (i, constraint) in items(spec.get("topologySpreadConstraints")).iter().enumerate() {
         let at = path.child("topologySpreadConstraints").index(i);
         let skew = int_of(constraint, "maxSkew").unwrap_or(0);
         if skew <= 0 {
@@ -244,7 +245,7 @@ fn dns_config(cx: &mut Cx, spec: &J, path: &FieldPath) {
     if str_of(spec, "dnsPolicy") == Some("None") {
         match config {
             None => return cx.push(FieldError::required(path, "must provide `dnsConfig` when `dnsPolicy` is None")),
-            Some(config) if items(config, "nameservers").is_empty() => {
+            Some(config) if items(config.get("nameservers")).is_empty() => {
                 let detail = "must provide at least one DNS nameserver when `dnsPolicy` is None";
                 return cx.push(FieldError::required(&path.child("nameservers"), detail));
             }
@@ -252,7 +253,7 @@ fn dns_config(cx: &mut Cx, spec: &J, path: &FieldPath) {
         }
     }
     let Some(config) = config else { return };
-    let nameservers = items(config, "nameservers");
+    let nameservers = items(config.get("nameservers"));
     if nameservers.len() > 3 {
         let shown = J::Array(nameservers.to_vec()).to_string();
         cx.push(FieldError::invalid(
@@ -267,7 +268,7 @@ fn dns_config(cx: &mut Cx, spec: &J, path: &FieldPath) {
             cx.push(FieldError::invalid(&path.child("nameservers").index(i), server, "must be valid IP address"));
         }
     }
-    let searches: Vec<&str> = items(config, "searches").iter().map(|s| s.as_str().unwrap_or_default()).collect();
+    let searches: Vec<&str> = items(config.get("searches")).iter().map(|s| s.as_str().unwrap_or_default()).collect();
     let (most, chars) = if cx.version.at_least(26) { (32, 2048) } else { (6, 256) };
     let shown = || J::from(searches.clone()).to_string();
     if searches.len() > most {
@@ -293,7 +294,7 @@ fn dns_config(cx: &mut Cx, spec: &J, path: &FieldPath) {
             cx.rule_as(&at, name, name, Rule::Dns1123Subdomain);
         }
     }
-    for (i, option) in items(config, "options").iter().enumerate() {
+    for (i, option) in items(config.get("options")).iter().enumerate() {
         if str_of(option, "name").is_none_or(str::is_empty) {
             cx.push(FieldError::required(&path.child("options").index(i), "Option.Name must not be empty"));
         }
@@ -357,7 +358,7 @@ fn affinity(cx: &mut Cx, affinity: &J, path: &FieldPath) {
         let required = "requiredDuringSchedulingIgnoredDuringExecution";
         if let Some(selector) = node.get(required).filter(|s| s.is_object()) {
             let terms_path = at.child(required).child("nodeSelectorTerms");
-            let terms = items(selector, "nodeSelectorTerms");
+            let terms = items(selector.get("nodeSelectorTerms"));
             if terms.is_empty() {
                 cx.push(FieldError::required(&terms_path, "must have at least one node selector term"));
             }
@@ -366,7 +367,7 @@ fn affinity(cx: &mut Cx, affinity: &J, path: &FieldPath) {
             }
         }
         let preferred = "preferredDuringSchedulingIgnoredDuringExecution";
-        for (i, term) in items(node, preferred).iter().enumerate() {
+        for (i, term) in items(node.get(preferred)).iter().enumerate() {
             let here = at.child(preferred).index(i);
             weight(cx, term, &here);
             let empty = J::Object(Map::new());
@@ -377,11 +378,11 @@ fn affinity(cx: &mut Cx, affinity: &J, path: &FieldPath) {
         let Some(pods) = affinity.get(kind).filter(|p| p.is_object()) else { continue };
         let at = path.child(kind);
         let required = "requiredDuringSchedulingIgnoredDuringExecution";
-        for (i, term) in items(pods, required).iter().enumerate() {
+        for (i, term) in items(pods.get(required)).iter().enumerate() {
             pod_affinity_term(cx, term, &at.child(required).index(i));
         }
         let preferred = "preferredDuringSchedulingIgnoredDuringExecution";
-        for (i, term) in items(pods, preferred).iter().enumerate() {
+        for (i, term) in items(pods.get(preferred)).iter().enumerate() {
             let here = at.child(preferred).index(i);
             weight(cx, term, &here);
             let empty = J::Object(Map::new());
@@ -399,9 +400,9 @@ fn weight(cx: &mut Cx, term: &J, path: &FieldPath) {
 
 /// `ValidateNodeSelectorTerm`: label expressions, and field expressions (only `metadata.name`, with one value).
 fn node_selector_term(cx: &mut Cx, term: &J, path: &FieldPath) {
-    for (j, requirement) in items(term, "matchExpressions").iter().enumerate() {
+    for (j, requirement) in items(term.get("matchExpressions")).iter().enumerate() {
         let at = path.child("matchExpressions").index(j);
-        let values = items(requirement, "values");
+        let values = items(requirement.get("values"));
         let operator = str_of(requirement, "operator").unwrap_or_default();
         if !set_operator_values(cx, operator, values, &at) {
             match operator {
@@ -416,9 +417,9 @@ fn node_selector_term(cx: &mut Cx, term: &J, path: &FieldPath) {
         let key = str_of(requirement, "key").unwrap_or_default();
         cx.rule(&at.child("key"), key, Rule::QualifiedName);
     }
-    for (j, requirement) in items(term, "matchFields").iter().enumerate() {
+    for (j, requirement) in items(term.get("matchFields")).iter().enumerate() {
         let at = path.child("matchFields").index(j);
-        let values = items(requirement, "values");
+        let values = items(requirement.get("values"));
         match str_of(requirement, "operator").unwrap_or_default() {
             "In" | "NotIn" if values.len() != 1 => {
                 let detail = "must be only one value when `operator` is 'In' or 'NotIn' for node field selector";
@@ -448,7 +449,7 @@ fn pod_affinity_term(cx: &mut Cx, term: &J, path: &FieldPath) {
         let name = if cx.version.at_least(21) { "labelSelector" } else { "matchExpressions" };
         label_selector(cx, selector, &path.child(name));
     }
-    for namespace in items(term, "namespaces").iter().filter_map(J::as_str) {
+    for namespace in strings(term.get("namespaces")) {
         cx.rule_as(&path.child("namespace"), namespace, namespace, Rule::Dns1123Label);
     }
     match str_of(term, "topologyKey").filter(|k| !k.is_empty()) {
@@ -483,12 +484,12 @@ fn set_operator_values(cx: &mut Cx, operator: &str, values: &[J], at: &FieldPath
 /// `ValidateLabelSelector`: its labels, and each expression's operator and key. (Values are held to label values
 /// only by newer API servers; they are not judged here.)
 fn label_selector(cx: &mut Cx, selector: &J, path: &FieldPath) {
-    if let Some(labels) = obj(selector, "matchLabels") {
+    if let Some(labels) = object(selector.get("matchLabels")) {
         labels_map(cx, labels, &path.child("matchLabels"));
     }
-    for (i, requirement) in items(selector, "matchExpressions").iter().enumerate() {
+    for (i, requirement) in items(selector.get("matchExpressions")).iter().enumerate() {
         let at = path.child("matchExpressions").index(i);
-        let values = items(requirement, "values");
+        let values = items(requirement.get("values"));
         let operator = str_of(requirement, "operator").unwrap_or_default();
         if !set_operator_values(cx, operator, values, &at) {
             cx.push(FieldError::invalid(&at.child("operator"), operator, NOT_A_SELECTOR_OPERATOR));
@@ -564,7 +565,7 @@ fn volume_source(cx: &mut Cx, volume: &J, path: &FieldPath) {
             "downwardAPI" => {
                 file_mode(cx, body, "defaultMode", &at);
                 // The API server reports these files at the source's own path, without their index.
-                for file in items(body, "items") {
+                for file in items(body.get("items")) {
                     downward_api_file(cx, file, &at);
                 }
             }
@@ -586,7 +587,7 @@ fn volume_source(cx: &mut Cx, volume: &J, path: &FieldPath) {
 }
 
 fn key_to_paths(cx: &mut Cx, body: &J, path: &FieldPath) {
-    for (i, item) in items(body, "items").iter().enumerate() {
+    for (i, item) in items(body.get("items")).iter().enumerate() {
         let at = path.child("items").index(i);
         if str_of(item, "key").is_none_or(str::is_empty) {
             cx.push(FieldError::required(&at.child("key"), ""));
@@ -623,7 +624,7 @@ fn downward_api_file(cx: &mut Cx, file: &J, path: &FieldPath) {
 fn projected(cx: &mut Cx, body: &J, path: &FieldPath) {
     file_mode(cx, body, "defaultMode", path);
     let mut paths = HashSet::new();
-    for (i, source) in items(body, "sources").iter().enumerate() {
+    for (i, source) in items(body.get("sources")).iter().enumerate() {
         let at = path.child("sources").index(i);
         let mut count = 0;
         for kind in ["secret", "configMap", "downwardAPI", "serviceAccountToken", "clusterTrustBundle"] {
@@ -638,7 +639,7 @@ fn projected(cx: &mut Cx, body: &J, path: &FieldPath) {
                     key_to_paths(cx, projection, &here);
                 }
                 "downwardAPI" => {
-                    for file in items(projection, "items") {
+                    for file in items(projection.get("items")) {
                         downward_api_file(cx, file, &here);
                     }
                 }
@@ -659,7 +660,8 @@ fn projected(cx: &mut Cx, body: &J, path: &FieldPath) {
                 }
                 _ => {}
             }
-            let mut targets: Vec<&str> = items(projection, "items").iter().filter_map(|i| str_of(i, "path")).collect();
+            let mut targets: Vec<&str> =
+                items(projection.get("items")).iter().filter_map(|i| str_of(i, "path")).collect();
             targets.extend(str_of(projection, "path"));
             for target in targets {
                 if !paths.insert(target) {
@@ -761,9 +763,9 @@ fn container(cx: &mut Cx, c: &J, init: bool, volumes: &HashSet<&str>, path: &Fie
         let detail = "must be 'File' or 'FallbackToLogsOnError'";
         cx.push(FieldError::invalid(&path.child("terminationMessagePolicy"), policy, detail));
     }
-    ports(cx, items(c, "ports"), &path.child("ports"));
-    env(cx, items(c, "env"), &path.child("env"));
-    env_from(cx, items(c, "envFrom"), &path.child("envFrom"));
+    ports(cx, items(c.get("ports")), &path.child("ports"));
+    env(cx, items(c.get("env")), &path.child("env"));
+    env_from(cx, items(c.get("envFrom")), &path.child("envFrom"));
     volume_mounts(cx, c, volumes, &path.child("volumeMounts"));
     if let Some(policy) = str_of(c, "imagePullPolicy").filter(|p| !p.is_empty()) {
         cx.rule(&path.child("imagePullPolicy"), policy, Rule::OneOf(PULL_POLICIES));
@@ -821,7 +823,7 @@ fn handler_of(cx: &mut Cx, body: &J, handlers: &[&'static str], path: &FieldPath
         count += 1;
         let action = &body[kind];
         match kind {
-            "exec" if items(action, "command").is_empty() => {
+            "exec" if items(action.get("command")).is_empty() => {
                 cx.push(FieldError::required(&at.child("command"), ""));
             }
             "httpGet" => {
@@ -829,7 +831,7 @@ fn handler_of(cx: &mut Cx, body: &J, handlers: &[&'static str], path: &FieldPath
                 if let Some(scheme) = str_of(action, "scheme").filter(|s| !s.is_empty()) {
                     cx.rule(&at.child("scheme"), scheme, Rule::OneOf(HTTP_SCHEMES));
                 }
-                for header in items(action, "httpHeaders") {
+                for header in items(action.get("httpHeaders")) {
                     let name = str_of(header, "name").unwrap_or_default();
                     cx.rule_as(&at.child("httpHeaders"), name, name, Rule::HttpHeaderName);
                 }
@@ -925,7 +927,7 @@ fn host_ports(cx: &mut Cx, containers: &[J], path: &FieldPath) {
 }
 
 fn host_ports_of(cx: &mut Cx, c: &J, path: &FieldPath, seen: &mut HashSet<String>) {
-    for (i, port) in items(c, "ports").iter().enumerate() {
+    for (i, port) in items(c.get("ports")).iter().enumerate() {
         let Some(host) = int_of(port, "hostPort").filter(|p| *p != 0) else { continue };
         let protocol = str_of(port, "protocol").filter(|p| !p.is_empty()).unwrap_or("TCP");
         let key = format!("{protocol}/{}/{host}", str_of(port, "hostIP").unwrap_or_default());
@@ -1095,12 +1097,12 @@ fn resource_field_selector(cx: &mut Cx, selector: &J, volume: bool, path: &Field
 }
 
 fn volume_mounts(cx: &mut Cx, c: &J, volumes: &HashSet<&str>, path: &FieldPath) {
-    let devices: HashMap<&str, &str> = items(c, "volumeDevices")
+    let devices: HashMap<&str, &str> = items(c.get("volumeDevices"))
         .iter()
         .map(|d| (str_of(d, "name").unwrap_or_default(), str_of(d, "devicePath").unwrap_or_default()))
         .collect();
     let mut mount_points = HashSet::new();
-    for (i, mount) in items(c, "volumeMounts").iter().enumerate() {
+    for (i, mount) in items(c.get("volumeMounts")).iter().enumerate() {
         let at = path.index(i);
         let name = str_of(mount, "name").unwrap_or_default();
         if name.is_empty() {
@@ -1166,10 +1168,10 @@ fn no_backsteps(cx: &mut Cx, target: &str, path: &FieldPath) {
 fn resource_requirements(cx: &mut Cx, resources: &J, path: &FieldPath) {
     let limits_path = path.child("limits");
     let requests_path = path.child("requests");
-    let limits_map = obj(resources, "limits");
+    let limits_map = object(resources.get("limits"));
     let limits = quantities(cx, limits_map, &limits_path);
     // A pod's container requests what it limits unless it says otherwise (the API server's default).
-    let mut requested = obj(resources, "requests").cloned().unwrap_or_default();
+    let mut requested = object(resources.get("requests")).cloned().unwrap_or_default();
     for (name, limit) in limits_map.into_iter().flatten() {
         requested.entry(name.clone()).or_insert_with(|| limit.clone());
     }
@@ -1219,8 +1221,8 @@ pub(super) fn pod_resources(cx: &mut Cx, spec: &J, path: &FieldPath) {
     };
     let requests_of = |container: &J| {
         let resources = container.get("resources");
-        let mut requested = nanos(resources.and_then(|r| obj(r, "limits")));
-        requested.extend(nanos(resources.and_then(|r| obj(r, "requests"))));
+        let mut requested = nanos(resources.and_then(|r| object(r.get("limits"))));
+        requested.extend(nanos(resources.and_then(|r| object(r.get("requests")))));
         requested
     };
     let add = |sum: &mut HashMap<String, u128>, more: &HashMap<String, u128>| {
@@ -1230,7 +1232,7 @@ pub(super) fn pod_resources(cx: &mut Cx, spec: &J, path: &FieldPath) {
         }
     };
     let (mut sidecars, mut init_peak) = (HashMap::new(), HashMap::<String, u128>::new());
-    for init in items(spec, "initContainers") {
+    for init in items(spec.get("initContainers")) {
         if str_of(init, "restartPolicy") == Some("Always") {
             add(&mut sidecars, &requests_of(init));
         } else {
@@ -1243,7 +1245,7 @@ pub(super) fn pod_resources(cx: &mut Cx, spec: &J, path: &FieldPath) {
         }
     }
     let mut aggregate = sidecars;
-    for container in items(spec, "containers") {
+    for container in items(spec.get("containers")) {
         add(&mut aggregate, &requests_of(container));
     }
     for (name, peak) in init_peak {
@@ -1251,7 +1253,7 @@ pub(super) fn pod_resources(cx: &mut Cx, spec: &J, path: &FieldPath) {
         *total = (*total).max(peak);
     }
     let at = path.child("resources");
-    for (name, value) in obj(pod, "requests").into_iter().flatten() {
+    for (name, value) in object(pod.get("requests")).into_iter().flatten() {
         let Ok(limit) = quantity::from_json(value) else { continue };
         let needed = aggregate.get(name).copied().unwrap_or(0);
         if needed > limit.saturating_nanos() {
@@ -1261,9 +1263,9 @@ pub(super) fn pod_resources(cx: &mut Cx, spec: &J, path: &FieldPath) {
             cx.push(FieldError::invalid(&at.child("requests").key(name), text.as_str(), detail));
         }
     }
-    let pod_limits = nanos(obj(pod, "limits"));
-    for (i, container) in items(spec, "containers").iter().enumerate() {
-        let limits = container.get("resources").and_then(|r| obj(r, "limits"));
+    let pod_limits = nanos(object(pod.get("limits")));
+    for (i, container) in items(spec.get("containers")).iter().enumerate() {
+        let limits = container.get("resources").and_then(|r| object(r.get("limits")));
         for (name, value) in limits.into_iter().flatten() {
             let (Some(pod_limit), Ok(limit)) = (pod_limits.get(name), quantity::from_json(value)) else { continue };
             if limit.saturating_nanos() > *pod_limit {
@@ -1355,7 +1357,7 @@ fn security_context(cx: &mut Cx, context: &J, path: &FieldPath) {
             let detail = "cannot set `allowPrivilegeEscalation` to false and `privileged` to true";
             cx.push(FieldError::invalid(path, "securityContext", detail));
         }
-        let added = context.get("capabilities").map(|c| items(c, "add")).unwrap_or_default();
+        let added = context.get("capabilities").map(|c| items(c.get("add"))).unwrap_or_default();
         if added.iter().any(|c| c.as_str() == Some("CAP_SYS_ADMIN")) {
             let detail = "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN";
             cx.push(FieldError::invalid(path, "securityContext", detail));
@@ -1370,7 +1372,7 @@ fn pod_security_context(cx: &mut Cx, context: &J, path: &FieldPath) {
     {
         cx.push(FieldError::invalid(&path.child("fsGroup"), group, ID_RANGE));
     }
-    for (i, group) in items(context, "supplementalGroups").iter().enumerate() {
+    for (i, group) in items(context.get("supplementalGroups")).iter().enumerate() {
         let group = group.as_i64().unwrap_or(0);
         if !(0..=MAX_INT32).contains(&group) {
             cx.push(FieldError::invalid(&path.child("supplementalGroups").index(i), group, ID_RANGE));
@@ -1383,7 +1385,7 @@ fn pod_security_context(cx: &mut Cx, context: &J, path: &FieldPath) {
         seccomp_profile(cx, profile, &path.child("seccompProfile"));
     }
     let mut sysctls = HashSet::new();
-    for (i, sysctl) in items(context, "sysctls").iter().enumerate() {
+    for (i, sysctl) in items(context.get("sysctls")).iter().enumerate() {
         let at = path.child("sysctls").index(i).child("name");
         let name = str_of(sysctl, "name").unwrap_or_default();
         if name.is_empty() {
@@ -1447,14 +1449,6 @@ fn str_of<'j>(object: &'j J, key: &str) -> Option<&'j str> {
 
 fn int_of(object: &J, key: &str) -> Option<i64> {
     object.get(key).and_then(J::as_i64)
-}
-
-fn obj<'j>(object: &'j J, key: &str) -> Option<&'j Map<String, J>> {
-    object.get(key).and_then(J::as_object)
-}
-
-fn items<'j>(object: &'j J, key: &str) -> &'j [J] {
-    object.get(key).and_then(J::as_array).map_or(&[], Vec::as_slice)
 }
 
 /// Is `key` set on `object` to something other than null?
