@@ -58,3 +58,24 @@ pub(crate) const VOLUME_SOURCES: &[&str] = &[
     "ephemeral",
     "image",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::pod_api::decode::decode;
+    use k8s_openapi::api::core::v1::Volume;
+
+    /// Every volume source is a field of k8s-openapi's `Volume`: a misspelt one would be dropped as unknown.
+    #[test]
+    fn every_volume_source_is_a_field_of_the_api_type() {
+        for source in VOLUME_SOURCES {
+            let volume = serde_json::json!({"name": "v", *source: {}});
+            // A source that requires fields `{}` lacks fails to decode: the type knows it too.
+            if let Ok(typed) = decode::<Volume>(&volume) {
+                let back = serde_json::to_value(typed).expect("k8s-openapi types always serialise");
+                assert!(back.get(source).is_some(), "{source} is not a field of Volume");
+            }
+        }
+    }
+}

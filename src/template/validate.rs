@@ -8,6 +8,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value as J;
 
 use super::yaml::PathSeg;
+use crate::pod_api::decode;
 
 /// A validation problem: where (path from the template's top level) and why.
 pub(crate) type Problem = (Vec<PathSeg>, String);
@@ -59,12 +60,8 @@ fn metadata(value: &J, path: Vec<PathSeg>, found: &mut Findings) {
 }
 
 fn spec(value: &J, path: Vec<PathSeg>, found: &mut Findings) {
-    let mut with_containers = value.clone();
-    if let J::Object(members) = &mut with_containers {
-        // PodSpec requires `containers`; a template that injects only volumes or defaults may leave it out.
-        members.entry("containers").or_insert_with(|| J::Array(Vec::new()));
-    }
-    typed::<PodSpec>(&with_containers, path.clone(), found);
+    // A template that injects only volumes or defaults may leave `containers` out: it decodes.
+    typed::<PodSpec>(value, path.clone(), found);
     for list in ["containers", "initContainers"] {
         for (i, c) in value.get(list).and_then(J::as_array).into_iter().flatten().enumerate() {
             let at = [path.clone(), vec![PathSeg::Key(list.into()), PathSeg::Index(i)]].concat();
@@ -103,18 +100,14 @@ pub(crate) fn container_defaults(value: &J) -> Findings {
 /// not survive the round trip is a field `T` does not have (k8s-openapi ignores unknown fields on its own), each
 /// reported at its own path with the closest field `T` has there.
 fn typed<T: DeserializeOwned + Serialize>(value: &J, base: Vec<PathSeg>, found: &mut Findings) {
-    let typed: T = match serde_path_to_error::deserialize(value) {
+    let typed: T = match decode::decode(value) {
         Ok(typed) => typed,
         Err(e) => {
-            let mut path = base.clone();
-            for seg in e.path().iter() {
-                match seg {
-                    serde_path_to_error::Segment::Seq { index } => path.push(PathSeg::Index(*index)),
-                    serde_path_to_error::Segment::Map { key } => path.push(PathSeg::Key(key.clone())),
-                    _ => {}
-                }
-            }
-            found.fatal(path, e.into_inner().to_string());
+            let steps = e.path.into_iter().map(|step| match step {
+                decode::Step::Index(index) => PathSeg::Index(index),
+                decode::Step::Key(key) => PathSeg::Key(key),
+            });
+            found.fatal(base.iter().cloned().chain(steps).collect(), e.message);
             return;
         }
     };

@@ -18,6 +18,8 @@ mod version;
 
 use serde_json::Value as J;
 
+use crate::pod_api::decode;
+
 pub use field::{BadValue, ErrorKind, FieldError, FieldPath, Seg};
 pub use fields::{Account, POD_FIELDS};
 pub use version::{KubeVersion, VersionError};
@@ -25,7 +27,7 @@ pub use version::{KubeVersion, VersionError};
 /// The problems the API server would report for `pod` (a Pod's JSON: `metadata` and `spec`), if Kubernetes
 /// `version` judged it; empty when it would accept it.
 pub fn validate_pod(pod: &J, version: KubeVersion) -> Vec<FieldError> {
-    if let Err(error) = decode(pod) {
+    if let Err(error) = decode_pod(pod) {
         // The API server refuses a pod it cannot decode before it validates anything.
         return vec![error];
     }
@@ -56,28 +58,20 @@ pub(crate) fn leaf_rules(pod: &J, version: KubeVersion) -> Vec<(FieldPath, Rule)
 
 /// Reads the pod into the API types, as the API server decodes a request body: a string where a number belongs,
 /// or a number out of an `int32`'s range, is refused here.
-fn decode(pod: &J) -> Result<(), FieldError> {
+fn decode_pod(pod: &J) -> Result<(), FieldError> {
     use k8s_openapi::api::core::v1::PodSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn typed<T: serde::de::DeserializeOwned>(value: &J, base: FieldPath) -> Result<(), FieldError> {
-        serde_path_to_error::deserialize::<_, T>(value).map(drop).map_err(|e| {
+        decode::decode::<T>(value).map(drop).map_err(|e| {
             let mut path = base;
-            let mut at = value;
-            for seg in e.path().iter() {
-                match seg {
-                    serde_path_to_error::Segment::Seq { index } => {
-                        path = path.index(*index);
-                        at = at.get(*index).unwrap_or(&J::Null);
-                    }
-                    serde_path_to_error::Segment::Map { key } => {
-                        path.0.push(Seg::Field(key.clone().into()));
-                        at = at.get(key).unwrap_or(&J::Null);
-                    }
-                    _ => {}
-                }
+            for step in &e.path {
+                path.0.push(match step {
+                    decode::Step::Index(index) => Seg::Index(*index),
+                    decode::Step::Key(key) => Seg::Field(key.clone().into()),
+                });
             }
-            FieldError::invalid(&path, BadValue::Other(at.to_string()), e.into_inner().to_string())
+            FieldError::invalid(&path, BadValue::Other(e.value_in(value).to_string()), e.message)
         })
     }
     let root = FieldPath::default();
@@ -85,12 +79,8 @@ fn decode(pod: &J) -> Result<(), FieldError> {
         typed::<ObjectMeta>(metadata, root.child("metadata"))?;
     }
     if let Some(spec) = pod.get("spec") {
-        let mut with_containers = spec.clone();
-        if let J::Object(members) = &mut with_containers {
-            // A missing `containers` is a validation error (reported as such), not a decoding one.
-            members.entry("containers").or_insert_with(|| J::Array(Vec::new()));
-        }
-        typed::<PodSpec>(&with_containers, root.child("spec"))?;
+        // A missing `containers` decodes, and is a validation error (reported as such).
+        typed::<PodSpec>(spec, root.child("spec"))?;
     }
     Ok(())
 }
