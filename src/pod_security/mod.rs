@@ -26,6 +26,7 @@ use std::str::FromStr;
 use serde_json::{Map, Value as J};
 
 use crate::pod_api::read::{items, object, text};
+use crate::pod_api::spec::{CONTAINERS, EPHEMERAL_CONTAINERS, INIT_CONTAINERS};
 
 /// A Pod Security Standards level, from the least to the most restrictive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -220,10 +221,13 @@ fn finding(fields: Vec<String>, detail: impl FnOnce() -> String) -> Option<Findi
     (!fields.is_empty()).then(|| Finding { fields, detail: detail() })
 }
 
-/// The container lists, in the order upstream's `visitContainers` walks them.
-const CONTAINER_LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
+/// The container lists, in the order upstream's `visitContainers` walks them, which is the order a violation
+/// lists its fields in: init containers first, unlike [`CONTAINER_LISTS`](crate::pod_api::spec::CONTAINER_LISTS), whose order the merge's readers index.
+const VISIT_ORDER: [&str; 3] = [INIT_CONTAINERS, CONTAINERS, EPHEMERAL_CONTAINERS];
 
-/// The parts of a pod the checks read, located once.
+/// The parts of a pod the checks read, located once. A view of its own over `serde_json` rather than the request
+/// path's `PodView`: that one reads a review's simd-json tape, while Pod Security judges a `serde_json` pod (the
+/// pod a template's dry run injects, for `check --pod-security`), and walks every container with its path.
 struct Pod<'a> {
     annotations: Option<&'a Map<String, J>>,
     spec: Option<&'a Map<String, J>>,
@@ -237,7 +241,7 @@ impl<'a> Pod<'a> {
     fn new(pod: &'a J) -> Self {
         let root = pod.as_object();
         let spec = object(at(root, &["spec"]));
-        let containers = CONTAINER_LISTS
+        let containers = VISIT_ORDER
             .iter()
             .flat_map(|list| {
                 let entries = items(at(spec, &[list]));

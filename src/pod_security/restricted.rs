@@ -8,9 +8,11 @@ use serde_json::Value as J;
 use super::baseline::SECCOMP_TYPES;
 use super::{Finding, Pod, finding, forbidden_profile_type, listed};
 use crate::pod_api::read::{object, strings};
+use crate::pod_api::spec::VOLUME_SOURCES;
 
 /// The volume sources a restricted pod may use: data the API server or a CSI driver provides, not the node's.
-const VOLUME_SOURCES: &[&str] = &[
+/// Every other source of the API's ([`VOLUME_SOURCES`]) is refused.
+const ALLOWED_VOLUME_SOURCES: &[&str] = &[
     "configMap",
     "csi",
     "downwardAPI",
@@ -20,31 +22,6 @@ const VOLUME_SOURCES: &[&str] = &[
     "persistentVolumeClaim",
     "projected",
     "secret",
-];
-
-/// Every other volume source of the 1.34 API, in the order upstream names the first one it finds.
-const RESTRICTED_VOLUME_SOURCES: &[&str] = &[
-    "hostPath",
-    "gcePersistentDisk",
-    "awsElasticBlockStore",
-    "gitRepo",
-    "nfs",
-    "iscsi",
-    "glusterfs",
-    "rbd",
-    "flexVolume",
-    "cinder",
-    "cephfs",
-    "flocker",
-    "fc",
-    "azureFile",
-    "vsphereVolume",
-    "quobyte",
-    "azureDisk",
-    "photonPersistentDisk",
-    "portworxVolume",
-    "scaleIO",
-    "storageos",
 ];
 
 /// The one capability a restricted container may add back.
@@ -109,24 +86,26 @@ pub(super) fn capabilities(pod: &Pod<'_>) -> Option<Finding> {
     })
 }
 
-/// Upstream `restrictedVolumes` (check_restrictedVolumes.go): only the volume sources of [`VOLUME_SOURCES`].
-/// A volume without a known source is an `emptyDir` once the API server has defaulted it. Replaces
-/// `hostPathVolumes` at restricted.
+/// Upstream `restrictedVolumes` (check_restrictedVolumes.go): only the volume sources of
+/// [`ALLOWED_VOLUME_SOURCES`]; of the others, the first in the API's order is named, as upstream does. A volume
+/// without a known source is an `emptyDir` once the API server has defaulted it. Replaces `hostPathVolumes` at
+/// restricted.
 pub(super) fn volumes(pod: &Pod<'_>) -> Option<Finding> {
     let mut fields = Vec::new();
     let mut sources = BTreeSet::new();
     for (path, volume) in pod.volumes() {
         let is_set = |source: &str| object(volume.get(source)).is_some();
-        if VOLUME_SOURCES.iter().any(|source| is_set(source)) {
+        if ALLOWED_VOLUME_SOURCES.iter().any(|source| is_set(source)) {
             continue;
         }
-        if let Some(source) = RESTRICTED_VOLUME_SOURCES.iter().find(|source| is_set(source)) {
+        // No allowed source is set, so the first source set is a refused one.
+        if let Some(source) = VOLUME_SOURCES.iter().find(|source| is_set(source)) {
             fields.push(format!("{path}.{source}"));
             sources.insert(*source);
         }
     }
     finding(fields, || {
-        format!("uses volume type {} (restricted allows only {})", listed(sources), VOLUME_SOURCES.join(", "))
+        format!("uses volume type {} (restricted allows only {})", listed(sources), ALLOWED_VOLUME_SOURCES.join(", "))
     })
 }
 
@@ -222,4 +201,21 @@ pub(super) fn seccomp_profile(pod: &Pod<'_>) -> Option<Finding> {
         }
         format!("{} (restricted requires RuntimeDefault or Localhost on the pod or on every container)", set.join("; "))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One list of the API's volume sources ties restricted's allowed ones to what the merge and validation know:
+    /// a source allowed here that the API does not have (misspelt, or removed) would never be found set.
+    #[test]
+    fn the_allowed_volume_sources_are_sources_of_the_api() {
+        for source in ALLOWED_VOLUME_SOURCES {
+            assert!(VOLUME_SOURCES.contains(source), "{source} is not in pod_api::spec::VOLUME_SOURCES");
+        }
+        let refused = VOLUME_SOURCES.iter().filter(|source| !ALLOWED_VOLUME_SOURCES.contains(source));
+        assert_eq!(refused.clone().next(), Some(&"hostPath"), "upstream names hostPath first");
+        assert_eq!(refused.count(), 21, "the 1.34 API's node and in-tree driver sources");
+    }
 }

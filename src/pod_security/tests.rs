@@ -700,3 +700,13 @@ fn seccomp_profile_restricted() {
     ]);
     assert_eq!(evaluate(&windows).violations, []);
 }
+
+/// Upstream's walk covers the API's container lists, each once: one list of them, in another order.
+#[test]
+fn the_visit_order_is_the_apis_container_lists() {
+    let mut visited = VISIT_ORDER;
+    let mut lists = crate::pod_api::spec::CONTAINER_LISTS;
+    visited.sort_unstable();
+    lists.sort_unstable();
+    assert_eq!(visited, lists);
+}
