@@ -7,6 +7,7 @@ use serde_json::Value as J;
 
 use super::{Finding, Pod, finding, forbidden_profile_type, listed};
 use crate::pod_api::read::{is_true, items, object, strings, text};
+use crate::pod_api::spec::{LIFECYCLE_HOOKS, PROBES};
 
 /// The capabilities a container may add (the container runtimes' default set).
 const CAPABILITIES: &[&str] = &[
@@ -49,14 +50,6 @@ const APP_ARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kube
 pub(super) const SECCOMP_TYPES: &[&str] = &["RuntimeDefault", "Localhost"];
 
 const HOST_NAMESPACES: &[&str] = &["hostNetwork", "hostPID", "hostIPC"];
-/// The probes and lifecycle hooks of a container.
-const HANDLERS: &[&[&str]] = &[
-    &["livenessProbe"],
-    &["readinessProbe"],
-    &["startupProbe"],
-    &["lifecycle", "postStart"],
-    &["lifecycle", "preStop"],
-];
 /// The handlers that can reach another host; `tcpSocket` is deprecated in lifecycle hooks but still decoded.
 const NETWORK_HANDLERS: &[&str] = &["httpGet", "tcpSocket"];
 
@@ -171,9 +164,9 @@ pub(super) fn host_probes_and_lifecycle(pod: &Pod<'_>) -> Option<Finding> {
     let mut fields = Vec::new();
     let mut hosts = BTreeSet::new();
     for container in &pod.containers {
-        for handler in HANDLERS {
+        for handler in handler_paths() {
             for network in NETWORK_HANDLERS {
-                let path = [handler, &[network, "host"][..]].concat();
+                let path = [&handler[..], &[network, "host"]].concat();
                 let host = text(container.get(&path));
                 if !host.is_empty() {
                     fields.push(container.field(&path.join(".")));
@@ -183,6 +176,12 @@ pub(super) fn host_probes_and_lifecycle(pod: &Pod<'_>) -> Option<Finding> {
         }
     }
     finding(fields, || format!("probes or hooks host {} (baseline allows empty or unset)", listed(hosts)))
+}
+
+/// Where a container's probes and lifecycle hooks sit: `livenessProbe`, ..., `lifecycle.preStop`.
+fn handler_paths() -> impl Iterator<Item = Vec<&'static str>> {
+    let probes = PROBES.into_iter().map(|probe| vec![probe]);
+    probes.chain(LIFECYCLE_HOOKS.into_iter().map(|hook| vec!["lifecycle", hook]))
 }
 
 /// Upstream `privileged` (check_privileged.go): no privileged container.

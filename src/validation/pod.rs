@@ -14,7 +14,9 @@ use super::field::{FieldError, FieldPath};
 use super::quantity::{self, Quantity};
 use super::{Cx, Rule};
 use crate::pod_api::read::{items, object, strings};
-use crate::pod_api::spec::{ENV_VAR_SOURCES, LIFECYCLE_HANDLERS, PROBE_HANDLERS, VOLUME_SOURCES};
+use crate::pod_api::spec::{
+    ENV_VAR_SOURCES, LIFECYCLE_HANDLERS, LIFECYCLE_HOOKS, PROBE_HANDLERS, PROBES, VOLUME_SOURCES,
+};
 
 const FILE_MODE: &str = "must be a number between 0 and 0777 (octal), both inclusive";
 const MAX_INT32: i64 = i32::MAX as i64;
@@ -726,7 +728,7 @@ fn container(cx: &mut Cx, c: &J, init: bool, volumes: &HashSet<&str>, path: &Fie
     let runs_alongside = !init || sidecar;
     if let Some(lifecycle) = c.get("lifecycle").filter(|l| l.is_object()) {
         if runs_alongside {
-            for hook in ["postStart", "preStop"] {
+            for hook in LIFECYCLE_HOOKS {
                 if let Some(handler) = lifecycle.get(hook).filter(|h| h.is_object()) {
                     handler_of(cx, handler, LIFECYCLE_HANDLERS, &path.child("lifecycle").child(hook));
                 }
@@ -735,7 +737,7 @@ fn container(cx: &mut Cx, c: &J, init: bool, volumes: &HashSet<&str>, path: &Fie
             cx.push(FieldError::invalid(&path.child("lifecycle"), "lifecycle", NOT_FOR_INIT));
         }
     }
-    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+    for probe in PROBES {
         let Some(body) = c.get(probe).filter(|p| p.is_object()) else { continue };
         let at = path.child(probe);
         if !runs_alongside {
