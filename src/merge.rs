@@ -27,12 +27,9 @@ use simd_json::tape::{Array, Value};
 use crate::patch::{Fragment, OpHead, PatchWriter, Pointer, Sink};
 use crate::pod::PodView;
 use crate::pod_api::merge_rules::{self, Existing};
+use crate::pod_api::spec::{CONTAINERS, INIT_CONTAINERS};
 use crate::template::tree::{Item, KeyValue, List, Member, Object, Rendered, TNode};
 use crate::template::{InitPosition, Template};
-
-/// The fields whose missing items may be inserted at the front rather than appended.
-const INIT_CONTAINERS: &str = "initContainers";
-const CONTAINERS: &str = "containers";
 
 /// One step from the pod's root to where the merge is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +115,7 @@ pub(crate) fn merge<'m>(
     // sidecars added below (appended, or inserted in front) would shift.
     if let (Some(defaults), Some(containers)) = (trees.container_defaults.as_ref(), pod.container_lists()[0]) {
         let spec_mark = cx.enter(Step::Field("spec"), "spec");
-        let containers_mark = cx.enter(Step::Field("containers"), "containers");
+        let containers_mark = cx.enter(Step::Field(CONTAINERS), CONTAINERS);
         for (index, container) in containers.iter().enumerate() {
             let name = container.get("name").and_then(|n| n.into_string()).unwrap_or("");
             if template.injects().containers.iter().any(|c| c == name) {

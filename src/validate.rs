@@ -10,6 +10,7 @@ use simd_json::prelude::ValueIntoString;
 
 use crate::merge::{Added, Observer, Step};
 use crate::pod::PodView;
+use crate::pod_api::spec::{CONTAINERS, INIT_CONTAINERS};
 use crate::template::tree::{Item, KeyValue, TNode};
 
 /// At most this many missing things are named in a message; the rest are counted.
@@ -58,8 +59,10 @@ pub(crate) fn one_line(items: &[String]) -> String {
     line
 }
 
-/// The container lists and the other lists of a pod spec whose items are named when they are missing.
-const NAMED_LISTS: [&str; 4] = ["containers", "initContainers", "volumes", "imagePullSecrets"];
+/// The lists of a pod spec whose missing items are named (`container proxy`): lists the merge matches by `name`
+/// (a test holds them to it). Not `ephemeralContainers`, which a template cannot add: the API server refuses them
+/// at create.
+const NAMED_LISTS: [&str; 4] = [CONTAINERS, INIT_CONTAINERS, "volumes", "imagePullSecrets"];
 
 /// Names what one `add` of `what` at `steps` adds, one item per thing.
 fn describe(pod: &PodView<'_, '_>, steps: &[Step<'_>], what: Added<'_, '_>, out: &mut Vec<String>) {
@@ -77,7 +80,7 @@ fn describe(pod: &PodView<'_, '_>, steps: &[Step<'_>], what: Added<'_, '_>, out:
         ([Field("spec"), Field(list)], what) if NAMED_LISTS.contains(list) => {
             out.extend(item_keys(what).into_iter().map(|name| format!("{} {name}", singular(list))))
         }
-        ([Field("spec"), Field(list @ ("containers" | "initContainers")), Index(index), rest @ ..], what) => {
+        ([Field("spec"), Field(list @ (CONTAINERS | INIT_CONTAINERS)), Index(index), rest @ ..], what) => {
             let name = container_name(pod, list, *index).unwrap_or_else(|| format!("#{index}"));
             out.push(format!("{} {name}: {}", singular(list), field(rest, what)))
         }
@@ -111,8 +114,8 @@ fn singular(collection: &str) -> &str {
     match collection {
         "annotations" => "annotation",
         "labels" => "label",
-        "containers" => "container",
-        "initContainers" => "init container",
+        CONTAINERS => "container",
+        INIT_CONTAINERS => "init container",
         "volumes" => "volume",
         "imagePullSecrets" => "imagePullSecret",
         other => other,
@@ -170,6 +173,13 @@ mod tests {
         let outcome = engine.validate(&mut body, &mut Vec::new()).unwrap();
         assert!(outcome.message.as_deref().unwrap_or_default().ends_with(&one_line(&outcome.missing)));
         outcome.missing
+    }
+
+    #[test]
+    fn named_lists_are_lists_the_merge_matches_by_name() {
+        for list in NAMED_LISTS {
+            assert_eq!(crate::pod_api::merge_rules::merge_key_for(list), Some("name"), "{list}");
+        }
     }
 
     #[test]
