@@ -36,7 +36,7 @@ use sha2::{Digest, Sha256};
 use crate::settings::{DEFAULT_REVISION, Policy, Settings, Validation};
 use crate::validation::KubeVersion;
 
-use crate::pod_api::merge_rules::{self as schema, Place};
+use crate::pod_api::merge_rules::{Place, SAFE_TO_EVICT_LOCAL_VOLUMES};
 pub use hold::Hold;
 pub(crate) use leaf_cache::LeafCache;
 use leaf_checks::LeafCheck;
@@ -705,7 +705,7 @@ pub const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-co
 /// - when the template injects containers, the default-container annotation, naming the pod's first container
 ///   that is not one of ours;
 /// - when it injects local volumes (`emptyDir`, `hostPath`), the cluster autoscaler's
-///   [`SAFE_TO_EVICT_LOCAL_VOLUMES`](schema::SAFE_TO_EVICT_LOCAL_VOLUMES) naming them, so that they do not keep
+///   [`SAFE_TO_EVICT_LOCAL_VOLUMES`] naming them, so that they do not keep
 ///   the node from being scaled down; merged as a set with the pod's own list.
 ///
 /// `None` when there is neither.
@@ -724,7 +724,7 @@ fn injector_part(injects: &Injects, pod: &YNode, settings: &Settings) -> Result<
     }
     let local = local_volumes(pod);
     if !local.is_empty() {
-        annotations.insert(schema::SAFE_TO_EVICT_LOCAL_VOLUMES.into(), local.join(",").into());
+        annotations.insert(SAFE_TO_EVICT_LOCAL_VOLUMES.into(), local.join(",").into());
     }
     if annotations.is_empty() {
         return Ok(None);
