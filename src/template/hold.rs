@@ -19,8 +19,9 @@
 //! is refused at load, at the container's line ([`problems`]), whatever the version, so that it serves on every
 //! version it may meet.
 
+use super::TemplateError;
+use super::compile::as_native_sidecars;
 use super::yaml::{PathSeg, YNode, YValue, display_path};
-use super::{TemplateError, as_native_sidecars};
 
 /// The setting's key in a template.
 pub(crate) const KEY: &str = "holdApplicationUntilSidecarReady";

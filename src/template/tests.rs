@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::TemplateSet;
+use std::path::Path;
 
 fn refuse(source: &str) -> (usize, String) {
     match TemplateSet::from_source("t", "t.yaml", source, &crate::settings::Settings::default()).unwrap_err() {
