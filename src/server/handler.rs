@@ -243,7 +243,7 @@ async fn read_and_review(
         }
         Ok(Err(e)) => refuse(shared, &Refusal::Review(e)),
         Err(panic) => {
-            tracing::error!(panic = %panic, "the engine panicked on a request; answered 500");
+            tracing::error!(panic = %panic.0, "the engine panicked on a request; answered 500");
             refuse(shared, &Refusal::Panic)
         }
     }
@@ -262,7 +262,7 @@ fn review(
     endpoint: Endpoint,
     buf: &mut Vec<u8>,
     out: &mut Vec<u8>,
-) -> Result<Result<Outcome, ReviewError>, String> {
+) -> Result<Result<Outcome, ReviewError>, Panicked> {
     review_guarded(|| match endpoint {
         Endpoint::Mutate => engine.review(buf, out),
         Endpoint::Validate => engine.validate(buf, out),
@@ -298,9 +298,13 @@ impl Received {
 /// Runs the engine, turning a panic into an error message instead of a dead connection.
 fn review_guarded(
     review: impl FnOnce() -> Result<Outcome, ReviewError>,
-) -> Result<Result<Outcome, ReviewError>, String> {
-    catch_unwind(AssertUnwindSafe(review)).map_err(super::panic_message)
+) -> Result<Result<Outcome, ReviewError>, Panicked> {
+    catch_unwind(AssertUnwindSafe(review)).map_err(|payload| Panicked(super::panic_message(payload)))
 }
+
+/// The engine panicked on a request: the panic's message, for the log.
+#[derive(Debug, PartialEq, Eq)]
+struct Panicked(String);
 
 fn record(metrics: &RevisionMetrics, endpoint: Endpoint, outcome: &Outcome) {
     match outcome.verdict {
@@ -458,7 +462,7 @@ mod tests {
     #[test]
     fn a_panicking_review_becomes_an_error_message() {
         let caught = review_guarded(|| panic!("boom"));
-        assert_eq!(caught.unwrap_err(), "boom");
+        assert_eq!(caught.unwrap_err(), Panicked("boom".into()));
         let caught = review_guarded(|| Err(ReviewError::Empty));
         assert!(matches!(caught, Ok(Err(ReviewError::Empty))));
     }

@@ -11,8 +11,8 @@ use super::part_settings::{JobPolicy, NATIVE_SIDECAR_MINOR, PartSettings};
 use super::stamp::{hex_prefix, insert_status, status_value};
 use super::yaml::{self, PathSeg, YNode, YValue, display_path};
 use super::{
-    Hold, Injects, OverrideSpec, Part, PodContext, Port, Sources, Template, TemplateError, TemplateId, Trees, by_line,
-    combine, hold, leaf_checks, several, tree, validate,
+    Hold, Injects, OverrideSpec, Part, PodContext, Port, Problem, Sources, Template, TemplateError, TemplateId, Trees,
+    by_line, combine, hold, leaf_checks, several, tree, validate,
 };
 use crate::pod_api::merge_rules::{Place, SAFE_TO_EVICT_LOCAL_VOLUMES};
 use crate::settings::Settings;
@@ -201,9 +201,9 @@ pub(super) fn compile_trees(
     root: &YNode,
     invalid: &dyn Fn(usize, String) -> TemplateError,
 ) -> Result<Trees, TemplateError> {
-    let problem = |base: &str, (path, reason): tree::CompileProblem| {
-        let full = [vec![PathSeg::Key(base.to_owned())], path].concat();
-        invalid(root.line_of(&full), format!("{}: {reason}", display_path(&full)))
+    let problem = |base: &str, problem: Problem| {
+        let problem = problem.under(base);
+        invalid(root.line_of(&problem.path), problem.to_string())
     };
     let container_defaults = match defaults {
         Some(d) => {
@@ -295,9 +295,7 @@ impl Template {
         let warnings = unguarded_reads(&rendering);
         let root = &first.root;
         let mut rendered = |slot: usize| sample.slot(slot);
-        let problem = |(path, reason): validate::Problem| {
-            invalid(root.line_of(&path), format!("{}: {reason}", display_path(&path)))
-        };
+        let problem = |problem: Problem| invalid(root.line_of(&problem.path), problem.to_string());
         let mut found = validate::pod(&yaml::to_json(&pod, &mut rendered));
         if let Some(defaults) = &container_defaults {
             let more = validate::container_defaults(&yaml::to_json(defaults, &mut rendered));

@@ -1,5 +1,32 @@
 //! What goes wrong when a template is read, compiled or proven: every problem at its file and line.
 
+use super::yaml::{PathSeg, display_path};
+
+/// A problem at a node of a template: where it is (the path from the file's root, or from a section) and the rule
+/// it breaks, as a sentence. Made into a [`TemplateError`] at the node's line once the file is known.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Problem {
+    pub path: Vec<PathSeg>,
+    pub rule: String,
+}
+
+impl Problem {
+    pub(crate) fn new(path: Vec<PathSeg>, rule: impl Into<String>) -> Self {
+        Problem { path, rule: rule.into() }
+    }
+
+    /// The same problem, its path taken from under the section `key`.
+    pub(crate) fn under(self, key: &str) -> Self {
+        Problem { path: [vec![PathSeg::Key(key.to_owned())], self.path].concat(), rule: self.rule }
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", display_path(&self.path), self.rule)
+    }
+}
+
 /// Why a template (or a set of them) was refused.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

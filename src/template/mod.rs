@@ -40,7 +40,7 @@ use crate::validation::KubeVersion;
 
 pub(crate) use compile::Shape;
 pub use error::TemplateError;
-pub(crate) use error::{by_line, several};
+pub(crate) use error::{Problem, by_line, several};
 pub use hold::Hold;
 pub(crate) use leaf_cache::LeafCache;
 use leaf_checks::LeafCheck;

@@ -11,6 +11,7 @@
 //! refused with a warning and the template's own value is used. Values reach the patch through the renderer, which
 //! writes every leaf as JSON, so whatever the annotation holds it is escaped.
 
+use super::Problem;
 use super::yaml::{PathSeg, YNode, YValue};
 use crate::validation::quantity;
 
@@ -59,43 +60,58 @@ impl OverrideKind {
     }
 }
 
+/// Why a pod's override annotation was refused: the sentence completes "annotation X=... ".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Refused {
+    #[error("must be one of {}", .0.join(", "))]
+    NotOneOf(Vec<String>),
+    #[error("is longer than {0} bytes")]
+    TooLong(usize),
+    #[error("is not a Kubernetes quantity (such as 100m, 0.5, 128Mi or 1G)")]
+    NotAQuantity,
+    #[error("must be an integer from {min} to {max}")]
+    OutOfRange { min: i64, max: i64 },
+    #[error("must be true or false")]
+    NotABoolean,
+    #[error("must be port numbers (1-65535) separated by commas")]
+    NotPorts,
+}
+
 impl OverrideSpec {
     /// Checks a pod's annotation value; `Ok` is the value templates see, `Err` says why it was refused.
-    pub(crate) fn accept(&self, raw: &str) -> Result<serde_json::Value, String> {
+    pub(crate) fn accept(&self, raw: &str) -> Result<serde_json::Value, Refused> {
         let text = raw.trim();
         match &self.kind {
             OverrideKind::String { one_of, max_length } => {
                 if !one_of.is_empty() && !one_of.iter().any(|o| o == text) {
-                    return Err(format!("must be one of {}", one_of.join(", ")));
+                    return Err(Refused::NotOneOf(one_of.clone()));
                 }
                 if text.len() > *max_length {
-                    return Err(format!("is longer than {max_length} bytes"));
+                    return Err(Refused::TooLong(*max_length));
                 }
                 Ok(text.into())
             }
             OverrideKind::Quantity if text.len() <= MAX_QUANTITY_LENGTH && quantity::parse(text).is_ok() => {
                 Ok(text.into())
             }
-            OverrideKind::Quantity => Err("is not a Kubernetes quantity (such as 100m, 0.5, 128Mi or 1G)".into()),
+            OverrideKind::Quantity => Err(Refused::NotAQuantity),
             OverrideKind::Integer { min, max } => match text.parse::<i64>() {
                 Ok(n) if (*min..=*max).contains(&n) => Ok(n.into()),
-                _ => Err(format!("must be an integer from {min} to {max}")),
+                _ => Err(Refused::OutOfRange { min: *min, max: *max }),
             },
             OverrideKind::Boolean => match text {
                 "true" => Ok(true.into()),
                 "false" => Ok(false.into()),
-                _ => Err("must be true or false".into()),
+                _ => Err(Refused::NotABoolean),
             },
             OverrideKind::Ports => {
-                let ports: Result<Vec<serde_json::Value>, ()> = text
+                let ports: Option<Vec<serde_json::Value>> = text
                     .split(',')
                     .map(str::trim)
                     .filter(|p| !p.is_empty())
-                    .map(|p| p.parse::<u16>().ok().filter(|n| *n > 0).map(serde_json::Value::from).ok_or(()))
+                    .map(|p| p.parse::<u16>().ok().filter(|n| *n > 0).map(serde_json::Value::from))
                     .collect();
-                ports
-                    .map(serde_json::Value::Array)
-                    .map_err(|()| "must be port numbers (1-65535) separated by commas".into())
+                ports.map(serde_json::Value::Array).ok_or(Refused::NotPorts)
             }
         }
     }
@@ -103,14 +119,10 @@ impl OverrideSpec {
 
 /// Parses the `overrides` section, checking each declaration against the template's `values` (the default must
 /// exist and itself be a valid value of the declared type). Errors carry the path and reason.
-pub(crate) fn parse(
-    section: &YNode,
-    values: &serde_json::Value,
-    prefix: &str,
-) -> Result<Vec<OverrideSpec>, (Vec<PathSeg>, String)> {
+pub(crate) fn parse(section: &YNode, values: &serde_json::Value, prefix: &str) -> Result<Vec<OverrideSpec>, Problem> {
     let root = vec![PathSeg::Key("overrides".into())];
     let YValue::Map(members) = &section.value else {
-        return Err((root, "`overrides` maps annotation names to { value, type }".into()));
+        return Err(Problem::new(root, "`overrides` maps annotation names to { value, type }"));
     };
     let mut specs: Vec<OverrideSpec> = Vec::with_capacity(members.len());
     for (annotation, decl) in members {
@@ -121,17 +133,23 @@ pub(crate) fn parse(
             path
         };
         if RESERVED.contains(&annotation.as_str()) {
-            return Err((at(None), format!("`{annotation}` is an annotation of the injector itself")));
+            return Err(Problem::new(at(None), format!("`{annotation}` is an annotation of the injector itself")));
         }
         if !is_annotation_name(annotation) {
-            return Err((at(None), "an override's name must be lowercase letters, digits, `-` and `.`".into()));
+            return Err(Problem::new(at(None), "an override's name must be lowercase letters, digits, `-` and `.`"));
         }
         let field = |key: &str| decl.map_get(key);
         let Some(value) = field("value").and_then(YNode::as_str) else {
-            return Err((at(Some("value")), "each override names the key of `values` it sets: `value: <key>`".into()));
+            return Err(Problem::new(
+                at(Some("value")),
+                "each override names the key of `values` it sets: `value: <key>`",
+            ));
         };
         let Some(default) = values.get(value) else {
-            return Err((at(Some("value")), format!("`values.{value}` does not exist; give it a default value")));
+            return Err(Problem::new(
+                at(Some("value")),
+                format!("`values.{value}` does not exist; give it a default value"),
+            ));
         };
         let kind = match field("type").and_then(YNode::as_str) {
             Some("string") => OverrideKind::String {
@@ -140,12 +158,12 @@ pub(crate) fn parse(
                     Some(YNode { value: YValue::Seq(items), .. }) => {
                         items.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect()
                     }
-                    Some(_) => return Err((at(Some("oneOf")), "`oneOf` is a list of strings".into())),
+                    Some(_) => return Err(Problem::new(at(Some("oneOf")), "`oneOf` is a list of strings")),
                 },
                 max_length: match field("maxLength").map(|n| &n.value) {
                     None => DEFAULT_MAX_LENGTH,
                     Some(YValue::Int(n)) if *n > 0 => *n as usize,
-                    Some(_) => return Err((at(Some("maxLength")), "`maxLength` is a positive integer".into())),
+                    Some(_) => return Err(Problem::new(at(Some("maxLength")), "`maxLength` is a positive integer")),
                 },
             },
             Some("quantity") => OverrideKind::Quantity,
@@ -153,14 +171,17 @@ pub(crate) fn parse(
                 let bound = |key: &str, or: i64| match field(key).map(|n| &n.value) {
                     None => Ok(or),
                     Some(YValue::Int(n)) => Ok(*n),
-                    Some(_) => Err((at(Some(key)), format!("`{key}` is an integer"))),
+                    Some(_) => Err(Problem::new(at(Some(key)), format!("`{key}` is an integer"))),
                 };
                 OverrideKind::Integer { min: bound("min", i64::MIN)?, max: bound("max", i64::MAX)? }
             }
             Some("boolean") => OverrideKind::Boolean,
             Some("ports") => OverrideKind::Ports,
             _ => {
-                return Err((at(Some("type")), "`type` is one of string, quantity, integer, boolean, ports".into()));
+                return Err(Problem::new(
+                    at(Some("type")),
+                    "`type` is one of string, quantity, integer, boolean, ports",
+                ));
             }
         };
         let spec = OverrideSpec { annotation: format!("{prefix}{annotation}"), value: value.to_owned(), kind };
@@ -170,13 +191,13 @@ pub(crate) fn parse(
             other => other.to_string(),
         };
         if let Err(reason) = spec.accept(&default_text) {
-            return Err((
+            return Err(Problem::new(
                 at(Some("value")),
                 format!("the default `values.{value}` is not a valid {}: it {reason}", spec.kind.name()),
             ));
         }
         if specs.iter().any(|s| s.value == spec.value) {
-            return Err((at(Some("value")), format!("`values.{value}` already has an override")));
+            return Err(Problem::new(at(Some("value")), format!("`values.{value}` already has an override")));
         }
         specs.push(spec);
     }
@@ -199,7 +220,7 @@ mod tests {
 
     fn specs(source: &str, values: serde_json::Value) -> Result<Vec<OverrideSpec>, String> {
         let node = yaml::parse(source).unwrap();
-        parse(&node, &values, "p/").map_err(|(path, reason)| format!("{}: {reason}", yaml::display_path(&path)))
+        parse(&node, &values, "p/").map_err(|problem| problem.to_string())
     }
 
     #[test]
@@ -232,9 +253,9 @@ mod tests {
         assert!(quantity.accept(&"1".repeat(65)).is_err(), "a quantity override is at most 64 bytes");
         let level = spec(OverrideKind::String { one_of: vec!["info".into(), "debug".into()], max_length: 10 });
         assert_eq!(level.accept("debug").unwrap(), "debug");
-        assert!(level.accept("trace").unwrap_err().contains("one of info, debug"));
+        assert!(level.accept("trace").unwrap_err().to_string().contains("one of info, debug"));
         let free = spec(OverrideKind::String { one_of: vec![], max_length: 4 });
-        assert!(free.accept("12345").unwrap_err().contains("longer than 4"));
+        assert!(free.accept("12345").unwrap_err().to_string().contains("longer than 4"));
         let n = spec(OverrideKind::Integer { min: 1, max: 8 });
         assert_eq!(n.accept("8").unwrap(), 8);
         assert!(n.accept("9").is_err() && n.accept("x").is_err());

@@ -10,7 +10,7 @@ use super::part_settings::{PartSettings, TOP_LEVEL_KEYS, setting};
 use super::render::{LeafKind, RenderError, Renderer, is_template};
 use super::stamp::hex_prefix;
 use super::yaml::{self, PathSeg, YNode, YValue, display_path};
-use super::{BUILTIN_NAME, OverrideSpec, TemplateError, combine, hold, overrides, several};
+use super::{BUILTIN_NAME, OverrideSpec, Problem, TemplateError, combine, hold, overrides, several};
 use crate::settings::Policy;
 use crate::validation::KubeVersion;
 
@@ -109,7 +109,7 @@ impl Part {
         let overrides = match root.map_get("overrides") {
             None => Vec::new(),
             Some(section) => overrides::parse(section, &values, prefix)
-                .map_err(|(path, reason)| invalid(root.line_of(&path), format!("{}: {reason}", display_path(&path))))?,
+                .map_err(|problem| invalid(root.line_of(&problem.path), problem.to_string()))?,
         };
 
         let overridable = overrides.iter().map(|o| o.value.clone()).collect();
@@ -127,11 +127,7 @@ impl Part {
         let container_defaults = resolve_section("containerDefaults");
         if !problems.is_empty() {
             let problems = problems.into_iter();
-            return Err(several(
-                problems
-                    .map(|(line, path, reason)| invalid(line, format!("{}: {reason}", display_path(&path))))
-                    .collect(),
-            ));
+            return Err(several(problems.map(|(line, problem)| invalid(line, problem.to_string())).collect()));
         }
         if settings.hold_application {
             let line = root.map_get(hold::KEY).map_or(root.line, |setting| setting.line);
@@ -172,13 +168,13 @@ pub(crate) fn read_template_file(path: &Path) -> Result<(String, String, String)
 }
 
 /// Replaces values-only expressions by their rendered value and pod-dependent ones by render slots; each one
-/// that cannot be compiled is added to `problems` (line, path, reason).
+/// that cannot be compiled is added to `problems`, with its line.
 pub(super) fn resolve(
     node: &mut YNode,
     path: &mut Vec<PathSeg>,
     renderer: &mut Renderer,
     slot_paths: &mut Vec<Vec<PathSeg>>,
-    problems: &mut Vec<(usize, Vec<PathSeg>, String)>,
+    problems: &mut Vec<(usize, Problem)>,
 ) {
     match &mut node.value {
         YValue::Str(source) if is_template(source) => match renderer.add_leaf(source) {
@@ -187,12 +183,13 @@ pub(super) fn resolve(
                 slot_paths.push(path.clone());
                 node.value = YValue::Dynamic(slot);
             }
-            Err(error) => problems.push((node.line, path.clone(), error.to_string())),
+            Err(error) => problems.push((node.line, Problem::new(path.clone(), error.to_string()))),
         },
         YValue::Map(members) => {
             for (key, value) in members {
                 if is_template(key) {
-                    problems.push((value.line, path.clone(), format!("keys cannot be templated: {key:?}")));
+                    problems
+                        .push((value.line, Problem::new(path.clone(), format!("keys cannot be templated: {key:?}"))));
                     continue;
                 }
                 path.push(PathSeg::Key(key.clone()));

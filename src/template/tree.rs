@@ -4,6 +4,7 @@
 
 use std::ops::Range;
 
+use super::Problem;
 use super::yaml::{PathSeg, YNode, YValue};
 use crate::json::{path_token, write_str};
 use crate::patch::{Fragment, OpHead, Sink, op_head};
@@ -198,9 +199,6 @@ impl Rendered<'_> {
     }
 }
 
-/// A compile problem: where (path in the template) and why.
-pub(crate) type CompileProblem = (Vec<PathSeg>, String);
-
 /// Compiles a resolved YAML tree (values-only expressions already substituted, pod-dependent ones turned into
 /// slots). `place` (the key the node sits under, or the list it is an item of) picks a list's merge key and an
 /// object's [`Shape`]. `pointer` is the node's JSON Pointer in the pod (JSON-escaped) when it is the same for
@@ -210,7 +208,7 @@ pub(crate) fn compile(
     place: Place<'_>,
     path: &mut Vec<PathSeg>,
     pointer: Option<&str>,
-) -> Result<TNode, CompileProblem> {
+) -> Result<TNode, Problem> {
     Ok(match &node.value {
         YValue::Dynamic(slot) => TNode::Dynamic(*slot),
         YValue::Map(members) => {
@@ -220,7 +218,7 @@ pub(crate) fn compile(
                 path.push(PathSeg::Key(key.clone()));
                 if let Some(other) = shape.conflict(members[..index].iter().map(|(k, _)| k.as_str()), key) {
                     let reason = format!("`{key}` and `{other}` exclude each other: the API server refuses both");
-                    return Err((path.clone(), reason));
+                    return Err(Problem::new(path.clone(), reason));
                 }
                 let token = path_token(key);
                 let child_pointer = pointer.map(|p| format!("{p}/{token}"));
@@ -243,9 +241,12 @@ pub(crate) fn compile(
                 path.push(PathSeg::Index(i));
                 let key = match merge_key {
                     Some(mk) => {
-                        let key = item_key(item, mk).map_err(|reason| (path.clone(), reason))?;
+                        let key = item_key(item, mk, path)?;
                         if out.iter().any(|o| o.key.as_ref() == Some(&key)) {
-                            return Err((path.clone(), format!("two items share the {mk} {}", show_key(&key))));
+                            return Err(Problem::new(
+                                path.clone(),
+                                format!("two items share the {mk} {}", show_key(&key)),
+                            ));
                         }
                         Some(key)
                     }
@@ -272,15 +273,17 @@ pub(crate) fn compile(
     })
 }
 
-fn item_key(item: &YNode, merge_key: &str) -> Result<KeyValue, String> {
+/// The merge key's value of a list item at `path`: what items are matched by.
+fn item_key(item: &YNode, merge_key: &str, path: &[PathSeg]) -> Result<KeyValue, Problem> {
+    let problem = |rule: String| Problem::new(path.to_vec(), rule);
     let Some(value) = item.map_get(merge_key) else {
-        return Err(format!("each item of this list needs a `{merge_key}` (items are matched by it)"));
+        return Err(problem(format!("each item of this list needs a `{merge_key}` (items are matched by it)")));
     };
     match &value.value {
         YValue::Str(s) => Ok(KeyValue::Str(s.as_str().into())),
         YValue::Int(i) => Ok(KeyValue::Int(*i)),
-        YValue::Dynamic(_) => Err(format!("`{merge_key}` cannot depend on the pod: items are matched by it")),
-        _ => Err(format!("`{merge_key}` must be a string or an integer")),
+        YValue::Dynamic(_) => Err(problem(format!("`{merge_key}` cannot depend on the pod: items are matched by it"))),
+        _ => Err(problem(format!("`{merge_key}` must be a string or an integer"))),
     }
 }
 

@@ -7,11 +7,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value as J;
 
+use super::Problem;
 use super::yaml::PathSeg;
 use crate::pod_api::decode;
-
-/// A validation problem: where (path from the template's top level) and why.
-pub(crate) type Problem = (Vec<PathSeg>, String);
 
 /// Every problem of a section. `fatal` unless they are all unknown fields: the API types drop those, so what
 /// remains can still be judged by the API server's rules, and their problems listed too.
@@ -23,7 +21,7 @@ pub(crate) struct Findings {
 
 impl Findings {
     fn fatal(&mut self, path: Vec<PathSeg>, reason: impl Into<String>) {
-        self.problems.push((path, reason.into()));
+        self.problems.push(Problem::new(path, reason));
         self.fatal = true;
     }
 }
@@ -125,7 +123,7 @@ fn typed<T: DeserializeOwned + Serialize>(value: &J, base: Vec<PathSeg>, found: 
             Some(close) => format!("unknown field `{field}` (did you mean `{close}`?)"),
             None => format!("unknown field `{field}`"),
         };
-        found.problems.push((path.clone(), reason));
+        found.problems.push(Problem::new(path.clone(), reason));
     }
 }
 
@@ -168,7 +166,7 @@ mod tests {
     use serde_json::json;
 
     fn pod_err(v: J) -> (String, String) {
-        let (path, reason) = pod(&v).problems.into_iter().next().expect("a problem");
+        let Problem { path, rule: reason } = pod(&v).problems.into_iter().next().expect("a problem");
         (display_path(&path), reason)
     }
 
@@ -187,7 +185,8 @@ mod tests {
             "containers": [{"name": "p", "image": "x", "imagePullPolcy": "Always",
                             "resources": {"limts": {"cpu": "1"}}, "zzzzzz": 1}],
             "securityContext": {"runAsNonRot": true}}}));
-        let listed: Vec<(String, &str)> = found.problems.iter().map(|(p, r)| (display_path(p), r.as_str())).collect();
+        let listed: Vec<(String, &str)> =
+            found.problems.iter().map(|p| (display_path(&p.path), p.rule.as_str())).collect();
         assert_eq!(
             listed,
             [
@@ -235,6 +234,6 @@ mod tests {
         assert!(container_defaults(&json!({"resources": {"requests": {"cpu": "10m"}}})).problems.is_empty());
         assert!(container_defaults(&json!({"name": "x"})).fatal);
         let typo = container_defaults(&json!({"resourcez": {}}));
-        assert_eq!(typo.problems[0].1, "unknown field `resourcez` (did you mean `resources`?)");
+        assert_eq!(typo.problems[0].rule, "unknown field `resourcez` (did you mean `resources`?)");
     }
 }
