@@ -16,7 +16,7 @@ use crate::template::tree::Rendered;
 use crate::template::{LeafCache, NATIVE_SIDECAR_MINOR, Template, TemplateId};
 use crate::template_set::{SelectError, Selection, TemplateSet};
 use crate::validation::{self, FieldError};
-use crate::{merge, response, validate};
+use crate::{merge, missing, response};
 
 /// What the engine decided for one review, as facts: callers (the server's metrics, `review --explain`,
 /// `inject`, the tests) read these instead of the response bytes, which are in the caller's buffer.
@@ -639,7 +639,7 @@ impl Engine {
         if missing == 0 {
             return Decision::Allow(Verdict::Complete);
         }
-        let mut watch = validate::Missing::new(pod);
+        let mut watch = missing::Missing::new(pod);
         work.merge(template, overridden, pod, &mut watch);
         outcome.missing = watch.into_items();
         let message = format!(
@@ -647,7 +647,7 @@ impl Engine {
             pod.display_name(),
             template.name(),
             template.hash(),
-            validate::one_line(&outcome.missing)
+            missing::one_line(&outcome.missing)
         );
         // A pod no replica injected, asking for a template this replica learned moments ago: the mutating call
         // may have met a replica that does not have it yet. Two replicas that disagree during a rollout must not

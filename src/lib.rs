@@ -35,6 +35,7 @@ pub mod decision;
 mod engine;
 mod json;
 mod merge;
+mod missing;
 pub mod offline;
 mod patch;
 pub mod pki;
@@ -51,7 +52,6 @@ mod suggest;
 pub mod template;
 pub mod template_set;
 mod uninject;
-mod validate;
 pub mod validation;
 pub mod workload;
 

@@ -12,7 +12,7 @@ use super::stamp::{hex_prefix, insert_status, status_value};
 use super::yaml::{self, PathSeg, YNode, YValue, display_path};
 use super::{
     Hold, Injects, OverrideSpec, Part, PodContext, Port, Problem, Sources, Template, TemplateError, TemplateId, Trees,
-    by_line, combine, hold, leaf_checks, several, tree, validate,
+    api_types, by_line, combine, hold, leaf_checks, several, tree,
 };
 use crate::pod_api::merge_rules::{Place, SAFE_TO_EVICT_LOCAL_VOLUMES};
 use crate::settings::Settings;
@@ -296,9 +296,9 @@ impl Template {
         let root = &first.root;
         let mut rendered = |slot: usize| sample.slot(slot);
         let problem = |problem: Problem| invalid(root.line_of(&problem.path), problem.to_string());
-        let mut found = validate::pod(&yaml::to_json(&pod, &mut rendered));
+        let mut found = api_types::pod(&yaml::to_json(&pod, &mut rendered));
         if let Some(defaults) = &container_defaults {
-            let more = validate::container_defaults(&yaml::to_json(defaults, &mut rendered));
+            let more = api_types::container_defaults(&yaml::to_json(defaults, &mut rendered));
             found.problems.extend(more.problems);
             found.fatal |= more.fatal;
         }

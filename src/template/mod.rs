@@ -16,6 +16,7 @@
 //! malformed, an expression does not compile or render on a sample pod, or the result is not a valid part of
 //! a Pod.
 
+mod api_types;
 mod combine;
 mod compile;
 mod error;
@@ -30,7 +31,6 @@ mod pod_context;
 mod render;
 mod stamp;
 pub(crate) mod tree;
-mod validate;
 pub(crate) mod yaml;
 
 use std::sync::Arc;
