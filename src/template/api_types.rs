@@ -211,9 +211,9 @@ mod tests {
     }
 
     #[test]
-    fn refuses_containers_without_image_and_volumes_without_source() {
+    fn refuses_containers_without_image_and_accepts_volumes_without_source() {
         assert_eq!(pod_err(json!({"spec": {"containers": [{"name": "p"}]}})).1, "a container needs an `image`");
-        let both = pod(&json!({"spec": {"containers": [{"name": "p"}], "volumes": [{"name": "v"}]}}));
+        let both = pod(&json!({"spec": {"containers": [{"name": "p"}], "initContainers": [{"name": "i"}]}}));
         assert_eq!(both.problems.len(), 2, "every problem, not the first: {both:?}");
         assert!(both.fatal);
         // A volume without a source is the API server's `emptyDir`: not ours to refuse.
