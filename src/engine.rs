@@ -293,10 +293,12 @@ impl Engine {
         &self.set
     }
 
-    /// For an engine replacing `previous` (a reload): which of its templates are new to this process, and since
-    /// when ([`TemplateSet::note_arrivals`]).
-    pub fn note_arrivals(&mut self, previous: &Engine, now: std::time::Instant) {
+    /// For an engine replacing `previous` (a reload): notes which of its templates are new to this process, and
+    /// since when ([`TemplateSet::note_arrivals`]), and assembles, ahead of any pod, the combinations `previous`
+    /// had ([`TemplateSet::assemble_combinations_of`]).
+    pub fn replaces(&mut self, previous: &Engine, now: std::time::Instant) {
         self.set.note_arrivals(&previous.set, now);
+        self.set.assemble_combinations_of(&previous.set);
     }
 
     /// The template of pods that do not name one.

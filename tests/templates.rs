@@ -151,9 +151,9 @@ fn a_deferring_set_leaves_combinations_to_its_caller_and_a_reload_carries_them()
     let (_, _, in_place_patch) = answer(&engine(settings.clone()), &review(&asked));
     assert_eq!(deferred_patch, in_place_patch, "the same patch as a set that assembles in place");
 
-    // A reload (another set, its arrivals noted against the one it replaces) has the combination ready.
+    // A reload (another engine, replacing this one) has the combination ready.
     let mut reloaded = Engine::new(compile(&[("default", MESH), ("agent", AGENT)]), &settings);
-    reloaded.note_arrivals(&deferring, std::time::Instant::now());
+    reloaded.replaces(&deferring, std::time::Instant::now());
     let (outcome, _, patch) = answer(&reloaded, &review(&asked));
     assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
     assert_eq!(patch, in_place_patch);

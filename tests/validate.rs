@@ -249,7 +249,7 @@ fn a_template_that_just_arrived_does_not_refuse_pods_no_replica_injected() {
 
     // The reload that brought `agent` happened just now: admitted, with the reason.
     let mut after = compile(&[("default", source), ("agent", agent)]);
-    after.note_arrivals(&before, Instant::now());
+    after.replaces(&before, Instant::now());
     let (outcome, response) = validate(&after, &asks);
     assert_eq!(outcome.verdict, Verdict::Incomplete { missing: 3, refused: false }, "{response}");
     assert_eq!(response["response"]["allowed"], true);
@@ -267,9 +267,9 @@ fn a_template_that_just_arrived_does_not_refuse_pods_no_replica_injected() {
     // Past the grace (the reload three minutes ago), refused; a later reload keeps the first arrival.
     let long_ago = Instant::now().checked_sub(Duration::from_secs(180)).expect("the machine is up for 3 minutes");
     let mut settled = compile(&[("default", source), ("agent", agent)]);
-    settled.note_arrivals(&before, long_ago);
+    settled.replaces(&before, long_ago);
     let mut again = compile(&[("default", source), ("agent", agent)]);
-    again.note_arrivals(&settled, Instant::now());
+    again.replaces(&settled, Instant::now());
     for engine in [&settled, &again] {
         let (outcome, response) = validate(engine, &asks);
         assert!(matches!(outcome.verdict, Verdict::Incomplete { refused: true, .. }), "{response}");

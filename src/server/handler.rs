@@ -198,17 +198,19 @@ async fn read_and_review(
     let mut out = Vec::with_capacity(ANSWER_CAPACITY);
     // The engine the review used is kept (as an `Arc`, the guard released) only for a template this replica lacks:
     // perhaps one a ConfigMap edit added that the kubelet has not projected here yet.
-    let (mut reviewed, lacked) = {
+    let lacks = |reviewed: &Reviewed| {
+        revision.refresh.is_some() && matches!(reviewed, Ok(Ok(o)) if o.verdict.names_unknown_template())
+    };
+    let (mut reviewed, mut lacked) = {
         let engine = revision.engine.load();
         let reviewed = review(&engine, endpoint, &mut buf, &mut out);
-        let unknown = matches!(&reviewed, Ok(Ok(o)) if o.verdict.names_unknown_template());
-        let lacked = (unknown && revision.refresh.is_some()).then(|| arc_swap::Guard::into_inner(engine));
+        let lacked = lacks(&reviewed).then(|| arc_swap::Guard::into_inner(engine));
         (reviewed, lacked)
     };
     // A combination of templates (`template: a,b`) first asked for is assembled on a blocking thread, never on
     // this one, and the review made again. Another request may have swapped the set meanwhile: a few rounds.
     for _ in 0..PENDING_ROUNDS {
-        if !matches!(&reviewed, Ok(Ok(o)) if o.verdict == Verdict::Pending) {
+        if !is_pending(&reviewed) {
             break;
         }
         let engine = revision.engine.load_full();
@@ -218,9 +220,11 @@ async fn read_and_review(
         }
         received.refill(&mut buf);
         out.clear();
-        reviewed = review(&revision.engine.load(), endpoint, &mut buf, &mut out);
+        let engine = revision.engine.load_full();
+        reviewed = review(&engine, endpoint, &mut buf, &mut out);
+        lacked = lacks(&reviewed).then_some(engine);
     }
-    if matches!(&reviewed, Ok(Ok(o)) if o.verdict == Verdict::Pending) {
+    if is_pending(&reviewed) {
         return refuse(shared, &Refusal::Churning);
     }
     if let (Some(refresh), Some(used)) = (&revision.refresh, lacked) {
@@ -252,17 +256,20 @@ async fn read_and_review(
 /// How many times a request asking for a combination not assembled yet has it assembled and is reviewed again.
 const PENDING_ROUNDS: usize = 3;
 
+/// A review, or why there is none: a bad request, or a panic caught.
+type Reviewed = Result<Result<Outcome, ReviewError>, Panicked>;
+
+/// Does the review wait for a combination of templates to be assembled ([`Verdict::Pending`])?
+fn is_pending(reviewed: &Reviewed) -> bool {
+    matches!(reviewed, Ok(Ok(o)) if o.verdict == Verdict::Pending)
+}
+
 /// How long a request naming a template this replica lacks waits for a read of the template ConfigMap
 /// ([`super::refresh`]), at most: well within the API server's timeout for the call.
 const REFRESH_WAIT: Duration = Duration::from_secs(2);
 
 /// Reviews `buf` with `engine`, for `endpoint`.
-fn review(
-    engine: &crate::Engine,
-    endpoint: Endpoint,
-    buf: &mut Vec<u8>,
-    out: &mut Vec<u8>,
-) -> Result<Result<Outcome, ReviewError>, Panicked> {
+fn review(engine: &crate::Engine, endpoint: Endpoint, buf: &mut Vec<u8>, out: &mut Vec<u8>) -> Reviewed {
     review_guarded(|| match endpoint {
         Endpoint::Mutate => engine.review(buf, out),
         Endpoint::Validate => engine.validate(buf, out),
@@ -296,9 +303,7 @@ impl Received {
 }
 
 /// Runs the engine, turning a panic into an error message instead of a dead connection.
-fn review_guarded(
-    review: impl FnOnce() -> Result<Outcome, ReviewError>,
-) -> Result<Result<Outcome, ReviewError>, Panicked> {
+fn review_guarded(review: impl FnOnce() -> Result<Outcome, ReviewError>) -> Reviewed {
     catch_unwind(AssertUnwindSafe(review)).map_err(|payload| Panicked(super::panic_message(payload)))
 }
 

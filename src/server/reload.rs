@@ -214,7 +214,7 @@ impl Reloader {
     }
 
     fn publish(&self, mut engine: Engine) {
-        engine.note_arrivals(&self.engine.load(), std::time::Instant::now());
+        engine.replaces(&self.engine.load(), std::time::Instant::now());
         let set = engine.set();
         let names = set.names();
         let left_out = set.unavailable_summary();

@@ -401,7 +401,6 @@ impl TemplateSet {
                 None => Some(now),
             };
         }
-        self.assemble_combinations_of(previous);
     }
 
     /// Did one of the templates named `names` (`a` or `a,b`) reach this process by a reload less than `grace`
