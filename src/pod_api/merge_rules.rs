@@ -1,7 +1,7 @@
 //! What the merge must know of the Pod API beyond JSON: how list items are matched (merge keys), which members of
 //! an object exclude each other, and when a value counts as absent, so that completing what the user wrote never
-//! yields a pod the API server refuses. The one rule set: injecting a template into a pod (`merge`) and combining
-//! templates (`template::combine`) both follow it.
+//! yields a pod the API server refuses. The one rule set, which the one walk ([`add_only`](super::add_only))
+//! follows, for injecting a template into a pod (`merge`) and for combining templates (`template::combine`).
 
 use super::spec::{
     CONTAINER_LISTS, CONTAINERS, ENV_VAR_SOURCES, EPHEMERAL_CONTAINERS, INIT_CONTAINERS, LIFECYCLE_HANDLERS,
@@ -114,6 +114,14 @@ pub(crate) trait Existing<'a>: Copy {
     fn boolean(self) -> Option<bool>;
     /// The node's items, if it is a list.
     fn items(self) -> Option<impl Iterator<Item = Self>>;
+    /// The node as an integer, if it is one.
+    fn int(self) -> Option<i64>;
+    /// Is the node null?
+    fn is_null(self) -> bool;
+    /// Whether the node, a map, is empty; `None` when it is no map.
+    fn map_is_empty(self) -> Option<bool>;
+    /// Whether the node, a list, is empty; `None` when it is no list.
+    fn list_is_empty(self) -> Option<bool>;
 }
 
 /// May the template add the member `key` to `object`, an object of the given shape that lacks it? Not when the

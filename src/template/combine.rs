@@ -4,109 +4,185 @@
 //! beside what `a` has).
 
 use super::yaml::{YNode, YValue};
-use crate::pod_api::merge_rules::{self, Existing, Place, empty_is_absent, merge_key_for, shape_of};
+use crate::pod_api::add_only::{self, Added, Form, ItemKey, Merger, Overlay, Step};
+use crate::pod_api::merge_rules::{Existing, Place, Shape, merge_key_for, shape_of};
 use crate::pod_api::spec::CONTAINER_LISTS;
 
-/// Adds to `base` what `overlay` has and `base` lacks: the add-only merge of injection, with `base` in the
-/// pod's place.
+/// Adds to `base` what `overlay` has and `base` lacks: the add-only walk of injection, with `base` in the pod's
+/// place.
 pub(crate) fn fill(base: &mut YNode, overlay: &YNode) {
-    // A container's name is unique across the container lists: the names `base` has before `overlay` is added.
+    // The walk reads `base` as it was, as injection reads the pod; what it adds is written into `base`.
     let before = base.clone();
     let spec = before.member("spec");
     let lists = CONTAINER_LISTS.map(|list| spec.and_then(|s| s.member(list)));
-    Fill { lists }.node(base, overlay, Place::Root, None);
+    add_only::walk(overlay, &before, lists, &mut Fill { base, steps: Vec::new() });
 }
 
-struct Fill<'a> {
-    lists: [Option<&'a YNode>; 3],
+/// Writes what the walk adds into the template that comes first.
+struct Fill<'b, 'm> {
+    base: &'b mut YNode,
+    /// Where the walk is.
+    steps: Vec<Step<'m>>,
 }
 
-impl Fill<'_> {
-    /// Merges `overlay` into `base`, a value `base` has at `place`. `taken` is `base`'s map whose keys rule out
-    /// `overlay`'s here (see [`merge_rules::Shape::linked`]).
-    fn node(&self, base: &mut YNode, overlay: &YNode, place: Place<'_>, taken: Option<&YNode>) {
-        let field = match place {
-            Place::Field(field) => field,
-            _ => "",
-        };
-        let absent = match (&base.value, &overlay.value) {
-            (YValue::Null, _) => true,
-            (YValue::Map(mine), YValue::Map(theirs)) => empty_is_absent(mine.is_empty(), theirs.is_empty()),
-            (YValue::Seq(mine), YValue::Seq(theirs)) => empty_is_absent(mine.is_empty(), theirs.is_empty()),
-            _ => false,
-        };
-        if absent {
-            *base = self.whole(overlay, field, taken);
-            return;
+impl Fill<'_, '_> {
+    /// `base`'s node at `steps`. The walk only goes where the node was, and adds only below where it is.
+    fn at(&mut self, steps: usize) -> Option<&mut YNode> {
+        let mut node = &mut *self.base;
+        for step in &self.steps[..steps] {
+            node = match (step, &mut node.value) {
+                (Step::Field(key), YValue::Map(members)) => {
+                    members.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v)?
+                }
+                (Step::Index(index), YValue::Seq(items)) => items.get_mut(*index)?,
+                _ => return None,
+            };
         }
-        match (&base.value, &overlay.value) {
-            (YValue::Map(_), YValue::Map(theirs)) => self.map(base, theirs, place, taken),
-            (YValue::Seq(_), YValue::Seq(theirs)) => self.list(base, theirs, field),
-            (YValue::Str(mine), YValue::Str(theirs)) if merge_rules::is_name_set(field) => {
-                if let Some(union) = merge_rules::name_union(mine, theirs) {
-                    base.value = YValue::Str(union);
+        Some(node)
+    }
+
+    /// Sets `base`'s value here to `node`: the member the walk is at, added or replaced, or the whole of `base`.
+    fn set_here(&mut self, node: YNode) {
+        let depth = self.steps.len();
+        let Some(last) = depth.checked_sub(1) else {
+            *self.base = node;
+            return;
+        };
+        let step = self.steps[last];
+        match (step, self.at(last)) {
+            (Step::Field(key), Some(YNode { value: YValue::Map(members), .. })) => {
+                match members.iter_mut().find(|(k, _)| k == key) {
+                    Some((_, existing)) => *existing = node,
+                    None => members.push((key.to_owned(), node)),
                 }
             }
-            _ => {} // present in `base`: its value wins
+            (Step::Index(index), Some(YNode { value: YValue::Seq(items), .. })) => {
+                if let Some(existing) = items.get_mut(index) {
+                    *existing = node;
+                }
+            }
+            _ => {}
         }
     }
+}
 
-    fn map(&self, base: &mut YNode, theirs: &[(String, YNode)], place: Place<'_>, taken: Option<&YNode>) {
-        let shape = shape_of(place);
-        for (key, value) in theirs.iter().filter(|(key, _)| !merge_rules::is_set(taken, key)) {
-            let snapshot = &*base;
-            let linked = shape.linked(key).and_then(|other| snapshot.member(other)).cloned();
-            if snapshot.member(key).is_none() && !merge_rules::may_add_member(shape, key, snapshot) {
-                continue; // `base` chose otherwise (another member of a union, say)
-            }
-            let YValue::Map(mine) = &mut base.value else { return };
-            match mine.iter_mut().find(|(k, _)| k == key) {
-                Some((_, existing)) => self.node(existing, value, Place::Field(key), linked.as_ref()),
-                None => mine.push((key.clone(), self.whole(value, key, linked.as_ref()))),
-            }
-        }
+impl<'m> Merger<'m, &'m YNode, &YNode> for Fill<'_, 'm> {
+    type Mark = ();
+
+    fn enter_member(&mut self, member: &'m (String, YNode)) {
+        self.steps.push(Step::Field(&member.0));
     }
 
-    fn list(&self, base: &mut YNode, theirs: &[YNode], field: &str) {
-        let Some(merge_key) = merge_key_for(field) else { return }; // atomic: `base`'s list wins
-        for item in theirs {
-            let key = item.member(merge_key).map(|k| &k.value);
-            let snapshot = &*base;
-            let found = snapshot.items().and_then(|mut items| {
-                items.position(|m| key.is_some() && m.member(merge_key).map(|k| &k.value) == key)
-            });
-            let name = item.member("name").and_then(Existing::string);
-            if found.is_none() && !merge_rules::may_add_item(field, name, snapshot, &self.lists) {
-                continue; // a name the API server wants unique
-            }
-            let YValue::Seq(mine) = &mut base.value else { return };
-            match found {
-                Some(index) => self.node(&mut mine[index], item, Place::ItemOf(field), None),
-                None => mine.push(item.clone()),
-            }
-        }
+    fn enter_index(&mut self, index: usize) {
+        self.steps.push(Step::Index(index));
     }
 
-    /// `overlay` whole, for a place `base` lacks, less the members `taken` has and the containers named in
-    /// another list.
-    fn whole(&self, overlay: &YNode, field: &str, taken: Option<&YNode>) -> YNode {
-        let value = match &overlay.value {
-            YValue::Map(members) if taken.is_some() => {
-                YValue::Map(members.iter().filter(|(key, _)| !merge_rules::is_set(taken, key)).cloned().collect())
+    fn leave(&mut self, (): ()) {
+        self.steps.pop();
+    }
+
+    fn add(&mut self, _: Option<&'m (String, YNode)>, what: Added<'m, '_, &'m YNode>) {
+        let node = match what {
+            Added::Value(node) | Added::Item(node) => node.clone(),
+            Added::Members(map, keep) => {
+                let members = match &map.value {
+                    YValue::Map(members) => members.iter().filter(|(key, _)| keep(key)).cloned().collect(),
+                    _ => Vec::new(),
+                };
+                YNode { line: map.line, value: YValue::Map(members) }
             }
-            YValue::Seq(items) => YValue::Seq(
-                items
-                    .iter()
-                    .filter(|item| {
-                        let name = item.member("name").and_then(Existing::string);
-                        !name.is_some_and(|name| merge_rules::named_elsewhere(&self.lists, field, name))
-                    })
-                    .cloned()
-                    .collect(),
-            ),
-            other => other.clone(),
+            Added::Items(list, keep) => {
+                let items = match &list.value {
+                    YValue::Seq(items) => items.iter().filter(|item| keep(item)).cloned().collect(),
+                    _ => Vec::new(),
+                };
+                YNode { line: list.line, value: YValue::Seq(items) }
+            }
         };
-        YNode { line: overlay.line, value }
+        self.set_here(node);
+    }
+
+    fn add_item(&mut self, _: &'m YNode, item: &'m YNode, _: &str, _: usize) {
+        // Appended: the later template's items come after the earlier one's.
+        let depth = self.steps.len();
+        if let Some(YNode { value: YValue::Seq(items), .. }) = self.at(depth) {
+            items.push(item.clone());
+        }
+    }
+
+    fn replace_names(&mut self, _: Option<&'m (String, YNode)>, t: &'m YNode, union: String) {
+        self.set_here(YNode { line: t.line, value: YValue::Str(union) });
+    }
+}
+
+/// A template node as written, as the add-only walk reads it when templates are combined.
+impl<'m> Overlay<'m> for &'m YNode {
+    type Map = &'m YNode;
+    type Member = &'m (String, YNode);
+    type List = &'m YNode;
+    type Item = &'m YNode;
+
+    fn form(self) -> Form<&'m YNode, &'m YNode> {
+        match self.value {
+            YValue::Map(_) => Form::Map(self),
+            YValue::Seq(_) => Form::List(self),
+            _ => Form::Leaf,
+        }
+    }
+
+    fn names(self) -> Option<&'m str> {
+        self.string()
+    }
+
+    fn members(map: &'m YNode) -> impl Iterator<Item = &'m (String, YNode)> {
+        match &map.value {
+            YValue::Map(members) => members.iter(),
+            _ => [].iter(),
+        }
+    }
+
+    fn map_is_empty(map: &'m YNode) -> bool {
+        <Self as Overlay>::members(map).next().is_none()
+    }
+
+    fn shape(_: &'m YNode, place: Place<'_>) -> Shape {
+        shape_of(place)
+    }
+
+    fn key(member: &'m (String, YNode)) -> &'m str {
+        &member.0
+    }
+
+    fn value(member: &'m (String, YNode)) -> Self {
+        &member.1
+    }
+
+    fn items(list: &'m YNode) -> impl Iterator<Item = &'m YNode> {
+        match &list.value {
+            YValue::Seq(items) => items.iter(),
+            _ => [].iter(),
+        }
+    }
+
+    fn list_is_empty(list: &'m YNode) -> bool {
+        <Self as Overlay>::items(list).next().is_none()
+    }
+
+    fn merge_key(_: &'m YNode, field: &str) -> Option<&'static str> {
+        merge_key_for(field)
+    }
+
+    fn item(item: &'m YNode) -> Self {
+        item
+    }
+
+    fn item_key(item: &'m YNode, merge_key: &str) -> Option<ItemKey<'m>> {
+        let key = item.member(merge_key)?;
+        key.string().map(ItemKey::Str).or_else(|| key.int().map(ItemKey::Int))
+    }
+
+    fn item_name(item: &'m YNode) -> Option<&'m str> {
+        item.member("name").and_then(Existing::string)
     }
 }
 
@@ -133,6 +209,31 @@ impl<'a> Existing<'a> for &'a YNode {
     fn items(self) -> Option<impl Iterator<Item = Self>> {
         match &self.value {
             YValue::Seq(items) => Some(items.iter()),
+            _ => None,
+        }
+    }
+
+    fn int(self) -> Option<i64> {
+        match self.value {
+            YValue::Int(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    fn is_null(self) -> bool {
+        matches!(self.value, YValue::Null)
+    }
+
+    fn map_is_empty(self) -> Option<bool> {
+        match &self.value {
+            YValue::Map(members) => Some(members.is_empty()),
+            _ => None,
+        }
+    }
+
+    fn list_is_empty(self) -> Option<bool> {
+        match &self.value {
+            YValue::Seq(items) => Some(items.is_empty()),
             _ => None,
         }
     }
@@ -228,6 +329,44 @@ mod tests {
         let mut values = serde_json::json!({"image": "shared", "res": {"cpu": "1", "memory": "1Gi"}});
         overlay_json(&mut values, serde_json::json!({"res": {"cpu": "2"}, "extra": 1}));
         assert_eq!(values, serde_json::json!({"image": "shared", "res": {"cpu": "2", "memory": "1Gi"}, "extra": 1}));
+    }
+
+    #[test]
+    fn combining_takes_the_walk_of_injection_where_it_once_had_its_own() {
+        // A mount at the path where the earlier template mounts another volume is the earlier one's (as a pod's
+        // is at injection): not completed from the later template. Containers all named in another list leave no
+        // empty list behind.
+        let mut a = parse(
+            "spec:
+  initContainers: [{name: agent, image: a}]
+  containers:
+    - name: proxy
+      image: a
+      volumeMounts: [{name: certs, mountPath: /etc/certs}]
+",
+        )
+        .unwrap();
+        let b = parse(
+            "spec:
+  containers:
+    - name: proxy
+      volumeMounts: [{name: other, mountPath: /etc/certs, readOnly: true}, {name: data, mountPath: /data}]
+  ephemeralContainers: [{name: agent, image: b}]
+",
+        )
+        .unwrap();
+        fill(&mut a, &b);
+        assert_eq!(
+            json(&a)["spec"],
+            serde_json::json!({
+                "initContainers": [{"name": "agent", "image": "a"}],
+                "containers": [{
+                    "name": "proxy",
+                    "image": "a",
+                    "volumeMounts": [{"name": "certs", "mountPath": "/etc/certs"}, {"name": "data", "mountPath": "/data"}]
+                }]
+            })
+        );
     }
 
     #[test]

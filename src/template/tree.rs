@@ -8,6 +8,7 @@ use super::Problem;
 use super::yaml::{PathSeg, YNode, YValue};
 use crate::json::{path_token, write_str};
 use crate::patch::{Fragment, OpHead, Sink, op_head};
+use crate::pod_api::add_only::{Form, ItemKey, Overlay};
 use crate::pod_api::merge_rules::{Place, Shape, merge_key_for, shape_of};
 
 /// A compiled template node.
@@ -181,7 +182,12 @@ impl Object {
 
 impl List {
     /// Writes the list as JSON with only the items `keep` accepts.
-    pub(crate) fn write_items(&self, out: &mut impl Sink, rendered: Rendered<'_>, keep: impl Fn(&Item) -> bool) {
+    pub(crate) fn write_items<'a>(
+        &'a self,
+        out: &mut impl Sink,
+        rendered: Rendered<'_>,
+        keep: impl Fn(&'a Item) -> bool,
+    ) {
         let mut separator: &[u8] = b"[";
         for item in self.items.iter().filter(|item| keep(item)) {
             out.raw(separator);
@@ -196,6 +202,78 @@ impl Rendered<'_> {
     /// The JSON text rendered for `slot`.
     pub(crate) fn slot(&self, slot: usize) -> &[u8] {
         &self.buf[self.ranges[slot].clone()]
+    }
+}
+
+/// A compiled template, as the add-only walk reads it when injecting: shapes and merge keys compiled in.
+impl<'m> Overlay<'m> for &'m TNode {
+    type Map = &'m Object;
+    type Member = &'m Member;
+    type List = &'m List;
+    type Item = &'m Item;
+
+    #[inline]
+    fn form(self) -> Form<&'m Object, &'m List> {
+        match self {
+            TNode::Object(object) => Form::Map(object),
+            TNode::List(list) => Form::List(list),
+            TNode::Scalar(_) | TNode::Dynamic(_) => Form::Leaf,
+        }
+    }
+
+    fn names(self) -> Option<&'m str> {
+        // A static JSON string (one with escapes has none to offer, and adds nothing).
+        match self {
+            TNode::Scalar(json) => serde_json::from_slice::<&str>(json.json()).ok(),
+            _ => None,
+        }
+    }
+
+    fn members(map: &'m Object) -> impl Iterator<Item = &'m Member> {
+        map.members.iter()
+    }
+
+    fn map_is_empty(map: &'m Object) -> bool {
+        map.members.is_empty()
+    }
+
+    fn shape(map: &'m Object, _: Place<'_>) -> Shape {
+        map.shape
+    }
+
+    fn key(member: &'m Member) -> &'m str {
+        &member.key
+    }
+
+    fn value(member: &'m Member) -> Self {
+        &member.node
+    }
+
+    fn items(list: &'m List) -> impl Iterator<Item = &'m Item> {
+        list.items.iter()
+    }
+
+    fn list_is_empty(list: &'m List) -> bool {
+        list.items.is_empty()
+    }
+
+    fn merge_key(list: &'m List, _: &str) -> Option<&'static str> {
+        list.merge_key
+    }
+
+    fn item(item: &'m Item) -> Self {
+        &item.node
+    }
+
+    fn item_key(item: &'m Item, _: &str) -> Option<ItemKey<'m>> {
+        item.key.as_ref().map(|key| match key {
+            KeyValue::Str(s) => ItemKey::Str(s),
+            KeyValue::Int(i) => ItemKey::Int(*i),
+        })
+    }
+
+    fn item_name(item: &'m Item) -> Option<&'m str> {
+        item.name.as_deref()
     }
 }
 
