@@ -423,4 +423,124 @@ mod tests {
             })
         );
     }
+
+    mod generated {
+        use super::*;
+        use crate::template::yaml::from_json;
+        use proptest::prelude::*;
+        use serde_json::{Value, json};
+
+        fn container() -> impl Strategy<Value = Value> {
+            let env = prop_oneof![
+                ("[XY]").prop_map(|name| json!({"name": name, "value": "v"})),
+                ("[XY]")
+                    .prop_map(|name| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})),
+            ];
+            let mount = ("(certs|data)", "/(a|b)").prop_map(|(name, path)| json!({"name": name, "mountPath": path}));
+            let resources = prop_oneof![
+                Just(json!({"requests": {"cpu": "1"}})),
+                Just(json!({"limits": {"cpu": "2", "memory": "1Mi"}})),
+                Just(json!({})),
+            ];
+            let security = prop_oneof![
+                Just(json!({"privileged": true})),
+                Just(json!({"allowPrivilegeEscalation": false})),
+                Just(json!({"runAsUser": 1})),
+            ];
+            (
+                "(proxy|app|agent)",
+                proptest::option::of("[ab]"),
+                proptest::option::of(prop::collection::vec(env, 0..3)),
+                proptest::option::of(prop::collection::vec(mount, 0..3)),
+                proptest::option::of(resources),
+                proptest::option::of(security),
+            )
+                .prop_map(|(name, image, env, mounts, resources, security)| {
+                    let mut c = json!({"name": name});
+                    for (key, value) in [
+                        ("image", image.map(Value::from)),
+                        ("env", env.map(|e| unique(e, "name"))),
+                        ("volumeMounts", mounts.map(|m| unique(m, "mountPath"))),
+                        ("resources", resources),
+                        ("securityContext", security),
+                    ] {
+                        if let Some(value) = value {
+                            c[key] = value;
+                        }
+                    }
+                    c
+                })
+        }
+
+        /// Items with distinct `key`s, as a template that compiles has.
+        fn unique(items: Vec<Value>, key: &str) -> Value {
+            let mut seen = std::collections::HashSet::new();
+            Value::Array(items.into_iter().filter(|item| seen.insert(item[key].to_string())).collect())
+        }
+
+        fn template() -> impl Strategy<Value = YNode> {
+            (
+                prop::collection::vec(container(), 0..3),
+                proptest::option::of(prop::collection::vec(container(), 0..2)),
+                proptest::option::of(prop::collection::vec("(certs|data)", 0..2)),
+                proptest::option::of(prop_oneof![Just(json!({})), Just(json!({"a": "x"}))]),
+            )
+                .prop_map(|(containers, init, volumes, labels)| {
+                    let containers = unique(containers, "name");
+                    let mut pod = json!({"spec": {"containers": containers}});
+                    if let Some(init) = init {
+                        // A template names a container in one list only, as a pod does.
+                        let elsewhere = |c: &Value| {
+                            pod["spec"]["containers"]
+                                .as_array()
+                                .is_some_and(|cs| cs.iter().any(|o| o["name"] == c["name"]))
+                        };
+                        let init = init.into_iter().filter(|c| !elsewhere(c)).collect();
+                        pod["spec"]["initContainers"] = unique(init, "name");
+                    }
+                    if let Some(volumes) = volumes {
+                        let volumes = volumes.into_iter().map(|name| json!({"name": name, "emptyDir": {}})).collect();
+                        pod["spec"]["volumes"] = unique(volumes, "name");
+                    }
+                    if let Some(labels) = labels {
+                        pod["metadata"] = json!({"labels": labels});
+                    }
+                    from_json(pod, 1)
+                })
+        }
+
+        /// Does `whole` keep everything `part` has, where `part` has it (lists: `part`'s items first, in order)?
+        fn keeps(whole: &Value, part: &Value) -> bool {
+            match (whole, part) {
+                (Value::Object(w), Value::Object(p)) => p.iter().all(|(k, v)| w.get(k).is_some_and(|wv| keeps(wv, v))),
+                (Value::Array(w), Value::Array(p)) => w.len() >= p.len() && w.iter().zip(p).all(|(w, p)| keeps(w, p)),
+                (w, p) => w == p,
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(500))]
+
+            /// Combining keeps all of the earlier template, fills it from the later one only once (a second fill
+            /// adds nothing), and never gives a container name to two container lists that one had not.
+            #[test]
+            fn combining_keeps_the_first_converges_and_keeps_names_unique(a in template(), b in template()) {
+                let mut combined = a.clone();
+                fill(&mut combined, &b);
+                let (combined_json, a_json) = (json(&combined), json(&a));
+                prop_assert!(keeps(&combined_json, &a_json), "{combined_json} lost part of {a_json}");
+                let mut again = combined.clone();
+                fill(&mut again, &b);
+                prop_assert_eq!(json(&again), combined_json.clone());
+                let names = |pod: &Value, list: &str| -> Vec<String> {
+                    pod["spec"][list].as_array().into_iter().flatten().map(|c| c["name"].to_string()).collect()
+                };
+                let (containers, init) = (names(&combined_json, "containers"), names(&combined_json, "initContainers"));
+                let (a_containers, a_init) = (names(&a_json, "containers"), names(&a_json, "initContainers"));
+                for name in containers.iter().filter(|n| init.contains(n)) {
+                    prop_assert!(a_containers.contains(name) && a_init.contains(name), "{name} in both lists: {combined_json}");
+                }
+            }
+        }
+    }
 }
