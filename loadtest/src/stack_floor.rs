@@ -76,6 +76,12 @@ pub struct FloorServerArgs {
     /// The path answered; any other gets 404.
     #[arg(long, default_value = "/mutate")]
     pub path: String,
+    /// After reading each body, write and read back this many KiB of a per-thread buffer (0: none). The engine's
+    /// parse touches about 3.3 bytes per byte of a review (the body, simd-json's structural indexes and tape)
+    /// between two requests; this asks whether memory touched there costs the stack more than the touch itself
+    /// (`--floor-arg=--touch-kib=200` beside `--bodies 60k`; docs/performance.md).
+    #[arg(long, default_value_t = 0)]
+    pub touch_kib: usize,
 }
 
 /// The engine whose answers the floor gives: the built-in template, `serve`'s default settings. The accounting's
@@ -140,7 +146,8 @@ pub fn run(args: &FloorServerArgs) -> Result<(), String> {
     runtime.block_on(async {
         let listen = args.server.listen;
         let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("{listen}: {e}"))?;
-        serve(listener, tokio_rustls::TlsAcceptor::from(tls), answers, Arc::from(args.path.as_str())).await;
+        let answering = Answering { answers, path: Arc::from(args.path.as_str()), touch_bytes: args.touch_kib * 1024 };
+        serve(listener, tokio_rustls::TlsAcceptor::from(tls), Arc::new(answering)).await;
         Ok(())
     })
 }
@@ -163,12 +170,15 @@ fn tls_config(cert_file: &Path, key_file: &Path) -> Result<Arc<rustls::ServerCon
     Ok(Arc::new(config))
 }
 
-async fn serve(
-    listener: tokio::net::TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
+/// What every request of the floor is answered from.
+struct Answering {
     answers: Arc<Vec<Bytes>>,
     path: Arc<str>,
-) {
+    /// `--touch-kib`, in bytes.
+    touch_bytes: usize,
+}
+
+async fn serve(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor, answering: Arc<Answering>) {
     let mut h1 = auto::Builder::new(TokioExecutor::new()).http1_only();
     h1.http1().timer(TokioTimer::new()).header_read_timeout(None).keep_alive(true);
     let mut h2 = auto::Builder::new(TokioExecutor::new()).http2_only();
@@ -188,30 +198,28 @@ async fn serve(
         };
         let _ = tcp.set_nodelay(true);
         let tcp = tokio::io::BufReader::with_capacity(READ_AHEAD, tcp);
-        let (acceptor, answers, path, h1, h2) =
-            (acceptor.clone(), answers.clone(), path.clone(), h1.clone(), h2.clone());
+        let (acceptor, answering, h1, h2) = (acceptor.clone(), answering.clone(), h1.clone(), h2.clone());
         tokio::spawn(async move {
             let Ok(stream) = acceptor.accept(tcp).await else { return };
             let builder = if stream.get_ref().1.alpn_protocol() == Some(b"h2") { &h2 } else { &h1 };
-            let service = hyper::service::service_fn(move |request| answer(request, answers.clone(), path.clone()));
+            let service = hyper::service::service_fn(move |request| answer(request, answering.clone()));
             let _ = builder.serve_connection(TokioIo::new(stream), service).await;
         });
     }
 }
 
 /// One request: the whole body read, the fixed answer sent.
-async fn answer(
-    request: Request<Incoming>,
-    answers: Arc<Vec<Bytes>>,
-    path: Arc<str>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
-    let found = request.uri().path() == &*path;
-    let chosen = pick(&answers, request.headers());
+async fn answer(request: Request<Incoming>, answering: Arc<Answering>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let found = request.uri().path() == &*answering.path;
+    let chosen = pick(&answering.answers, request.headers());
     let mut body = request.into_body();
     while let Some(frame) = body.frame().await {
         if frame.is_err() {
             return Ok(plain(StatusCode::BAD_REQUEST, "bad request: could not read the body"));
         }
+    }
+    if answering.touch_bytes > 0 {
+        std::hint::black_box(touch(answering.touch_bytes));
     }
     Ok(match (found, chosen) {
         (false, _) => plain(StatusCode::NOT_FOUND, "not found"),
@@ -221,6 +229,26 @@ async fn answer(
             response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             response
         }
+    })
+}
+
+thread_local! {
+    /// `--touch-kib`'s buffer: one per worker, as the engine's parse buffers are.
+    static TOUCHED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Writes `bytes` of this thread's buffer in order, then reads them back (as simd-json writes its tape and the
+/// engine then walks it); returns their sum, so that neither pass can be left out.
+fn touch(bytes: usize) -> u64 {
+    TOUCHED.with(|buffer| {
+        let mut buffer = buffer.borrow_mut();
+        buffer.resize(bytes / 8, 0);
+        // A new value each time, so that every word is written again.
+        let seed = buffer.first().map_or(1, |first| first.wrapping_add(1));
+        for (i, word) in buffer.iter_mut().enumerate() {
+            *word = seed.wrapping_add(i as u64);
+        }
+        buffer.iter().fold(0u64, |sum, word| sum.wrapping_add(*word))
     })
 }
 
@@ -275,6 +303,14 @@ mod tests {
         write_answers(&path, fixed.answers()).unwrap();
         assert_eq!(read_answers(&path).unwrap(), fixed.answers());
         assert!(write_answers(&path, &[Bytes::from_static(b"{\n}")]).unwrap_err().contains("line break"));
+    }
+
+    #[test]
+    fn a_touch_writes_every_word_anew() {
+        // 4 words: seeds 1, then 2; sums 1+2+3+4, then 2+3+4+5.
+        assert_eq!(touch(32), 10);
+        assert_eq!(touch(32), 14);
+        assert_eq!(TOUCHED.with(|buffer| buffer.borrow().len()), 4);
     }
 
     #[test]
