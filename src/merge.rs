@@ -25,7 +25,7 @@ use crate::pod::PodView;
 use crate::pod_api::add_only::{self, Merger};
 use crate::pod_api::merge_rules::Existing;
 use crate::pod_api::spec::{CONTAINERS, INIT_CONTAINERS};
-use crate::template::tree::{Member, Rendered, TNode};
+use crate::template::tree::{Item, List, Member, Rendered, TNode};
 use crate::template::{InitPosition, Template};
 
 pub(crate) use crate::pod_api::add_only::Step;
@@ -165,13 +165,7 @@ impl<'m, 't, 'i, S: Sink, O: Observer<'m>> Merger<'m, &'m TNode, Value<'t, 'i>> 
         }
     }
 
-    fn add_item(
-        &mut self,
-        list: &'m crate::template::tree::List,
-        item: &'m crate::template::tree::Item,
-        field: &str,
-        nth: usize,
-    ) {
+    fn add_item(&mut self, list: &'m List, item: &'m Item, field: &str, nth: usize) {
         let rendered = self.rendered;
         self.observer.added(Added::Item(item));
         let insert_front = match field {
