@@ -5,8 +5,7 @@
 //!
 //! The engine is the one the stack floor's answers come from ([`crate::stack_floor::answering_engine`]), each review a stamped body as the drivers stamp them (its own uid and, for generated pods, its own
 //! name), copied into a buffer with the parse padding as the server's body buffer is. The bodies are stamped
-//! before the clock starts; the thread's own CPU time (`/proc/thread-self/schedstat`, in nanoseconds) is what is
-//! counted.
+//! before the clock starts; the thread's own CPU time ([`thread_cpu`]) is what is counted.
 
 use std::time::{Duration, Instant};
 
@@ -85,12 +84,11 @@ pub fn per_review(bodies: &[Body], duration: Duration, cpus: Option<Vec<usize>>)
     thread.join().map_err(|_| "the engine's thread panicked".to_owned())?
 }
 
-/// The calling thread's CPU time so far.
-fn thread_cpu() -> Result<Duration, String> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat")
-        .map_err(|e| format!("/proc/thread-self/schedstat: {e}"))?;
-    let nanos = text.split_whitespace().next().and_then(|n| n.parse().ok());
-    nanos.map(Duration::from_nanos).ok_or_else(|| format!("/proc/thread-self/schedstat: unexpected {text:?}"))
+/// The calling thread's CPU time so far (the kernel's count, in nanoseconds).
+pub(crate) fn thread_cpu() -> Result<Duration, String> {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map_err(|e| format!("the thread's CPU clock: {e}"))?;
+    Ok(Duration::from(now))
 }
 
 #[cfg(test)]

@@ -36,6 +36,9 @@ pub struct Report {
     pub ratios: Option<Ratios>,
     /// The stack floor's figures (`--start-floor`).
     pub floor: Option<TargetReport>,
+    /// The stack floor held busy per request as long as our engine computes (`--start --start-floor`, closed
+    /// loop): it answers at our pace.
+    pub paced_floor: Option<TargetReport>,
     /// Each target ÷ the stack floor, per figure.
     pub over_floor: Option<OverFloor>,
     /// The injector's server CPU per request taken apart (`--start` with `--start-floor`).
@@ -60,11 +63,19 @@ pub struct Accounting {
     pub remainder_us: f64,
     /// The target for the remainder (issue 40): 2 µs + 3% of the engine.
     pub remainder_target_us: f64,
+    /// In a closed loop: the stack's CPU per request at our pace, the floor held busy as long as the engine
+    /// computes (its CPU per request less that time). A server answering more slowly leaves its client idle
+    /// between answers, and waking an idle client is paid inside the server's send (docs/performance.md).
+    pub stack_at_our_pace_us: Option<f64>,
+    /// ours − the stack at our pace − engine: the server's own overhead beside the same stack at the same pace.
+    pub remainder_at_our_pace_us: Option<f64>,
 }
 
 impl Accounting {
-    /// The accounting of `ours` and `floor` (server CPU per request) with the engine's cost in process.
-    pub fn of(ours: f64, floor: f64, engine: crate::engine_cost::EngineCost) -> Accounting {
+    /// The accounting of `ours` and `floor` (server CPU per request) with the engine's cost in process, and
+    /// `paced`, the CPU per request of the floor held busy per request, with the time it was held (µs).
+    pub fn of(ours: f64, floor: f64, engine: crate::engine_cost::EngineCost, paced: Option<(f64, f64)>) -> Accounting {
+        let stack_at_our_pace = paced.map(|(cpu, busy)| cpu - busy);
         Accounting {
             ours_us: ours,
             floor_us: floor,
@@ -73,6 +84,8 @@ impl Accounting {
             engine_p99_us: engine.p99_us,
             remainder_us: ours - floor - engine.cpu_us,
             remainder_target_us: 2.0 + 0.03 * engine.cpu_us,
+            stack_at_our_pace_us: stack_at_our_pace,
+            remainder_at_our_pace_us: stack_at_our_pace.map(|stack| ours - stack - engine.cpu_us),
         }
     }
 }
@@ -255,7 +268,10 @@ impl Ratios {
 impl Report {
     /// The targets: first, compare, floor.
     pub fn targets(&self) -> impl Iterator<Item = &TargetReport> {
-        std::iter::once(&self.primary).chain(self.compare.as_ref()).chain(self.floor.as_ref())
+        std::iter::once(&self.primary)
+            .chain(self.compare.as_ref())
+            .chain(self.floor.as_ref())
+            .chain(self.paced_floor.as_ref())
     }
 
     /// Errors over all targets.
@@ -391,6 +407,14 @@ impl Report {
                 a.engine_p50_us,
                 a.engine_p99_us
             );
+            if let (Some(stack), Some(remainder)) = (a.stack_at_our_pace_us, a.remainder_at_our_pace_us) {
+                let _ = writeln!(
+                    out,
+                    "at our pace (the floor held busy {:.1} µs per request): {:.1} µs = stack at our pace {stack:.1} \
+                     + engine in process {:.1} + remainder {remainder:.1}",
+                    a.engine_us, a.ours_us, a.engine_us
+                );
+            }
         }
         for t in &targets {
             if let Some(steps) = &t.sweep {

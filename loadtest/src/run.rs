@@ -128,6 +128,9 @@ enum Role {
     Compare,
     /// `--start-floor` (F).
     Floor,
+    /// With `--start --start-floor`, closed loop: the floor held busy per request for as long as our engine
+    /// computes, so that it answers at our pace (P).
+    PacedFloor,
 }
 
 /// One target as driven: its connections, the probe of its server, and what it measured.
@@ -226,6 +229,18 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
         false => None,
     };
     let shared = Arc::new(Shared::new(bodies));
+    // Our server's CPU per request is taken apart when the run has both it and the floor: the engine run in
+    // process on the same bodies, on the servers' CPUs, before anything is driven; in a closed loop, also the
+    // floor held busy that long per request, which answers at our pace.
+    let accounts = args.start && fixed.is_some();
+    let engine = match accounts {
+        true => {
+            let cpus = server_cpus.map(cpu_list).transpose()?;
+            Some(crate::engine_cost::per_review(&shared.bodies, ENGINE_COST_DURATION, cpus)?)
+        }
+        false => None,
+    };
+    let paced_busy = engine.filter(|_| args.rate.is_none() && !args.sweep).map(|e| e.cpu_us);
 
     let injector = match args.start {
         true => {
@@ -244,6 +259,15 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
             Some(Launched::start(kind, server_cpus).await.map_err(|e| e.to_string())?)
         }
         None => None,
+    };
+    let paced_floor = match (&fixed, paced_busy) {
+        (Some(fixed), Some(busy_us)) => {
+            let mut extra = args.floor_arg.clone();
+            extra.push(format!("--busy-ns={}", (busy_us * 1e3).round() as u64));
+            let kind = Kind::Floor { answers: fixed.answers(), extra: &extra };
+            Some(Launched::start(kind, server_cpus).await.map_err(|e| e.to_string())?)
+        }
+        _ => None,
     };
     let file_ca = match &args.ca {
         Some(path) => {
@@ -279,6 +303,9 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
     }
     if let Some(l) = &floor {
         specs.push(Spec { fixed: fixed.clone(), ..launched(Role::Floor, "stack-floor", l) });
+    }
+    if let Some(l) = &paced_floor {
+        specs.push(Spec { fixed: fixed.clone(), ..launched(Role::PacedFloor, "floor-at-our-pace", l) });
     }
 
     let streams = if args.http2 { usize::from(args.streams) } else { 1 };
@@ -327,22 +354,19 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
     let report_of = |role: Role| driven.iter().find(|d| d.role == role).map(Driven::report);
     // The first target is always there: clap requires --url or --start.
     let primary = report_of(Role::First).ok_or("no first target")?;
-    let (compare, floor) = (report_of(Role::Compare), report_of(Role::Floor));
+    let (compare, floor, paced_floor) = (report_of(Role::Compare), report_of(Role::Floor), report_of(Role::PacedFloor));
     let ratios = compare.as_ref().map(|c| Ratios::of(&primary, c));
     let over_floor = floor
         .as_ref()
         .map(|f| OverFloor { first: Ratios::of(f, &primary), compare: compare.as_ref().map(|c| Ratios::of(f, c)) });
-    // Our server's CPU per request taken apart, when the run has both it and the floor: the engine run in process
-    // on the same bodies, on the servers' CPUs, once the drivers are done.
-    let accounting =
-        match (args.start, primary.server_cpu_us_per_req, floor.as_ref().and_then(|f| f.server_cpu_us_per_req)) {
-            (true, Some(ours), Some(floor)) => {
-                let cpus = server_cpus.map(cpu_list).transpose()?;
-                let engine = crate::engine_cost::per_review(&shared.bodies, ENGINE_COST_DURATION, cpus)?;
-                Some(Accounting::of(ours, floor, engine))
-            }
-            _ => None,
-        };
+    let accounting = match (engine, primary.server_cpu_us_per_req, floor.as_ref().and_then(|f| f.server_cpu_us_per_req))
+    {
+        (Some(engine), Some(ours), Some(floor_us)) => {
+            let paced = paced_floor.as_ref().and_then(|p| p.server_cpu_us_per_req).zip(paced_busy);
+            Some(Accounting::of(ours, floor_us, engine, paced))
+        }
+        _ => None,
+    };
     Ok(Report {
         mode: if args.sweep {
             "sweep"
@@ -368,12 +392,13 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
         compare,
         ratios,
         floor,
+        paced_floor,
         over_floor,
         accounting,
     })
 }
 
-/// Drives every target for --duration (or --requests), in turns of --slice when there are two or three.
+/// Drives every target for --duration (or --requests), in turns of --slice when there are two or more.
 async fn alternate(args: &RunArgs, shared: &Arc<Shared>, driven: &mut [Driven], progress: &ProgressBar) {
     let slice = if driven.len() > 1 { args.slice.max(Duration::from_millis(100)) } else { args.duration };
     let mut left: Vec<(Duration, Option<u64>)> = driven.iter().map(|_| (args.duration, args.requests)).collect();

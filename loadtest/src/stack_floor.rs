@@ -82,6 +82,11 @@ pub struct FloorServerArgs {
     /// (`--floor-arg=--touch-kib=200` beside `--bodies 60k`; docs/performance.md).
     #[arg(long, default_value_t = 0)]
     pub touch_kib: usize,
+    /// After reading each body, spend this many nanoseconds of the thread's CPU time doing nothing (0: none). The
+    /// harness's floor at our pace: held busy as long as our engine computes, the floor answers at our rate, and
+    /// its client waits between answers as ours does (docs/performance.md, "The stack at our pace").
+    #[arg(long, default_value_t = 0)]
+    pub busy_ns: u64,
 }
 
 /// The engine whose answers the floor gives: the built-in template, `serve`'s default settings. The accounting's
@@ -146,7 +151,12 @@ pub fn run(args: &FloorServerArgs) -> Result<(), String> {
     runtime.block_on(async {
         let listen = args.server.listen;
         let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("{listen}: {e}"))?;
-        let answering = Answering { answers, path: Arc::from(args.path.as_str()), touch_bytes: args.touch_kib * 1024 };
+        let answering = Answering {
+            answers,
+            path: Arc::from(args.path.as_str()),
+            touch_bytes: args.touch_kib * 1024,
+            busy: Duration::from_nanos(args.busy_ns),
+        };
         serve(listener, tokio_rustls::TlsAcceptor::from(tls), Arc::new(answering)).await;
         Ok(())
     })
@@ -176,6 +186,8 @@ struct Answering {
     path: Arc<str>,
     /// `--touch-kib`, in bytes.
     touch_bytes: usize,
+    /// `--busy-ns`.
+    busy: Duration,
 }
 
 async fn serve(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor, answering: Arc<Answering>) {
@@ -221,6 +233,9 @@ async fn answer(request: Request<Incoming>, answering: Arc<Answering>) -> Result
     if answering.touch_bytes > 0 {
         std::hint::black_box(touch(answering.touch_bytes));
     }
+    if !answering.busy.is_zero() && busy(answering.busy).is_err() {
+        return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, "the thread's CPU clock cannot be read"));
+    }
     Ok(match (found, chosen) {
         (false, _) => plain(StatusCode::NOT_FOUND, "not found"),
         (true, None) => plain(StatusCode::BAD_REQUEST, "bad request: no such body in x-loadtest-body"),
@@ -250,6 +265,16 @@ fn touch(bytes: usize) -> u64 {
         }
         buffer.iter().fold(0u64, |sum, word| sum.wrapping_add(*word))
     })
+}
+
+/// Spins until this thread has spent `cpu` more of CPU time: CPU time, not wall-clock time, so that what the
+/// server's CPU per request counts is `cpu` however often the VM takes the CPU away meanwhile.
+fn busy(cpu: Duration) -> Result<(), String> {
+    let until = crate::engine_cost::thread_cpu()? + cpu;
+    while crate::engine_cost::thread_cpu()? < until {
+        std::hint::spin_loop();
+    }
+    Ok(())
 }
 
 /// The answer to the body [`BODY_HEADER`] names, or the only one.
@@ -303,6 +328,15 @@ mod tests {
         write_answers(&path, fixed.answers()).unwrap();
         assert_eq!(read_answers(&path).unwrap(), fixed.answers());
         assert!(write_answers(&path, &[Bytes::from_static(b"{\n}")]).unwrap_err().contains("line break"));
+    }
+
+    #[test]
+    fn busy_spends_the_cpu_time_asked_for() {
+        let before = crate::engine_cost::thread_cpu().unwrap();
+        busy(Duration::from_millis(20)).unwrap();
+        let spent = crate::engine_cost::thread_cpu().unwrap() - before;
+        // At least what was asked (the clock is the thread's own); far less than twice that on any machine.
+        assert!(spent >= Duration::from_millis(20) && spent < Duration::from_millis(40), "{spent:?}");
     }
 
     #[test]

@@ -175,11 +175,46 @@ fn the_stack_floor_answers_as_many_bytes_as_the_injector_in_an_open_loop() {
     let sum = figure("floor_us") + figure("engine_us") + figure("remainder_us");
     assert!((sum - figure("ours_us")).abs() < 1e-9, "{accounting}");
     assert!((figure("remainder_target_us") - (2.0 + 0.03 * figure("engine_us"))).abs() < 1e-9, "{accounting}");
+    // Open loop: the rate sets every server's pace, so no floor is held to ours.
+    assert!(report["paced_floor"].is_null() && accounting["stack_at_our_pace_us"].is_null(), "{report}");
+}
+
+#[test]
+fn in_a_closed_loop_the_floor_held_busy_as_long_as_the_engine_gives_the_stack_at_our_pace() {
+    let (code, report, stderr) = loadtest(&[
+        "--start",
+        "--start-floor",
+        "--requests",
+        "300",
+        "-c",
+        "4",
+        "--warmup",
+        "0s",
+        "--bodies",
+        "2k",
+        "--slice",
+        "200ms",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let paced = &report["paced_floor"];
+    assert_eq!(paced["target"], "floor-at-our-pace", "{report}");
+    assert_eq!((paced["ok"].as_u64(), paced["errors"].as_u64()), (Some(300), Some(0)), "{paced}");
+    assert_eq!(paced["mean_answer_bytes"], report["mean_answer_bytes"], "{report}");
+    let accounting = &report["accounting"];
+    let figure = |key: &str| accounting[key].as_f64().unwrap_or_else(|| panic!("{key}: {accounting}"));
+    // The paced floor spends the engine's time per request on top of the stack: the stack is what is left, and
+    // it cannot be nothing (it decrypts and answers every request).
+    let paced_cpu = paced["server_cpu_us_per_req"].as_f64().unwrap();
+    assert!(paced_cpu > figure("engine_us"), "{report}");
+    assert!((figure("stack_at_our_pace_us") - (paced_cpu - figure("engine_us"))).abs() < 1e-9, "{accounting}");
+    let sum = figure("stack_at_our_pace_us") + figure("engine_us") + figure("remainder_at_our_pace_us");
+    assert!((sum - figure("ours_us")).abs() < 1e-9, "{accounting}");
 }
 
 #[test]
 fn a_stack_floor_answering_wrongly_is_counted_and_fails_the_run() {
     // The floor serves another path, so every POST /mutate gets a 404; the injector beside it answers correctly.
+    // The floor at our pace takes the same --floor-arg, so it fails as the floor does.
     let (code, report, stderr) = loadtest(&[
         "--start",
         "--start-floor",
@@ -198,7 +233,9 @@ fn a_stack_floor_answering_wrongly_is_counted_and_fails_the_run() {
     let floor = &report["floor"];
     assert_eq!((floor["wrong_answers"].as_u64(), floor["ok"].as_u64()), (Some(50), Some(0)), "{floor}");
     assert!(floor["error_examples"][0].as_str().unwrap().contains("HTTP 404"), "{floor}");
-    assert!(stderr.contains("50 requests failed"), "{stderr}");
+    let paced = &report["paced_floor"];
+    assert_eq!((paced["wrong_answers"].as_u64(), paced["ok"].as_u64()), (Some(50), Some(0)), "{paced}");
+    assert!(stderr.contains("100 requests failed"), "{stderr}");
 }
 
 #[test]
