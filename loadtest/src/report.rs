@@ -266,7 +266,7 @@ impl Ratios {
 }
 
 impl Report {
-    /// The targets: first, compare, floor.
+    /// The targets: first, compare, floor, the floor at our pace.
     pub fn targets(&self) -> impl Iterator<Item = &TargetReport> {
         std::iter::once(&self.primary)
             .chain(self.compare.as_ref())
