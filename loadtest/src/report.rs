@@ -73,9 +73,9 @@ pub struct Accounting {
 
 impl Accounting {
     /// The accounting of `ours` and `floor` (server CPU per request) with the engine's cost in process, and
-    /// `paced`, the CPU per request of the floor held busy per request, with the time it was held (µs).
-    pub fn of(ours: f64, floor: f64, engine: crate::engine_cost::EngineCost, paced: Option<(f64, f64)>) -> Accounting {
-        let stack_at_our_pace = paced.map(|(cpu, busy)| cpu - busy);
+    /// `paced`, the CPU per request of the floor held busy per request for the engine's CPU time.
+    pub fn of(ours: f64, floor: f64, engine: crate::engine_cost::EngineCost, paced: Option<f64>) -> Accounting {
+        let stack_at_our_pace = paced.map(|cpu| cpu - engine.cpu_us);
         Accounting {
             ours_us: ours,
             floor_us: floor,

@@ -362,7 +362,7 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
     let accounting = match (engine, primary.server_cpu_us_per_req, floor.as_ref().and_then(|f| f.server_cpu_us_per_req))
     {
         (Some(engine), Some(ours), Some(floor_us)) => {
-            let paced = paced_floor.as_ref().and_then(|p| p.server_cpu_us_per_req).zip(paced_busy);
+            let paced = paced_floor.as_ref().and_then(|p| p.server_cpu_us_per_req);
             Some(Accounting::of(ours, floor_us, engine, paced))
         }
         _ => None,
