@@ -568,14 +568,14 @@ impl Engine {
             work.judged_for = Some(template.id().clone());
         }
         let overridden = !overrides.is_empty();
-        if mode == Mode::Mutate
-            && pod.sets_pod_resources()
+        // Both modes: what the mutating path withholds from a pod, `/validate` must not then demand of it (the
+        // pod it sees is the one the mutating path left; an injected pod gains nothing from the merge, so passes).
+        if pod.sets_pod_resources()
             && let Some(failure) = self.pod_resources_failure(&template, pod, overridden, work)
         {
             return self.fail(failure, outcome);
         }
-        if mode == Mode::Mutate
-            && template.judged_with_the_pod()
+        if template.judged_with_the_pod()
             && let Some(failure) = self.pod_conflict_failure(&template, pod, overridden, work)
         {
             return self.fail(failure, outcome);

@@ -385,10 +385,13 @@ fn a_pod_whose_pod_level_resources_cannot_hold_the_sidecar_is_admitted_without_i
     assert!(sidecar_injector::validation::validate_pod(&injected, KubeVersion::new(34)).is_empty());
 
     // 80m cannot hold 50m + 50m: the API server would refuse the injected pod, so it is not injected.
-    let (outcome, response, patch) =
-        answer(&engine, &review(&pod_with_pod_resources("50m", json!({"requests": {"cpu": "80m"}}))));
+    let crowded = pod_with_pod_resources("50m", json!({"requests": {"cpu": "80m"}}));
+    let (outcome, response, patch) = answer(&engine, &review(&crowded));
     assert_eq!(outcome.verdict, Verdict::Skipped(SkipReason::PodResources));
     assert!(patch.is_none() && response["response"]["allowed"] == true);
+    // The validating companion admits the pod the mutating path left as it was, for the same reason.
+    assert_eq!(validation(&engine, &crowded), Verdict::Skipped(SkipReason::PodResources));
+    check_properties(&engine, &crowded);
     let warning = outcome.warnings.join("\n");
     assert!(warning.contains("spec.resources.requests[cpu]") && warning.contains("100m"), "{warning}");
 

@@ -1266,6 +1266,9 @@ pub(super) fn pod_resources(cx: &mut Cx, spec: &J, path: &FieldPath) {
         }
     }
     let pod_limits = nanos(object(pod.get("limits")));
+    if cx.version.at_least(POD_REQUESTS_DEFAULTED_AFTER_ADMISSION_MINOR) {
+        defaulted_requests_within_limits(cx, pod, &aggregate, &pod_limits, &at);
+    }
     for (i, container) in items(spec.get("containers")).iter().enumerate() {
         let limits = container.get("resources").and_then(|r| object(r.get("limits")));
         for (name, value) in limits.into_iter().flatten() {
@@ -1276,6 +1279,36 @@ pub(super) fn pod_resources(cx: &mut Cx, spec: &J, path: &FieldPath) {
                 let detail = format!("must be less than or equal to pod limits of {}", show_nanos(*pod_limit));
                 cx.push(FieldError::invalid(&field, text.as_str(), detail));
             }
+        }
+    }
+}
+
+/// The first release that defaults the pod's requests after the admission webhooks (`PodLevelResourcesFixDefaulting`,
+/// beta and on in 1.37: `DefaultPodLevelResources` in the pod strategy's `PrepareForCreate`) rather than when it
+/// decodes the request, so a webhook sees no defaulted pod-level requests, and the containers it adds count in them.
+const POD_REQUESTS_DEFAULTED_AFTER_ADMISSION_MINOR: u32 = 37;
+
+/// `defaultPodLevelRequests`, then `validatePodResourceRequirements`' "request <= limit" for what it defaulted: a
+/// pod-level request the pod leaves out becomes its containers' aggregate request (CPU and memory) or else its
+/// pod-level limit, and must not exceed that limit. Requests the pod sets are judged as written elsewhere.
+fn defaulted_requests_within_limits(
+    cx: &mut Cx,
+    pod: &J,
+    aggregate: &HashMap<String, u128>,
+    pod_limits: &HashMap<String, u128>,
+    at: &FieldPath,
+) {
+    let explicit = object(pod.get("requests"));
+    let set = |name: &str| explicit.is_some_and(|requests| requests.contains_key(name));
+    for (name, limit) in pod_limits {
+        let overcommittable = name == "cpu" || name == "memory";
+        if set(name) || !overcommittable {
+            continue; // hugepages default to their limit, which they then equal
+        }
+        let Some(&defaulted) = aggregate.get(name) else { continue };
+        if defaulted > *limit {
+            let detail = format!("must be less than or equal to {name} limit of {}", show_nanos(*limit));
+            cx.push(FieldError::invalid(&at.child("requests"), show_nanos(defaulted).as_str(), detail));
         }
     }
 }

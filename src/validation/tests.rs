@@ -375,6 +375,38 @@ fn pod_level_resources_hold_the_containers_requests_and_limits_from_1_34() {
     );
 }
 
+/// Found on the real 1.37 API server (tests/cluster.rs): from 1.37 the pod's requests are defaulted after the
+/// webhooks, from every container's, so a sidecar whose requests the pod-level limits cannot hold beside the app's
+/// is refused ("spec.resources.requests: Invalid value: \"80Mi\": must be less than or equal to memory limit of
+/// 70Mi"), while before 1.37 the webhook saw requests defaulted from the app alone, judged by the rule above.
+#[test]
+fn pod_requests_defaulted_after_admission_stay_within_the_pod_limits_from_1_37() {
+    let app = json!({"name": "app", "image": "a", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}});
+    let sidecar = json!({"name": "sidecar", "image": "s", "resources": {"requests": {"memory": "16Mi"}}});
+    let spec = |memory: &str, requests: J| {
+        json!({"containers": [app, sidecar], "volumes": [],
+               "resources": {"limits": {"cpu": "1", "memory": memory}, "requests": requests}})
+    };
+    let no_change = json!({});
+    let tight = pod(no_change.clone(), spec("70Mi", json!({})), json!({}));
+    assert_eq!(
+        errors_at(&tight, 37),
+        [
+            r#"spec.resources.requests: Invalid value: "83886080": must be less than or equal to memory limit of 73400320"#
+        ]
+    );
+    assert_eq!(errors_at(&tight, 36), Vec::<String>::new(), "defaulted before the webhooks until 1.37");
+    assert_eq!(errors_at(&pod(no_change.clone(), spec("80Mi", json!({})), json!({})), 37), Vec::<String>::new());
+    // A request the pod sets is not defaulted: judged against the aggregate by the rule above.
+    let explicit = pod(no_change, spec("70Mi", json!({"memory": "70Mi"})), json!({}));
+    assert_eq!(
+        errors_at(&explicit, 37),
+        [
+            r#"spec.resources.requests[memory]: Invalid value: "70Mi": must be greater than or equal to aggregate container requests of 83886080"#
+        ]
+    );
+}
+
 // Issue 35: fields the validator did not judge.
 
 #[test]
