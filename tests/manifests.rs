@@ -287,7 +287,7 @@ fn the_deployment_is_hardened_and_runs_what_it_mounts() {
     use sidecar_injector::cli::{Cli, Command};
     let base = objects(BASE);
     let deployment: Deployment = typed(the(&base, "Deployment"));
-    let spec = deployment.spec.unwrap();
+    let spec = deployment.spec;
     assert!(spec.replicas.unwrap() >= 2);
     let pod = spec.template.spec.unwrap();
     let spread = pod.topology_spread_constraints.unwrap();
@@ -784,7 +784,7 @@ fn the_dockerfile_matches_the_deployment_and_its_context_holds_the_sources() {
     // The user is the Deployment's.
     let user = dockerfile.lines().find_map(|l| l.strip_prefix("USER ")).unwrap();
     let deployment: Deployment = typed(the(&objects(BASE), "Deployment"));
-    let uid = deployment.spec.unwrap().template.spec.unwrap().security_context.unwrap().run_as_user.unwrap();
+    let uid = deployment.spec.template.spec.unwrap().security_context.unwrap().run_as_user.unwrap();
     assert_eq!(user, format!("{uid}:{uid}"));
 
     // .dockerignore leaves in what cargo reads to build the binary (the workspace's members and targets, and the
@@ -888,7 +888,7 @@ fn the_canary_component_adds_a_revision_the_server_serves_for_its_namespaces_alo
     assert_eq!(routed(&[name("sidecar-injector"), inject]), (false, false), "never our own");
 
     // The Deployment serves both revisions, each from the ConfigMap mounted where its --template-dir points.
-    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let pod = deployment.spec.template.spec.unwrap();
     let container = &pod.containers[0];
     let mut args = vec!["sidecar-injector".to_owned()];
     args.extend(container.args.clone().unwrap());
@@ -933,7 +933,7 @@ fn the_network_policy_admits_the_metrics_port_only_from_labelled_scrapers() {
     let policy: NetworkPolicy = typed(the(&base, "NetworkPolicy"));
     let spec = policy.spec.unwrap();
     let deployment: Deployment = typed(the(&base, "Deployment"));
-    let pod_labels = deployment.spec.unwrap().template.metadata.unwrap().labels.unwrap();
+    let pod_labels = deployment.spec.template.metadata.unwrap().labels.unwrap();
     // Selectors by `matchLabels` only, here.
     let selects = |selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
                    labels: &[(&str, &str)]| {

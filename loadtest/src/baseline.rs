@@ -271,6 +271,7 @@ fn volume() -> Volume {
         empty_dir: Some(EmptyDirVolumeSource {
             medium: Some("Memory".into()),
             size_limit: Some(Quantity("16Mi".into())),
+            ..Default::default()
         }),
         ..Default::default()
     }

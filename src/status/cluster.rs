@@ -229,7 +229,7 @@ impl Cluster {
             Kind::Deployment => {
                 let api = Api::<Deployment>::namespaced(client, namespace);
                 let deployment = api.get(name).await?;
-                if deployment.spec.and_then(|s| s.paused) == Some(true) {
+                if deployment.spec.paused == Some(true) {
                     return Err(RestartError::Paused);
                 }
                 api.patch(name, &params, &patch).await.map(drop)

@@ -11,7 +11,9 @@ use serde_json::Value as J;
 
 use super::Problem;
 use super::yaml::PathSeg;
-use crate::pod_api::decode;
+use crate::pod_api::releases::{self, Place};
+use crate::pod_api::{decode, spec};
+use crate::validation::KubeVersion;
 
 /// Every problem of a section. `fatal` unless they are all unknown fields: the API types drop those, so what
 /// remains can still be judged by the API server's rules, and their problems listed too.
@@ -67,6 +69,74 @@ fn spec(value: &J, path: Vec<PathSeg>, found: &mut Findings) {
             let at = [path.clone(), vec![PathSeg::Key(list.into()), PathSeg::Index(i)]].concat();
             if c.get("image").and_then(J::as_str).is_none_or(str::is_empty) {
                 found.fatal(at, "a container needs an `image`");
+            }
+        }
+    }
+}
+
+/// Fields that the API server of `version` drops (behind a feature gate off by default there,
+/// [`releases::GATED_FIELDS`]), in the rendered `pod` and `containerDefaults`: each refused at its path, naming the
+/// release that keeps it, rather than injected into nothing (and then demanded of every pod by `/validate`).
+pub(crate) fn dropped_by_release(pod: &J, container_defaults: Option<&J>, version: KubeVersion) -> Findings {
+    let mut found = Findings::default();
+    for field in releases::GATED_FIELDS.iter().filter(|f| f.kept_from.is_none_or(|from| !version.at_least(from))) {
+        let mut places: Vec<(Vec<PathSeg>, &J)> = Vec::new();
+        match field.place {
+            Place::Pod => places.push((vec![PathSeg::Key("pod".into())], pod)),
+            Place::Container => {
+                for list in spec::CONTAINER_LISTS {
+                    let containers = pod.get("spec").and_then(|s| s.get(list)).and_then(J::as_array);
+                    for (i, container) in containers.into_iter().flatten().enumerate() {
+                        let at = ["pod", "spec", list].map(|k| PathSeg::Key(k.into())).into_iter();
+                        places.push((at.chain([PathSeg::Index(i)]).collect(), container));
+                    }
+                }
+                if let Some(defaults) = container_defaults {
+                    places.push((vec![PathSeg::Key("containerDefaults".into())], defaults));
+                }
+            }
+        }
+        let reason = match field.kept_from {
+            Some(from) => format!(
+                "the API server keeps `{}` from Kubernetes 1.{from} (feature {}, on by default from then); at \
+                 --kubernetes-version {version} it drops it",
+                field.path, field.feature
+            ),
+            None => format!(
+                "the API server drops `{}` (feature {}, off by default up to Kubernetes 1.37)",
+                field.path, field.feature
+            ),
+        };
+        for (at, value) in places {
+            let mut paths = Vec::new();
+            occurrences(value, &field.path.split('.').collect::<Vec<_>>(), at, &mut paths);
+            for path in paths {
+                found.fatal(path, reason.clone());
+            }
+        }
+    }
+    found
+}
+
+/// The paths under `at` where `value` has the field `segs` names (`name[]`: each item of the list `name`; `*`:
+/// every key).
+fn occurrences(value: &J, segs: &[&str], at: Vec<PathSeg>, out: &mut Vec<Vec<PathSeg>>) {
+    let Some((first, rest)) = segs.split_first() else {
+        out.push(at);
+        return;
+    };
+    match first.strip_suffix("[]") {
+        Some(list) => {
+            for (i, item) in value.get(list).and_then(J::as_array).into_iter().flatten().enumerate() {
+                let path = [at.clone(), vec![PathSeg::Key(list.into()), PathSeg::Index(i)]].concat();
+                occurrences(item, rest, path, out);
+            }
+        }
+        None => {
+            let members = value.as_object().into_iter().flatten().filter(|(key, _)| *first == "*" || key == first);
+            for (key, member) in members {
+                let path = [at.clone(), vec![PathSeg::Key(key.clone())]].concat();
+                occurrences(member, rest, path, out);
             }
         }
     }

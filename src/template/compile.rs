@@ -296,9 +296,12 @@ impl Template {
         let root = &first.root;
         let mut rendered = |slot: usize| sample.slot(slot);
         let problem = |problem: Problem| invalid(root.line_of(&problem.path), problem.to_string());
-        let mut found = api_types::pod(&yaml::to_json(&pod, &mut rendered));
-        if let Some(defaults) = &container_defaults {
-            let more = api_types::container_defaults(&yaml::to_json(defaults, &mut rendered));
+        let pod_json = yaml::to_json(&pod, &mut rendered);
+        let defaults_json = container_defaults.as_ref().map(|defaults| yaml::to_json(defaults, &mut rendered));
+        let mut found = api_types::pod(&pod_json);
+        let more = defaults_json.as_ref().map(api_types::container_defaults).into_iter();
+        let dropped = api_types::dropped_by_release(&pod_json, defaults_json.as_ref(), settings.kubernetes_version);
+        for more in more.chain([dropped]) {
             found.problems.extend(more.problems);
             found.fatal |= more.fatal;
         }

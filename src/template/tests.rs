@@ -85,6 +85,44 @@ fn invalid_containers_are_refused_at_the_offending_line() {
     assert!(reason.starts_with("pod.spec.containers[0].ports[0].containerPort: invalid type"), "{reason}");
 }
 
+/// k8s-openapi knows every field of the newest release; the cluster's release may drop some (a feature gate off by
+/// default there). Each is refused at its line, naming the release that keeps it.
+#[test]
+fn fields_the_release_drops_are_refused_naming_the_release_that_keeps_them() {
+    let at = |minor: u32, source: &str| {
+        let settings = crate::settings::Settings {
+            kubernetes_version: crate::validation::KubeVersion::new(minor),
+            ..Default::default()
+        };
+        TemplateSet::from_source("t", "t.yaml", source, &settings).map(drop).map_err(|e| e.to_string())
+    };
+    let hostname = "pod:\n  spec:\n    hostnameOverride: web\n";
+    let refused = at(34, hostname).unwrap_err();
+    assert!(refused.contains("t.yaml:3") && refused.contains("from Kubernetes 1.35"), "{refused}");
+    assert!(refused.contains("HostnameOverride") && refused.contains("1.34"), "{refused}");
+    at(35, hostname).unwrap();
+    // Off by default in every release: refused at the newest too, in a container and in containerDefaults.
+    let stop = CONTAINER.replace("image: x", "image: x\n        lifecycle:\n          stopSignal: SIGUSR1");
+    let refused = at(37, &stop).unwrap_err();
+    assert!(refused.contains("pod.spec.containers[0].lifecycle.stopSignal") && refused.contains("drops"), "{refused}");
+    let defaults = format!(
+        "{CONTAINER}containerDefaults:\n  volumeMounts:\n    - {{name: v, mountPath: /v, bindMountOptions: {{}}}}\n"
+    );
+    let refused = at(37, &defaults).unwrap_err();
+    assert!(refused.contains("containerDefaults.volumeMounts[0].bindMountOptions"), "{refused}");
+    // On by default from 1.35: a native sidecar's restart rules are kept.
+    let rules = "pod:\n  spec:\n    containers:\n      - name: p\n        image: x\n        restartPolicy: Never\n        \
+                 restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [42]}}]\n";
+    assert!(at(34, rules).unwrap_err().contains("restartPolicyRules"));
+    // `*`: any probe, any volume source.
+    let h2c = CONTAINER
+        .replace("image: x", "image: x\n        readinessProbe:\n          httpGet: {port: 80, protocol: H2C}");
+    assert!(at(37, &h2c).unwrap_err().contains("pod.spec.containers[0].readinessProbe.httpGet.protocol"));
+    let user =
+        format!("{CONTAINER}    volumes:\n      - name: s\n        secret: {{secretName: s, defaultUser: 1000}}\n");
+    assert!(at(37, &user).unwrap_err().contains("pod.spec.volumes[0].secret.defaultUser"));
+}
+
 #[test]
 fn merge_keys_must_be_present_unique_and_static() {
     let (line, reason) = refuse("pod:\n  spec:\n    imagePullSecrets:\n      - {}\n");

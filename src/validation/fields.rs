@@ -19,6 +19,10 @@ use Account::{Judged, NotJudged};
 const BOOLEAN: &str = "a boolean: either value is valid (cluster policy, such as Pod Security admission, is judged by \
                        `check --pod-security`)";
 const SET_BY_THE_API_SERVER: &str = "set by the API server: ignored or overwritten on create";
+const GATED_OFF: &str = "behind a feature gate off by default up to 1.37, so the API server drops it: refused at \
+                         load (pod_api::releases)";
+const GATED_NEWER: &str = "kept from 1.35 (its feature on by default from then) and refused at load below \
+                           (pod_api::releases); its rules are left to the API server";
 const STORAGE_DRIVER: &str = "a storage driver's own fields, left to the API server (that a volume has exactly one \
                               source is judged)";
 
@@ -46,6 +50,7 @@ pub const POD_FIELDS: &[(&str, &str, Account)] = &[
     ("PodSpec", "dnsConfig", Judged),
     ("PodSpec", "dnsPolicy", Judged),
     ("PodSpec", "enableServiceLinks", NotJudged(BOOLEAN)),
+    ("PodSpec", "evictionResponders", NotJudged(GATED_OFF)),
     ("PodSpec", "ephemeralContainers", Judged),
     ("PodSpec", "hostAliases", Judged),
     ("PodSpec", "hostIPC", NotJudged(BOOLEAN)),
@@ -53,6 +58,7 @@ pub const POD_FIELDS: &[(&str, &str, Account)] = &[
     ("PodSpec", "hostPID", NotJudged(BOOLEAN)),
     ("PodSpec", "hostUsers", NotJudged(BOOLEAN)),
     ("PodSpec", "hostname", Judged),
+    ("PodSpec", "hostnameOverride", NotJudged(GATED_NEWER)),
     ("PodSpec", "imagePullSecrets", Judged),
     ("PodSpec", "initContainers", Judged),
     ("PodSpec", "nodeName", Judged),
@@ -68,6 +74,7 @@ pub const POD_FIELDS: &[(&str, &str, Account)] = &[
     ("PodSpec", "restartPolicy", Judged),
     ("PodSpec", "runtimeClassName", Judged),
     ("PodSpec", "schedulerName", NotJudged("any name: a scheduler of that name must exist, which no API rule checks")),
+    ("PodSpec", "schedulingGroup", NotJudged(GATED_OFF)),
     ("PodSpec", "schedulingGates", NotJudged("removed by controllers, not set by templates; left to the API server")),
     ("PodSpec", "securityContext", Judged),
     ("PodSpec", "serviceAccount", NotJudged("the deprecated alias of serviceAccountName, which the API server fills")),
@@ -93,6 +100,7 @@ pub const POD_FIELDS: &[(&str, &str, Account)] = &[
     ("Container", "resizePolicy", NotJudged("in-place resize policies: left to the API server")),
     ("Container", "resources", Judged),
     ("Container", "restartPolicy", Judged),
+    ("Container", "restartPolicyRules", NotJudged(GATED_NEWER)),
     ("Container", "securityContext", Judged),
     ("Container", "startupProbe", Judged),
     ("Container", "stdin", NotJudged(BOOLEAN)),
