@@ -1,12 +1,16 @@
-//! A real node: a one-node Kubernetes 1.20 cluster (`tests/e2e/cluster.sh`: the API server, the controllers, the
-//! scheduler, a kubelet on containerd and runc, kube-proxy) judges the drop-in Deployment as the API server judges
-//! a pod. The image is built from the binary under test (`manifests/image.sh`) and imported; the README's deploy
-//! path runs as written (its shell blocks, read from README.md, with the one change the README gives for a cluster
-//! of this version); the pods we inject must start, and the sidecar must share them. Nothing is pulled: a pull
-//! attempt fails at once (containerd's registries are behind a proxy that is not there) and fails the test.
+//! A real node: a one-node Kubernetes cluster of the newest release the suite builds (`tests/e2e/cluster.sh`: the
+//! API server, the controllers, the scheduler, a kubelet on containerd and runc, kube-proxy) judges the drop-in
+//! Deployment as the API server judges a pod. The image is built from the binary under test (`manifests/image.sh`)
+//! and imported; the README's deploy path runs as written (its shell blocks, read from README.md): the base as
+//! written, every object stored as the base says it; the pods we inject must start, and the sidecar must share
+//! them; what needs a current cluster (native sidecars, the held app, `matchConditions`, the preStop sleep, the
+//! PodDisruptionBudget, pod-level resources) is judged by what the kubelet and the API server do. Nothing is
+//! pulled: a pull attempt fails at once (containerd's registries are behind a proxy that is not there) and fails
+//! the test. With `E2E_KUBERNETES=oldest E2E_NODE=1` the same test runs on 1.20, with the change the README gives
+//! for an older cluster.
 //!
 //! `cargo test --release --test cluster -- --include-ignored`, as root (tests/e2e/README.md). The first run builds
-//! the Kubernetes binaries from Debian's source (17 to 20 minutes on 2 cores) into `~/.cache/sidecar-injector-e2e`.
+//! the Kubernetes binaries from the Go module proxy into `~/.cache/sidecar-injector-e2e` (tests/e2e/README.md).
 //!
 //! One test runs the scenarios in order on one cluster (bringing it up costs 30 to 60 s), then takes it down and
 //! checks that the host is as it was (sysctls, iptables chains and rules, links, routes, mounts, paths, cgroups).
@@ -16,12 +20,32 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use sidecar_injector::validation::KubeVersion;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/cluster.sh");
+const APISERVER_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/apiserver.sh");
 const BINARY: &str = env!("CARGO_BIN_EXE_sidecar-injector");
-/// The Kubernetes version of the cluster, as the README tells `certs` for an older cluster.
-const VERSION: &str = "1.20";
+/// The Kubernetes release of the cluster (`apiserver.sh release`: `E2E_KUBERNETES`, the newest unless told).
+fn release() -> KubeVersion {
+    static RELEASE: std::sync::OnceLock<KubeVersion> = std::sync::OnceLock::new();
+    *RELEASE.get_or_init(|| {
+        let output = Command::new(APISERVER_SCRIPT).arg("release").output().unwrap();
+        assert!(output.status.success(), "apiserver.sh release: {}", text(&output));
+        String::from_utf8(output.stdout).unwrap().trim().parse().unwrap()
+    })
+}
+
+/// A cluster older than the base as written needs (1.30: `matchConditions` GA, the preStop `sleep` on by default):
+/// the README's deploy path then tells `certs` its version.
+fn older_cluster() -> bool {
+    !release().at_least(30)
+}
+
+/// What the README adds to the `certs` line for this cluster: nothing for a current one.
+fn certs_version_flag() -> String {
+    if older_cluster() { format!(" --kubernetes-version {}", release()) } else { String::new() }
+}
 /// The image name the README deploys.
 const IMAGE: &str = "sidecar-injector:dev";
 
@@ -216,7 +240,7 @@ fn check_overlay_changes_only_what_the_readme_says(cluster: &Cluster) {
     let args: Vec<Value> = container["args"].as_array().unwrap().clone();
     let base_container = &mut base_deployment["spec"]["template"]["spec"]["containers"][0];
     let mut expected_args = base_container["args"].as_array().unwrap().clone();
-    expected_args.push(format!("--kubernetes-version={VERSION}").into());
+    expected_args.push(format!("--kubernetes-version={}", release()).into());
     expected_args.push("--shutdown-delay=7s".into());
     assert_eq!(args, expected_args, "the serve arguments");
     assert!(container.get("lifecycle").is_none(), "the preStop sleep is patched out below 1.30");
@@ -237,6 +261,114 @@ fn check_overlay_changes_only_what_the_readme_says(cluster: &Cluster) {
     assert_eq!(hpa["apiVersion"], "autoscaling/v2beta2");
     hpa["apiVersion"] = base_hpa["apiVersion"].clone();
     assert_eq!(hpa, base_hpa);
+}
+
+/// The objects `my-injector` deploys: `kubectl kustomize DIR`, one JSON value per object.
+fn kustomized(cluster: &Cluster, dir: &str) -> Vec<Value> {
+    let yaml = cluster.kubectl_ok(&["kustomize", dir]);
+    yaml.split("\n---\n").map(|doc| serde_saphyr::from_str::<Value>(doc).unwrap()).collect()
+}
+
+/// `kind/name` of an object, and `kubectl get`'s words for it (the kind qualified by version and group, so that
+/// an object of an API with several versions, as the HorizontalPodAutoscaler's, is read in the version written).
+fn get_args(object: &Value) -> (String, Vec<String>) {
+    let kind = object["kind"].as_str().unwrap();
+    let name = object["metadata"]["name"].as_str().unwrap();
+    let api_version = object["apiVersion"].as_str().unwrap();
+    let resource = match api_version.split_once('/') {
+        Some((group, version)) => format!("{kind}.{version}.{group}"),
+        None => kind.to_owned(),
+    };
+    let mut args = vec!["get".to_owned(), resource, name.to_owned()];
+    if let Some(namespace) = object["metadata"]["namespace"].as_str() {
+        args.extend(["-n".to_owned(), namespace.to_owned()]);
+    }
+    (format!("{kind}/{name}"), args)
+}
+
+/// The leaves of `written` that `stored` lacks or holds with another value, as paths: the API server dropped or
+/// changed what the manifest says. Lists are compared item by item (the API server keeps their order).
+fn not_stored(written: &Value, stored: &Value, at: &str, out: &mut Vec<String>) {
+    match (written, stored) {
+        (Value::Object(members), Value::Object(kept)) => {
+            for (key, member) in members {
+                match kept.get(key) {
+                    Some(kept) => not_stored(member, kept, &format!("{at}.{key}"), out),
+                    None => out.push(format!("{at}.{key}: dropped")),
+                }
+            }
+        }
+        (Value::Array(items), Value::Array(kept)) if items.len() == kept.len() => {
+            for (i, (item, kept)) in items.iter().zip(kept).enumerate() {
+                not_stored(item, kept, &format!("{at}[{i}]"), out);
+            }
+        }
+        (written, stored) if written == stored => {}
+        (written, stored) => out.push(format!("{at}: written {written}, stored {stored}")),
+    }
+}
+
+/// The base as written, on a cluster of the release it is for: the overlay `certs` wrote deploys the base's
+/// objects changed only where the README says (the image, each webhook's caBundle, and the TLS Secret it adds),
+/// and the API server stored every field of every object as the base writes it: a field the cluster ignores,
+/// drops or refuses fails here, not in a user's cluster.
+fn check_the_base_as_written_is_what_runs(cluster: &Cluster) {
+    let base = kustomized(cluster, "manifests/base");
+    let overlay = kustomized(cluster, "my-injector");
+    let key = |o: &Value| get_args(o).0;
+    let mut overlay_keys: Vec<String> = overlay.iter().map(key).collect();
+    let mut expected_keys: Vec<String> = base.iter().map(key).collect();
+    expected_keys.push("Secret/sidecar-injector-tls".to_owned());
+    overlay_keys.sort();
+    expected_keys.sort();
+    assert_eq!(overlay_keys, expected_keys, "the overlay deploys the base's objects and the TLS Secret");
+    let mut problems = Vec::new();
+    for written in &overlay {
+        let (name, args) = get_args(written);
+        let mut deployed = written.clone();
+        if written["kind"] == "Deployment" {
+            let container = &mut deployed["spec"]["template"]["spec"]["containers"][0];
+            assert_eq!(container["image"], IMAGE);
+            container["image"] = Value::Null;
+        }
+        for webhook in deployed.get_mut("webhooks").and_then(Value::as_array_mut).into_iter().flatten() {
+            assert!(webhook["clientConfig"]["caBundle"].as_str().is_some_and(|b| !b.is_empty()), "{name}");
+            webhook["clientConfig"].as_object_mut().unwrap().remove("caBundle");
+        }
+        if let Some(original) = base.iter().find(|o| key(o) == name) {
+            let mut original = original.clone();
+            if original["kind"] == "Deployment" {
+                original["spec"]["template"]["spec"]["containers"][0]["image"] = Value::Null;
+            }
+            assert_eq!(deployed, original, "{name}: the overlay changes more than the image and the caBundle");
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let stored = cluster.json(&args);
+        let mut written = written.clone();
+        // kustomize folds a Secret's base64 into lines; the API server stores it unfolded.
+        if written["kind"] == "Secret" {
+            for value in written["data"].as_object_mut().unwrap().values_mut() {
+                *value = Value::from(value.as_str().unwrap().split_whitespace().collect::<String>());
+            }
+        }
+        not_stored(&written, &stored, &name, &mut problems);
+    }
+    assert!(
+        problems.is_empty(),
+        "fields of the base the API server did not store as written:\n{}",
+        problems.join("\n")
+    );
+    // The running pods carry what the base sets for a current cluster: the preStop sleep (the drain) and the
+    // bound token, projected by the kubelet.
+    let pods =
+        cluster.json(&["-n", "sidecar-injector", "get", "pods", "-l", "app.kubernetes.io/name=sidecar-injector"]);
+    for pod in pods["items"].as_array().unwrap() {
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(container["lifecycle"]["preStop"]["sleep"]["seconds"], 5, "{}", pod["spec"]);
+        let volumes = pod["spec"]["volumes"].as_array().unwrap();
+        let projected = volumes.iter().find(|v| v["name"] == "api-access").expect("the api-access volume");
+        assert!(projected["projected"]["sources"][0]["serviceAccountToken"].is_object(), "{projected}");
+    }
 }
 
 /// The Deployment as it runs: the shipped replicas Ready, non-root, a read-only root filesystem, the probes.
@@ -347,8 +479,14 @@ spec:
         assert_eq!(names(&pod, "containers"), ["app"], "{namespace}/{name}");
         assert!(pod["metadata"]["annotations"].get("sidecar-injector.io/status").is_none());
     }
-    // A Job's pod at 1.20: the demo template's `jobs` is `native-sidecar`, which needs 1.29, so with
-    // --kubernetes-version 1.20 the pod is admitted without the sidecar and the Job completes.
+    check_a_job_completes(cluster);
+}
+
+/// A Job whose pod names the demo template, whose `jobs` is `native-sidecar`. From 1.29 the sidecar is a native
+/// sidecar: the app reads it over localhost while the Job runs (so it ran during the Job), and the Job completes
+/// (so it ended with the app). Below 1.29 (`--kubernetes-version`) the pod is admitted without the sidecar and the
+/// Job completes.
+fn check_a_job_completes(cluster: &Cluster) {
     cluster.apply(
         r#"
 apiVersion: batch/v1
@@ -361,12 +499,30 @@ spec:
     spec:
       restartPolicy: Never
       containers:
-        - {name: app, image: "busybox:1.36", command: [sh, -c, "echo done"]}
+        - name: app
+          image: busybox:1.36
+          # The sidecar's answer where there is one (at most 30 tries), then done.
+          command: [sh, -c, 'for i in $(seq 30); do wget -qO- http://127.0.0.1:15000/ && break; sleep 1; done; echo done']
 "#,
     );
-    cluster.kubectl_ok(&["-n", "demo", "wait", "--for=condition=complete", "job/once", "--timeout=90s"]);
+    cluster.kubectl_ok(&["-n", "demo", "wait", "--for=condition=complete", "job/once", "--timeout=120s"]);
     let pods = cluster.json(&["-n", "demo", "get", "pods", "-l", "job-name=once"]);
-    assert_eq!(names(&pods["items"][0], "containers"), ["app"], "{}", pods["items"][0]["spec"]);
+    let pod = &pods["items"][0];
+    assert_eq!(names(pod, "containers"), ["app"], "{}", pod["spec"]);
+    let name = pod["metadata"]["name"].as_str().unwrap();
+    let log = cluster.kubectl_ok(&["-n", "demo", "logs", name, "-c", "app"]);
+    if !release().at_least(29) {
+        assert_eq!(names(pod, "initContainers"), Vec::<&str>::new(), "{}", pod["spec"]);
+        return;
+    }
+    assert_eq!(names(pod, "initContainers"), ["demo-sidecar"], "{}", pod["spec"]);
+    assert_eq!(pod["spec"]["initContainers"][0]["restartPolicy"], "Always");
+    assert!(log.contains(&format!("hello from the sidecar of demo/{name}")), "the app reached the sidecar: {log}");
+    // The kubelet stops the sidecar once the app has ended.
+    wait_for(Duration::from_secs(60), "the Job's sidecar to end with its app", || {
+        let pod = cluster.json(&["-n", "demo", "get", "pod", name]);
+        pod["status"]["initContainerStatuses"][0]["state"]["terminated"].is_object().then_some(())
+    });
 }
 
 /// The apply-time preview (issue 41) through the drop-in Deployment: `kubectl apply` of a Deployment whose pods
@@ -401,11 +557,12 @@ spec:
     assert!(!clean.contains("Warning:"), "{clean}");
 }
 
-/// Issue 41, item 5: `holdApplicationUntilSidecarReady` on a kubelet without native sidecars (1.20). A sidecar that
-/// becomes ready 5 s after it starts (it writes a file its startupProbe and postStart wait for), injected by
-/// `inject --kubernetes-version 1.20` with the webhook's engine into a namespace the webhook leaves alone: held, it
-/// is the first container and the app starts once its hook has returned, finding the file; the same pod injected
-/// without the setting is the control, whose app starts before the sidecar is ready.
+/// Issue 41, item 5: `holdApplicationUntilSidecarReady`. A sidecar that becomes ready 5 s after it starts (it writes
+/// a file its startupProbe and postStart wait for), injected by `inject --kubernetes-version RELEASE` with the
+/// webhook's engine into a namespace the webhook leaves alone: held, the app starts once the sidecar is ready,
+/// finding the file (from 1.29 a native sidecar the kubelet holds the app for until its startupProbe passes; below,
+/// the first container, whose postStart wait holds the next); the same pod injected without the setting is the
+/// control, whose app starts before the sidecar is ready.
 fn check_the_app_waits_for_its_sidecar(cluster: &Cluster) {
     let template = |hold: bool| {
         format!(
@@ -445,30 +602,40 @@ containerDefaults:
         })
         .to_string();
         let file = file.display().to_string();
-        let args = ["inject", "--kubernetes-version", VERSION, "-f", "-", "--template", file.as_str()];
+        let version = release().to_string();
+        let args = ["inject", "--kubernetes-version", &version, "-f", "-", "--template", file.as_str()];
         let output = cluster.with_input("sidecar-injector", &args, &pod);
         assert!(output.status.success(), "inject {name}:\n{}", text(&output));
         cluster.apply(&String::from_utf8(output.stdout).unwrap());
     }
+    // A container's status, in either list (a native sidecar's is among the init containers').
+    let status = |pod: &Value, container: &str| -> Option<Value> {
+        let lists = ["initContainerStatuses", "containerStatuses"];
+        let mut statuses = lists.iter().filter_map(|list| pod["status"][list].as_array()).flatten();
+        statuses.find(|s| s["name"] == container).cloned()
+    };
     let started = |pod: &Value, container: &str| -> std::time::SystemTime {
-        let statuses = pod["status"]["containerStatuses"].as_array().unwrap();
-        let status = statuses.iter().find(|s| s["name"] == container).unwrap();
+        let status = status(pod, container).unwrap();
         humantime::parse_rfc3339(status["state"]["running"]["startedAt"].as_str().unwrap()).unwrap()
     };
-    for (name, order, at_start) in [
-        ("held", ["slow-sidecar", "app"], "ready at start"),
-        ("not-held", ["app", "slow-sidecar"], "not ready at start"),
-    ] {
+    let native = release().at_least(29);
+    for (name, held, at_start) in [("held", true, "ready at start"), ("not-held", false, "not ready at start")] {
         // Both containers running and the app's line logged (not Ready: a 1.20 kubelet marks a container without a
         // readiness probe ready once its startup probe has passed only at the pod's next periodic sync).
         let (pod, log) = wait_for(Duration::from_secs(60), name, || {
             let pod = cluster.json(&["-n", "hold", "get", "pod", name]);
-            let statuses = pod["status"]["containerStatuses"].as_array()?;
-            let running = statuses.len() == 2 && statuses.iter().all(|c| !c["state"]["running"].is_null());
+            let running = ["app", "slow-sidecar"]
+                .iter()
+                .all(|c| status(&pod, c).is_some_and(|s| !s["state"]["running"].is_null()));
             let log = cluster.kubectl(&["-n", "hold", "logs", name, "-c", "app"]).stdout;
             (running && !log.is_empty()).then(|| (pod, String::from_utf8(log).unwrap()))
         });
-        assert_eq!(names(&pod, "containers"), order, "{name}");
+        let (init, containers): (Vec<&str>, Vec<&str>) = match (held, native) {
+            (true, true) => (vec!["slow-sidecar"], vec!["app"]),
+            (true, false) => (vec![], vec!["slow-sidecar", "app"]),
+            (false, _) => (vec![], vec!["app", "slow-sidecar"]),
+        };
+        assert_eq!((names(&pod, "initContainers"), names(&pod, "containers")), (init, containers), "{name}");
         assert_eq!(log.trim(), at_start, "{name}: what the app found when it started");
         // Seconds, as the kubelet reports them. `None`: the app started first.
         let after = started(&pod, "app").duration_since(started(&pod, "slow-sidecar")).ok();
@@ -480,6 +647,124 @@ containerDefaults:
         }
     }
     cluster.kubectl_ok(&["delete", "namespace", "hold", "--wait=false"]);
+}
+
+/// The sums over the injector's replicas of the reviews each webhook answered: `/mutate`, `/validate`, `/preview`.
+fn reviews_answered(cluster: &Cluster) -> [f64; 3] {
+    let families =
+        ["sidecar_injector_requests_total", "sidecar_injector_validations_total", "sidecar_injector_previews_total"];
+    let replicas = replica_metrics(cluster);
+    families.map(|family| replicas.iter().map(|(_, page)| metric_sum(page, family)).sum())
+}
+
+/// Creates `yaml` with a server-side dry run (every admission webhook runs, nothing is stored): its stderr.
+fn dry_run(cluster: &Cluster, yaml: &str) -> String {
+    let output = cluster.kubectl_with_input(&["create", "--dry-run=server", "-o", "json", "-f", "-"], yaml);
+    assert!(output.status.success(), "{yaml}\n{}", text(&output));
+    String::from_utf8(output.stderr).unwrap()
+}
+
+/// The base's CEL `matchConditions` (GA in 1.30) keep from our webhooks what they exclude, by what the API server
+/// does, not by what we answer: a pod opted out by annotation reaches neither pod webhook, and the ReplicaSet the
+/// Deployment controller makes never reaches `/preview` (nor do its updates of the Deployment), while an opted-in
+/// pod reaches both and the user's Deployment reaches `/preview` once. Each replica's counters, summed.
+fn check_match_conditions(cluster: &Cluster) {
+    let pod = |name: &str, annotations: &str| {
+        format!(
+            r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "{name}", "namespace": "demo",
+                "annotations": {{{annotations}}}}},
+                "spec": {{"containers": [{{"name": "app", "image": "busybox:1.36"}}]}}}}"#
+        )
+    };
+    let before = reviews_answered(cluster);
+    dry_run(cluster, &pod("cel-opted-out", r#""sidecar-injector.io/inject": " Off ""#));
+    assert_eq!(reviews_answered(cluster), before, "an opted-out pod reached a webhook");
+    dry_run(cluster, &pod("cel-opted-in", r#""sidecar-injector.io/template": "demo""#));
+    // `/mutate` once or twice: the ServiceAccount plugin, run again after our patch, mounts the token into the
+    // container we added, which changes the pod and reinvokes us (`reinvocationPolicy: IfNeeded`; we add nothing).
+    let [mutated, validated, previewed] = reviews_answered(cluster);
+    assert!(
+        (1.0..=2.0).contains(&(mutated - before[0])),
+        "an opted-in pod reached /mutate: {mutated} after {before:?}"
+    );
+    assert_eq!((validated - before[1], previewed), (1.0, before[2]), "an opted-in pod reached /validate alone");
+
+    cluster.apply(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: cel, namespace: demo}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: cel}}
+  template:
+    metadata: {labels: {app: cel}, annotations: {sidecar-injector.io/template: demo}}
+    spec:
+      containers:
+        - {name: app, image: "busybox:1.36", command: [sleep, "3600"]}
+"#,
+    );
+    // The controller has made the ReplicaSet, updated the Deployment (its revision annotation) and the pod exists.
+    cluster.kubectl_ok(&["-n", "demo", "rollout", "status", "deployment/cel", "--timeout=120s"]);
+    let after = reviews_answered(cluster);
+    assert_eq!(after[2] - before[2], 1.0, "the Deployment alone reached /preview, not its ReplicaSet: {after:?}");
+    assert!(after[0] - mutated >= 1.0, "the Deployment's pod reached /mutate");
+    cluster.kubectl_ok(&["-n", "demo", "delete", "deployment", "cel"]);
+}
+
+/// The PodDisruptionBudget (`policy/v1`, `maxUnavailable: 1`) through the eviction API, as `kubectl drain` uses it:
+/// one replica may be evicted, and the other not while the first is away.
+fn check_the_disruption_budget(cluster: &Cluster) {
+    let pods = replica_metrics(cluster).into_iter().map(|(pod, _)| pod).collect::<Vec<_>>();
+    assert_eq!(pods.len(), 2, "two replicas ready before the evictions");
+    let evict = |pod: &str| {
+        let eviction = format!(
+            r#"{{"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {{"name": "{pod}", "namespace": "sidecar-injector"}}}}"#
+        );
+        let path = format!("/api/v1/namespaces/sidecar-injector/pods/{pod}/eviction");
+        cluster.kubectl_with_input(&["create", "--raw", &path, "-f", "-"], &eviction)
+    };
+    let first = evict(&pods[0]);
+    assert!(first.status.success(), "the first eviction is allowed: {}", text(&first));
+    let second = evict(&pods[1]);
+    assert!(!second.status.success(), "the second eviction left no replica: {}", text(&second));
+    assert!(text(&second).contains("disruption budget"), "{}", text(&second));
+    wait_for(Duration::from_secs(120), "the evicted replica replaced", || {
+        let deployment = cluster.json(&["-n", "sidecar-injector", "get", "deployment", "sidecar-injector"]);
+        (deployment["status"]["readyReplicas"] == 2 && replica_metrics(cluster).len() == 2).then_some(())
+    });
+}
+
+/// Pod-level resources (`spec.resources`, beta and on by default from 1.34), as docs/templates.md says: a pod
+/// whose pod-level limits hold the sidecar beside its containers is injected and the API server accepts the pod
+/// we answer with; one whose limits cannot hold it is admitted without the sidecar, with our warning.
+fn check_pod_level_resources(cluster: &Cluster) {
+    let pod = |name: &str, memory: &str| {
+        format!(
+            r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "{name}", "namespace": "demo",
+                "annotations": {{"sidecar-injector.io/template": "demo"}}}},
+                "spec": {{"resources": {{"limits": {{"cpu": "1", "memory": "{memory}"}}}},
+                  "containers": [{{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"],
+                    "resources": {{"requests": {{"cpu": "100m", "memory": "64Mi"}}}}}}]}}}}"#
+        )
+    };
+    let output = cluster.kubectl_with_input(&["create", "-o", "json", "-f", "-"], &pod("roomy", "256Mi"));
+    assert!(output.status.success(), "{}", text(&output));
+    let stored: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(names(&stored, "containers"), ["app", "demo-sidecar"], "{}", stored["spec"]);
+    wait_for(Duration::from_secs(90), "the pod with pod-level resources Ready", || {
+        all_ready(&cluster.json(&["-n", "demo", "get", "pod", "roomy"])).then_some(())
+    });
+    // 70Mi holds the app's 64Mi request, not the sidecar's 16Mi beside it.
+    let output =
+        cluster.kubectl_with_input(&["create", "--dry-run=server", "-o", "json", "-f", "-"], &pod("tight", "70Mi"));
+    assert!(output.status.success(), "{}", text(&output));
+    let admitted: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(names(&admitted, "containers"), ["app"], "{}", admitted["spec"]);
+    let warning = String::from_utf8(output.stderr).unwrap();
+    assert!(warning.contains("pod-level resources"), "{warning}");
+    cluster.kubectl_ok(&["-n", "demo", "delete", "pod", "roomy", "--wait=false"]);
 }
 
 /// Nothing was pulled or tried: every image came from the archives imported at `up`.
@@ -738,7 +1023,8 @@ fn check_certificate_rotation(cluster: &Cluster) {
         replica_metrics(cluster).iter().map(|(pod, page)| (pod.clone(), reloads(page))).collect();
     let deploy = readme_block("deploy");
     let certs_line = deploy.lines().find(|l| l.starts_with("sidecar-injector certs")).unwrap();
-    let output = cluster.shell(&format!("{certs_line} --kubernetes-version {VERSION} && kubectl apply -k my-injector"));
+    let version = certs_version_flag();
+    let output = cluster.shell(&format!("{certs_line}{version} && kubectl apply -k my-injector"));
     assert!(output.status.success(), "{}", text(&output));
     assert!(text(&output).contains("keeping the CA"), "{}", text(&output));
     let mut failures = Vec::new();
@@ -968,14 +1254,17 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     let output = Command::new(SCRIPT).arg("import").arg(dir.path()).arg(&archive).output().unwrap();
     assert!(output.status.success(), "import:\n{}", text(&output));
 
-    // The README's deploy path as written, with the change it documents for a cluster older than 1.30.
+    // The README's deploy path as written (for a cluster older than 1.30, with the change it documents).
     let deploy = readme_block("deploy");
-    let documented = format!("--kubernetes-version {VERSION}");
     let certs_line = deploy.lines().find(|l| l.starts_with("sidecar-injector certs")).expect("a certs line").to_owned();
-    let deploy = deploy.replace(&certs_line, &format!("{certs_line} {documented}"));
+    let deploy = deploy.replace(&certs_line, &format!("{certs_line}{}", certs_version_flag()));
     let output = cluster.shell(&deploy);
     assert!(output.status.success(), "the README's deploy block failed:\n{deploy}\n{}", text(&output));
-    check_overlay_changes_only_what_the_readme_says(&cluster);
+    if older_cluster() {
+        check_overlay_changes_only_what_the_readme_says(&cluster);
+    } else {
+        check_the_base_as_written_is_what_runs(&cluster);
+    }
     check_the_injector_runs_as_shipped(&cluster);
 
     let try_it = readme_block("try-it");
@@ -989,6 +1278,13 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     check_what_is_not_injected(&cluster);
     check_apply_time_preview(&cluster);
     check_the_app_waits_for_its_sidecar(&cluster);
+    if !older_cluster() {
+        check_match_conditions(&cluster);
+        check_the_disruption_budget(&cluster);
+    }
+    if release().at_least(34) {
+        check_pod_level_resources(&cluster);
+    }
 
     // Day two (issue 37): edits, the drift report and a certificate rotation through the API and the kubelet.
     let (propagation, new_template) = check_a_template_edit_through_the_api(&cluster);

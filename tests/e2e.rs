@@ -1,10 +1,11 @@
-//! End to end against a real kube-apiserver (1.20, built by `tests/e2e/apiserver.sh` from Debian's source) and
-//! etcd: the API server's own TLS client calls `sidecar-injector serve` over HTTP/1.1 with `?timeout=`, applies
-//! our patch with its own JSON-patch library and validates the pod it stores.
+//! End to end against a real kube-apiserver and etcd, at the release `E2E_KUBERNETES` names (`newest`, the default:
+//! 1.37, built by `tests/e2e/apiserver.sh` from the Go module proxy; `oldest`: 1.20, from Debian's source): the API
+//! server's own TLS client calls `sidecar-injector serve` over HTTP/1.1 with `?timeout=`, applies our patch with its
+//! own JSON-patch library and validates the pod it stores. `.ci/run` runs the suite at both.
 //!
-//! `cargo test --release --test e2e -- --include-ignored` (the first run builds the API server, about 9 minutes on
-//! 2 cores, into `~/.cache/sidecar-injector-e2e`). Its tests are `#[ignore]`d otherwise: `cargo test` lists them as
-//! ignored, with the reason, rather than passing without testing.
+//! `cargo test --release --test e2e -- --include-ignored` (the first run builds the API server into
+//! `~/.cache/sidecar-injector-e2e`, tests/e2e/README.md). Its tests are `#[ignore]`d otherwise: `cargo test` lists
+//! them as ignored, with the reason, rather than passing without testing.
 //!
 //! One test runs the scenarios in order, because webhook configurations are cluster-wide: each scenario sets up
 //! the webhooks it needs.
@@ -27,6 +28,7 @@ use http_body_util::Full;
 use hyper::{Method, Request};
 use serde_json::{Value, json};
 use sidecar_injector::pki::Authority;
+use sidecar_injector::validation::KubeVersion;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/apiserver.sh");
 
@@ -34,9 +36,11 @@ const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/apiserver.s
 struct Cluster {
     // Dropped first: the processes stop before their directory is deleted.
     _running: Stop,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     addr: SocketAddr,
     client: rustls::ClientConfig,
+    /// The release it runs: our rules are judged at the same one.
+    version: KubeVersion,
 }
 
 /// Stops what `apiserver.sh start DIR` started, when dropped: even if the test panics while setting up.
@@ -58,10 +62,12 @@ impl Cluster {
         let running = Stop(dir.path().to_owned());
         let env = std::fs::read_to_string(dir.path().join("env")).unwrap();
         let port: u16 = env.lines().find_map(|l| l.strip_prefix("APISERVER_PORT=")).unwrap().parse().unwrap();
+        let version = env.lines().find_map(|l| l.strip_prefix("KUBERNETES_RELEASE=")).unwrap().parse().unwrap();
         let read = |file: &str| std::fs::read_to_string(dir.path().join(file)).unwrap();
         let client =
             client_config(read("ca.crt").as_bytes(), b"http/1.1", Some((&read("admin.crt"), &read("admin.key"))));
-        Cluster { _running: running, _dir: dir, addr: SocketAddr::from(([127, 0, 0, 1], port)), client }
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        Cluster { _running: running, dir, addr, client, version }
     }
 
     /// One API call: the status and the JSON body.
@@ -199,8 +205,6 @@ fn configuration_with(file: &str, component: Option<&str>, url: &str, ca_pem: &s
     for webhook in configuration["webhooks"].as_array_mut().unwrap() {
         let path = webhook["clientConfig"]["service"]["path"].as_str().unwrap().to_owned();
         webhook["clientConfig"] = json!({"url": format!("{url}{path}"), "caBundle": bundle});
-        // Kubernetes 1.20 has no matchConditions (it would drop the field); the injector applies the same rules.
-        webhook.as_object_mut().unwrap().remove("matchConditions");
     }
     configuration
 }
@@ -246,10 +250,18 @@ const PODS: &str = "/api/v1/namespaces/e2e-in/pods";
 
 /// Registers a webhook configuration, replacing one of the same name. The API server picks it up
 /// asynchronously: callers wait for its effect with `eventually`.
+/// Below 1.28 the API server has no `matchConditions` (1.20 would drop the field; the injector applies the same
+/// rules itself), so they are left out there, as `certs --kubernetes-version` leaves them out.
 async fn register(cluster: &Cluster, collection: &str, configuration: &Value) {
     let name = configuration["metadata"]["name"].as_str().unwrap();
+    let mut configuration = configuration.clone();
+    if !cluster.version.at_least(28) {
+        for webhook in configuration["webhooks"].as_array_mut().unwrap() {
+            webhook.as_object_mut().unwrap().remove("matchConditions");
+        }
+    }
     cluster.delete(&format!("{collection}/{name}")).await;
-    cluster.must_create(collection, configuration.clone()).await;
+    cluster.must_create(collection, configuration).await;
 }
 
 /// Retries `attempt` until it returns `Some`, for at most 30 s: configuration changes and template reloads reach
@@ -603,10 +615,64 @@ async fn fixture_webhook(respond: impl Fn(&[u8]) -> Value + Send + Sync + 'stati
     (addr, ca.cert_pem().to_owned())
 }
 
+/// The overlay `certs` writes, applied as the README says (`kubectl apply -k`) to this API server: at the newest
+/// release the base as written (no `--kubernetes-version`), at the oldest the overlay for its version. Every object
+/// is stored and reads back in the API version the overlay wrote. Nothing runs here (no node): tests/cluster.rs
+/// deploys the newest on a node.
+#[test]
+#[ignore = "needs a kube-apiserver: tests/e2e/apiserver.sh"]
+fn the_readme_overlay_applies() {
+    let cluster = Cluster::start();
+    let work = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests"), work.path().join("manifests"))
+        .unwrap();
+    let mut certs = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"));
+    certs.args(["certs", "--image", "sidecar-injector:dev", "--out", "my-injector"]).current_dir(work.path());
+    // The README: a cluster older than the base as written (1.30) gives `certs` its version.
+    if !cluster.version.at_least(30) {
+        certs.args(["--kubernetes-version", &cluster.version.to_string()]);
+    }
+    let output = certs.output().unwrap();
+    assert!(output.status.success(), "certs: {}", String::from_utf8_lossy(&output.stderr));
+    let kubectl = Command::new(SCRIPT).arg("kubectl").output().unwrap();
+    let kubectl = String::from_utf8(kubectl.stdout).unwrap().trim().to_owned();
+    let run = |args: &[&str]| {
+        let output = Command::new(&kubectl)
+            .args(args)
+            .env("KUBECONFIG", cluster.dir.path().join("kubeconfig"))
+            .current_dir(work.path())
+            .output()
+            .unwrap();
+        let printed = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success(), "kubectl {}:\n{printed}", args.join(" "));
+        printed
+    };
+    let applied = run(&["apply", "-k", "my-injector"]);
+    let objects = run(&["kustomize", "my-injector"]);
+    let objects: Vec<Value> =
+        objects.split("\n---\n").map(|doc| serde_saphyr::from_str::<Value>(doc).unwrap()).collect();
+    assert!(objects.len() >= 12, "{objects:?}");
+    for object in &objects {
+        let (kind, name) = (object["kind"].as_str().unwrap(), object["metadata"]["name"].as_str().unwrap());
+        let api_version = object["apiVersion"].as_str().unwrap();
+        let resource = match api_version.split_once('/') {
+            Some((group, version)) => format!("{kind}.{version}.{group}"),
+            None => kind.to_owned(),
+        };
+        let mut args = vec!["get", resource.as_str(), name, "-o", "json"];
+        if let Some(namespace) = object["metadata"]["namespace"].as_str() {
+            args.extend(["-n", namespace]);
+        }
+        let stored: Value = serde_json::from_str(&run(&args)).unwrap();
+        assert_eq!(stored["apiVersion"], api_version, "{kind}/{name}: {applied}");
+    }
+}
+
 /// Where the review recorded from this API server is kept: the tests and benchmarks read it as what a real API
 /// server sends.
-const RECORDED_REVIEW: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/reviews/apiserver-1.20-pod-create.json");
+fn recorded_review(version: KubeVersion) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/corpus/reviews/apiserver-{version}-pod-create.json"))
+}
 
 /// Records the AdmissionReview the API server sends a webhook for a `kubectl create` of a pod, byte for byte.
 /// With `E2E_RECORD=1` it replaces the recording in `tests/corpus/reviews`; without, it checks that the one kept
@@ -644,13 +710,16 @@ async fn record_the_api_servers_review_of_a_pod_create() {
     // What `kubectl create -f demo.yaml` sends: kubectl names itself the field manager.
     cluster.must_create("/api/v1/namespaces/webhook-test/pods?fieldManager=kubectl-create", demo("demo")).await;
     let body = recorded.lock().unwrap().take().expect("the webhook was called for the pod");
+    let recording = recorded_review(cluster.version);
     if std::env::var_os("E2E_RECORD").is_some() {
-        std::fs::write(RECORDED_REVIEW, &body).unwrap();
-        eprintln!("recorded into {RECORDED_REVIEW}");
+        std::fs::write(&recording, &body).unwrap();
+        eprintln!("recorded into {}", recording.display());
         return;
     }
     let fresh: Value = serde_json::from_slice(&body).unwrap();
-    let kept: Value = serde_json::from_slice(&std::fs::read(RECORDED_REVIEW).unwrap()).unwrap();
+    let kept = std::fs::read(&recording)
+        .unwrap_or_else(|e| panic!("{}: {e}: record it with E2E_RECORD=1", recording.display()));
+    let kept: Value = serde_json::from_slice(&kept).unwrap();
     assert_eq!(shape(&kept), shape(&fresh), "the recorded review is out of date: run this test with E2E_RECORD=1");
 }
 
@@ -670,9 +739,10 @@ fn shape(value: &Value) -> std::collections::BTreeSet<String> {
     out
 }
 
-/// Issue 23 against the real API server. A Job's pod follows its template's `jobs` setting: the 1.20 API server
-/// runs no native sidecars, so the injector is told its version and falls back to skipping them; a template that
-/// says `jobs: skip` skips them too. A namespace whose ResourceQuota covers `limits.cpu` admits injected pods,
+/// Issue 23 against the real API server. A Job's pod follows its template's `jobs` setting: from 1.29 the sidecar
+/// is a native sidecar (an init container with `restartPolicy: Always`, which the API server stores); the 1.20 API
+/// server runs no native sidecars, so the injector is told its version and falls back to skipping them; a template
+/// that says `jobs: skip` skips them at every version. A namespace whose ResourceQuota covers `limits.cpu` admits injected pods,
 /// because every container the template adds has a CPU limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a kube-apiserver: tests/e2e/apiserver.sh"]
@@ -684,7 +754,8 @@ async fn jobs_and_cpu_quotas_against_a_real_api_server() {
     let builtin = sidecar_injector::template::BUILTIN_SOURCE;
     std::fs::write(templates.join("default.yaml"), builtin).unwrap();
     std::fs::write(templates.join("skip-jobs.yaml"), format!("jobs: skip\n{builtin}")).unwrap();
-    let (injector, ca) = Injector::start(work.path(), &templates, &["--kubernetes-version=1.20"]);
+    let version = format!("--kubernetes-version={}", cluster.version);
+    let (injector, ca) = Injector::start(work.path(), &templates, &[&version]);
 
     let labels = json!({"kubernetes.io/metadata.name": "e2e-in", "sidecar-injector.io/inject": "enabled"});
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "e2e-in", "labels": labels}});
@@ -734,10 +805,18 @@ async fn jobs_and_cpu_quotas_against_a_real_api_server() {
         }
     }
 
-    // A Job's pod (and a CronJob's, whose pods its Jobs own): at 1.20, admitted without the sidecar.
+    // A Job's pod (and a CronJob's, whose pods its Jobs own): a native sidecar where the release runs them (the
+    // proxy among the init containers, after proxy-init, restarting always), admitted without it at 1.20.
     let job = cluster.must_create(PODS, job_pod("job", json!({}))).await;
-    assert_eq!((proxies(&job), container_names(&job, "initContainers")), (0, vec![]), "{job}");
-    assert!(job["metadata"]["annotations"].get("sidecar-injector.io/status").is_none(), "{job}");
+    if cluster.version.at_least(29) {
+        assert_eq!(proxies(&job), 0, "{job}");
+        assert_eq!(container_names(&job, "initContainers"), ["proxy-init", "proxy"], "{job}");
+        assert_eq!(job["spec"]["initContainers"][1]["restartPolicy"], "Always", "{job}");
+        assert!(job["metadata"]["annotations"]["sidecar-injector.io/status"].is_string(), "{job}");
+    } else {
+        assert_eq!((proxies(&job), container_names(&job, "initContainers")), (0, vec![]), "{job}");
+        assert!(job["metadata"]["annotations"].get("sidecar-injector.io/status").is_none(), "{job}");
+    }
     // With a template that skips Jobs: the same, while its other pods are injected.
     let skip = json!({"sidecar-injector.io/template": "skip-jobs"});
     let cron = cluster.must_create(PODS, job_pod("cron-job", skip.clone())).await;

@@ -629,21 +629,23 @@ fn a_pod_with_our_status_but_a_missing_part_gets_only_that_part_back() {
     );
 }
 
+/// The review as the oldest and the newest API server the suite runs sent it: the same answer.
 #[test]
 fn the_builtin_template_injects_the_real_apiserver_request_once() {
-    let body = recorded_review();
-    let request: Value = serde_json::from_slice(&body).unwrap();
-    let engine = builtin();
-    let (outcome, response, patch) = answer(&engine, &request);
-    assert_eq!(outcome.verdict, Verdict::Injected { ops: 5 });
-    let sent: Value = serde_json::from_slice(&recorded_review()).unwrap();
-    assert_eq!(response["response"]["uid"], sent["request"]["uid"]);
-    let pod = &request["request"]["object"];
-    let patched = apply(pod, &patch.unwrap());
-    assert_eq!(names(&patched, "containers"), ["c", "proxy"]);
-    assert_eq!(patched["spec"]["containers"][1]["env"][3], json!({"name": "PROXY_SERVICE_NAME", "value": "demo"}));
-    assert_eq!(patched["metadata"]["managedFields"], pod["metadata"]["managedFields"]);
-    check_properties(&engine, pod);
+    for (recording, body) in recorded_reviews() {
+        let request: Value = serde_json::from_slice(&body).unwrap();
+        let engine = builtin();
+        let (outcome, response, patch) = answer(&engine, &request);
+        assert_eq!(outcome.verdict, Verdict::Injected { ops: 5 }, "{recording}");
+        assert_eq!(response["response"]["uid"], request["request"]["uid"], "{recording}");
+        let pod = &request["request"]["object"];
+        let patched = apply(pod, &patch.unwrap());
+        assert_eq!(names(&patched, "containers"), ["c", "proxy"], "{recording}");
+        let env = &patched["spec"]["containers"][1]["env"][3];
+        assert_eq!(env, &json!({"name": "PROXY_SERVICE_NAME", "value": "demo"}), "{recording}");
+        assert_eq!(patched["metadata"]["managedFields"], pod["metadata"]["managedFields"], "{recording}");
+        check_properties(&engine, pod);
+    }
 }
 
 fn error_for(body: &[u8]) -> String {

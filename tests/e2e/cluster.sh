@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A one-node Kubernetes 1.20 cluster on this machine, for the cluster tests (tests/cluster.rs): the API server and
+# A one-node Kubernetes cluster on this machine, for the cluster tests (tests/cluster.rs), at the release
+# apiserver.sh builds (E2E_KUBERNETES: newest, the default, or oldest with E2E_NODE=1): the API server and
 # etcd of apiserver.sh on 127.0.0.1, a kube-controller-manager, a kube-scheduler, a kubelet on Debian's containerd
 # and runc, a kube-proxy (iptables mode), and a bridge network of its own. Every packet stays on the machine: pods
 # live on the bridge sie2e0 (10.209.0.0/24, Services 10.209.1.0/24) with no default route and no masquerade, a
@@ -20,7 +21,13 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
-CACHE="${E2E_CACHE:-$HOME/.cache/sidecar-injector-e2e}"
+# The release's binaries (kube-apiserver, the node's, and for the newest kubectl), as apiserver.sh builds them.
+BIN="$("$HERE/apiserver.sh" bin)"
+RELEASE="$("$HERE/apiserver.sh" release)"
+MINOR=${RELEASE#1.}; MINOR=${MINOR%%.*}
+IMAGES="${E2E_CACHE:-$HOME/.cache/sidecar-injector-e2e}/images"
+# The release's own kubectl where it was built (the newest's), so that `apply -k` is that release's kustomize.
+if [ -x "$BIN/kubectl" ]; then export PATH="$BIN:$PATH"; fi
 BRIDGE=sie2e0
 POD_CIDR=10.209.0.0/24
 NODE_IP=10.209.0.1
@@ -47,7 +54,7 @@ log() { echo "cluster.sh: $*"; }
 # --- build -------------------------------------------------------------------------------------------------------
 
 build() {
-  "$HERE/apiserver.sh" build
+  E2E_NODE=1 "$HERE/apiserver.sh" build
   local packages="containerd runc containernetworking-plugins iptables nftables buildah busybox-static gcc libc6-dev
     conntrack"
   local missing=""
@@ -55,16 +62,16 @@ build() {
   if [ -n "$missing" ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
   fi
-  mkdir -p "$CACHE/images"
-  [ -f "$CACHE/images/pause.tar" ] || image_from_binary pause "$PAUSE_IMAGE" /pause "$(build_pause)"
-  [ -f "$CACHE/images/busybox.tar" ] || image_from_binary busybox "$BUSYBOX_IMAGE" /bin/sh /bin/busybox
-  log "binaries and images cached in $CACHE"
+  mkdir -p "$IMAGES"
+  [ -f "$IMAGES/pause.tar" ] || image_from_binary pause "$PAUSE_IMAGE" /pause "$(build_pause)"
+  [ -f "$IMAGES/busybox.tar" ] || image_from_binary busybox "$BUSYBOX_IMAGE" /bin/sh /bin/busybox
+  log "kubernetes $RELEASE in $BIN, images in $IMAGES"
 }
 
 # The pause container, from the Kubernetes source's pause.c, linked statically.
 build_pause() {
-  local out="$CACHE/images/pause"
-  gcc -Os -static -o "$out" "$CACHE/pause.c" -DVERSION=v3.4-sidecar-injector-e2e
+  local out="$IMAGES/pause"
+  gcc -Os -static -o "$out" "$BIN/pause.c" -DVERSION=v3.4-sidecar-injector-e2e
   echo "$out"
 }
 
@@ -87,7 +94,7 @@ image_from_binary() {
     buildah --storage-driver vfs copy "$ctr" "$binary" "$entrypoint" >/dev/null
     buildah --storage-driver vfs config --entrypoint "[\"$entrypoint\"]" "$ctr"
   fi
-  buildah --storage-driver vfs commit --quiet --format oci "$ctr" "oci-archive:$CACHE/images/$name.tar:$ref" >/dev/null
+  buildah --storage-driver vfs commit --quiet --format oci "$ctr" "oci-archive:$IMAGES/$name.tar:$ref" >/dev/null
   buildah --storage-driver vfs rm "$ctr" >/dev/null
 }
 
@@ -98,9 +105,9 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 preflight() {
   [ "$(id -u)" = 0 ] || fail "must run as root (the kubelet and containerd manage cgroups, mounts and networks)"
   for bin in kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy; do
-    [ -x "$CACHE/$bin" ] || fail "no $bin in $CACHE: run '$0 build' first"
+    [ -x "$BIN/$bin" ] || fail "no $bin in $BIN: run '$0 build' first"
   done
-  for f in pause.tar busybox.tar; do [ -f "$CACHE/images/$f" ] || fail "no image $f in $CACHE/images: run '$0 build' first"; done
+  for f in pause.tar busybox.tar; do [ -f "$IMAGES/$f" ] || fail "no image $f in $IMAGES: run '$0 build' first"; done
   for cmd in containerd runc ctr iptables iptables-save ip python3 curl kubectl; do
     command -v "$cmd" >/dev/null || fail "$cmd is not installed (run '$0 build'; kubectl 1.21 or later is needed too)"
   done
@@ -225,7 +232,7 @@ TOML
   local sock="$dir/containerd/containerd.sock"
   for _ in $(seq 1 100); do [ -S "$sock" ] && break; sleep 0.1; done
   [ -S "$sock" ] || { tail -3 "$dir/logs/containerd.log" >&2; fail "containerd did not start (log: $dir/logs/containerd.log)"; }
-  for f in "$CACHE"/images/*.tar; do import "$dir" "$f" >/dev/null; done
+  for f in "$IMAGES"/*.tar; do import "$dir" "$f" >/dev/null; done
 
   # The control plane: etcd and the API server (apiserver.sh), then the controllers and the scheduler.
   local kubelet_port kubelet_healthz proxy_healthz proxy_metrics cm_port sched_port
@@ -233,7 +240,12 @@ TOML
   cm_port=$(free_port); sched_port=$(free_port)
   # The API server listens on the node's bridge address, which pods reach through the `kubernetes` Service (the
   # injector reads its template ConfigMap so); its certificate names that Service's address too.
+  # The ServiceAccount admission plugin is on, as in any cluster (pods get the bound token the kubelet projects),
+  # but at 1.20, whose plugin waits for legacy token Secrets that the controller manager here does not make.
+  local disabled_plugins=""
+  [ "$MINOR" -ge 22 ] || disabled_plugins=ServiceAccount
   APISERVER_ADDRESS=$NODE_IP APISERVER_EXTRA_SANS="IP:$KUBERNETES_SERVICE_IP" \
+  APISERVER_DISABLED_PLUGINS=$disabled_plugins \
   SERVICE_CIDR=$SERVICE_CIDR APISERVER_EXTRA_ARGS="--allow-privileged=true \
     --kubelet-client-certificate=$dir/control-plane/admin.crt --kubelet-client-key=$dir/control-plane/admin.key \
     --kubelet-preferred-address-types=InternalIP" \
@@ -241,11 +253,16 @@ TOML
     || { tail -5 "$dir/logs/apiserver-start.log" >&2; fail "the API server did not start"; }
   local cp="$dir/control-plane" kubeconfig="$dir/control-plane/kubeconfig"
   cp "$kubeconfig" "$dir/kubeconfig"
-  "$CACHE/kube-controller-manager" --kubeconfig "$kubeconfig" --port 0 --secure-port "$cm_port" \
+  # --port 0 (no insecure port) is the oldest's; later releases have no insecure port and no such flag.
+  local insecure_port=""
+  [ "$MINOR" -ge 24 ] || insecure_port="--port 0"
+  # The token controller is off (no legacy token Secrets: pods get bound tokens from the kubelet); the
+  # serviceaccount controller makes each namespace's `default` account, which the ServiceAccount plugin needs.
+  "$BIN/kube-controller-manager" --kubeconfig "$kubeconfig" $insecure_port --secure-port "$cm_port" \
     --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials=false \
     --controllers '*,-serviceaccount-token,-nodeipam' --root-ca-file "$cp/ca.crt" >"$dir/logs/controller-manager.log" 2>&1 &
   echo "CONTROLLER_MANAGER_PID=$!" >> "$dir/node.env"
-  "$CACHE/kube-scheduler" --kubeconfig "$kubeconfig" --port 0 --secure-port "$sched_port" \
+  "$BIN/kube-scheduler" --kubeconfig "$kubeconfig" $insecure_port --secure-port "$sched_port" \
     --bind-address 127.0.0.1 --leader-elect=false >"$dir/logs/scheduler.log" 2>&1 &
   echo "SCHEDULER_PID=$!" >> "$dir/node.env"
 
@@ -271,12 +288,20 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 YAML
-  "$CACHE/kubelet" --config "$dir/kubelet/config.yaml" --kubeconfig "$kubeconfig" \
-    --container-runtime remote --container-runtime-endpoint "unix://$sock" --root-dir "$dir/kubelet/root" \
-    --cert-dir "$dir/kubelet/pki" --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" \
-    --pod-infra-container-image "$PAUSE_IMAGE" >"$dir/logs/kubelet.log" 2>&1 &
+  # The runtime: a flag until 1.27 removed it (the endpoint moved to the configuration), and the sandbox image,
+  # which later kubelets take from containerd's configuration.
+  local runtime_flags="--container-runtime remote --container-runtime-endpoint unix://$sock --pod-infra-container-image $PAUSE_IMAGE"
+  if [ "$MINOR" -ge 27 ]; then
+    runtime_flags=""
+    printf 'containerRuntimeEndpoint: unix://%s\n' "$sock" >> "$dir/kubelet/config.yaml"
+  fi
+  # This VM runs cgroup v1, which kubelets from 1.35 refuse unless told (they still run on it: docs/operations.md).
+  [ "$MINOR" -lt 35 ] || printf 'failCgroupV1: false\n' >> "$dir/kubelet/config.yaml"
+  "$BIN/kubelet" --config "$dir/kubelet/config.yaml" --kubeconfig "$kubeconfig" $runtime_flags \
+    --root-dir "$dir/kubelet/root" --cert-dir "$dir/kubelet/pki" --hostname-override "$NODE_NAME" \
+    --node-ip "$NODE_IP" >"$dir/logs/kubelet.log" 2>&1 &
   echo "KUBELET_PID=$!" >> "$dir/node.env"
-  "$CACHE/kube-proxy" --kubeconfig "$kubeconfig" --hostname-override "$NODE_NAME" --proxy-mode iptables \
+  "$BIN/kube-proxy" --kubeconfig "$kubeconfig" --hostname-override "$NODE_NAME" --proxy-mode iptables \
     --cluster-cidr "$POD_CIDR" --healthz-bind-address "127.0.0.1:$proxy_healthz" \
     --metrics-bind-address "127.0.0.1:$proxy_metrics" --conntrack-max-per-core 0 \
     --conntrack-tcp-timeout-established 0 --conntrack-tcp-timeout-close-wait 0 >"$dir/logs/kube-proxy.log" 2>&1 &

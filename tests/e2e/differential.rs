@@ -8,13 +8,11 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use serde_json::{Value, json};
-use sidecar_injector::validation::{KubeVersion, validate_pod};
+use sidecar_injector::validation::validate_pod;
 use sidecar_injector::{Engine, Settings, TemplateSet, Verdict};
 
 use super::Cluster;
 
-/// The e2e API server's version: our rules are judged at the same one.
-const VERSION: KubeVersion = KubeVersion::new(20);
 const NAMESPACE: &str = "e2e-rules";
 /// Cases per run: each costs one or two dry-run creates, a few milliseconds each. `E2E_CASES` runs a longer
 /// campaign.
@@ -542,12 +540,14 @@ fn leaf_paths(value: &Value, at: &str, out: &mut std::collections::BTreeSet<Stri
 
 async fn run_case(cluster: &Cluster, changes: &[Change], coverage: &mut Coverage) -> Result<(), TestCaseError> {
     let case = case(changes);
-    let settings = Settings { kubernetes_version: VERSION, ..Settings::default() };
+    // Our rules are judged at the API server's release.
+    let version = cluster.version;
+    let settings = Settings { kubernetes_version: version, ..Settings::default() };
     let pod = app_pod(&case, "rules");
     let Ok(injected) = sidecar_injector::template_set::inject_unchecked(&case.template, &pod, &settings) else {
         return Ok(()); // refused before the API rules (a YAML or type problem): nothing to compare
     };
-    let ours = validate_pod(&injected, VERSION);
+    let ours = validate_pod(&injected, version);
     leaf_paths(&injected, "", &mut coverage.set);
     coverage.refused.extend(ours.iter().map(|e| without_indices(&e.path.to_string())));
     let theirs = api_server_verdict(cluster, &injected).await;

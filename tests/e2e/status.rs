@@ -284,7 +284,7 @@ fn configmap(name: &str, dir: &Path) -> Value {
 /// `nowhere` whose server does not listen.
 fn kubeconfig(cluster: &Cluster, work: &Path) -> PathBuf {
     let data = |file: &str| {
-        base64::engine::general_purpose::STANDARD.encode(std::fs::read(cluster._dir.path().join(file)).unwrap())
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(cluster.dir.path().join(file)).unwrap())
     };
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n\
