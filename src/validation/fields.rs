@@ -22,7 +22,7 @@ const SET_BY_THE_API_SERVER: &str = "set by the API server: ignored or overwritt
 const GATED_OFF: &str = "behind a feature gate off by default up to 1.37, so the API server drops it: refused at \
                          load (pod_api::releases)";
 const GATED_NEWER: &str = "kept from 1.35 (its feature on by default from then) and refused at load below \
-                           (pod_api::releases); its rules are left to the API server";
+                           (pod_api::releases); its rules (action and exit codes) are left to the API server";
 const STORAGE_DRIVER: &str = "a storage driver's own fields, left to the API server (that a volume has exactly one \
                               source is judged)";
 
@@ -58,7 +58,7 @@ pub const POD_FIELDS: &[(&str, &str, Account)] = &[
     ("PodSpec", "hostPID", NotJudged(BOOLEAN)),
     ("PodSpec", "hostUsers", NotJudged(BOOLEAN)),
     ("PodSpec", "hostname", Judged),
-    ("PodSpec", "hostnameOverride", NotJudged(GATED_NEWER)),
+    ("PodSpec", "hostnameOverride", Judged),
     ("PodSpec", "imagePullSecrets", Judged),
     ("PodSpec", "initContainers", Judged),
     ("PodSpec", "nodeName", Judged),

@@ -122,6 +122,30 @@ fn object_meta(cx: &mut Cx, metadata: &J, path: &FieldPath) {
     }
 }
 
+/// The first release that keeps `spec.hostnameOverride` (HostnameOverride, on by default from 1.35; before, the
+/// field is refused at load: `pod_api::releases`).
+const HOSTNAME_OVERRIDE_MINOR: u32 = 35;
+
+/// `validatePodHostName`: a `hostnameOverride` is a DNS-1123 subdomain of at most 64 characters, and neither
+/// `setHostnameAsFQDN` nor `hostNetwork` beside it.
+fn hostname_override(cx: &mut Cx, spec: &J, path: &FieldPath) {
+    let Some(value) = str_of(spec, "hostnameOverride") else { return };
+    if !cx.version.at_least(HOSTNAME_OVERRIDE_MINOR) {
+        return;
+    }
+    let at = path.child("hostnameOverride");
+    if spec.get("setHostnameAsFQDN").and_then(J::as_bool) == Some(true) {
+        cx.push(FieldError::forbidden(&at, "may not be specified when setHostnameAsFQDN is true"));
+    }
+    if spec.get("hostNetwork").and_then(J::as_bool) == Some(true) {
+        cx.push(FieldError::forbidden(&at, "may not be specified when hostNetwork is true"));
+    }
+    if value.len() > 64 {
+        cx.push(FieldError::new(&at, super::field::ErrorKind::TooLong, "may not be more than 64 bytes"));
+    }
+    cx.rule(&at, value, Rule::Dns1123Subdomain);
+}
+
 /// Label keys and values (`ValidateLabels`), also used for a node selector.
 fn labels_map(cx: &mut Cx, labels: &Map<String, J>, at: &FieldPath) {
     for (key, value) in labels {
@@ -200,6 +224,7 @@ fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
             cx.rule(&path.child(field), value, rule);
         }
     }
+    hostname_override(cx, spec, path);
     if let Some(deadline) = int_of(spec, "activeDeadlineSeconds")
         && !(1..=MAX_INT32).contains(&deadline)
     {

@@ -407,6 +407,33 @@ fn pod_requests_defaulted_after_admission_stay_within_the_pod_limits_from_1_37()
     );
 }
 
+/// `hostnameOverride` (on by default from 1.35), as 1.37's `validatePodHostName` judges it.
+#[test]
+fn a_hostname_override_is_a_short_subdomain_beside_neither_fqdn_nor_host_network() {
+    let spec = |extra: J| pod(json!({}), extra, json!({}));
+    assert_eq!(errors_at(&spec(json!({"hostnameOverride": "web.shop"})), 37), Vec::<String>::new());
+    let bad = errors_at(&spec(json!({"hostnameOverride": "Web_Shop"})), 37);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0].starts_with(r#"spec.hostnameOverride: Invalid value: "Web_Shop": a lowercase RFC 1123 subdomain"#),
+        "{bad:?}"
+    );
+    let long = format!("{}.b", "a".repeat(63));
+    assert!(errors_at(&spec(json!({"hostnameOverride": long})), 37).iter().any(|e| e.contains("Too long")));
+    let both = spec(json!({"hostnameOverride": "web", "setHostnameAsFQDN": true, "hostNetwork": true}));
+    let errors = errors_at(&both, 37);
+    assert!(
+        errors.contains(
+            &"spec.hostnameOverride: Forbidden: may not be specified when setHostnameAsFQDN is true".to_owned()
+        ),
+        "{errors:?}"
+    );
+    assert!(
+        errors.contains(&"spec.hostnameOverride: Forbidden: may not be specified when hostNetwork is true".to_owned()),
+        "{errors:?}"
+    );
+}
+
 // Issue 35: fields the validator did not judge.
 
 #[test]

@@ -58,6 +58,8 @@ enum Change {
     Dns(&'static str, Option<DnsConfig>),
     ReadinessGate(&'static str),
     RuntimeClass(&'static str),
+    /// `hostnameOverride` (on by default from 1.35), and whether `setHostnameAsFQDN` is set beside it.
+    HostnameOverride(&'static str, bool),
     /// key, operator, value, effect, tolerationSeconds
     Toleration(&'static str, &'static str, &'static str, &'static str, Option<i64>),
     /// A required node affinity expression: key, operator, how many values.
@@ -182,6 +184,17 @@ fn change() -> impl Strategy<Value = Change> {
         // `kata` exists (the RuntimeClass admission plugin refuses a pod naming one that does not, and answers 500
         // for an empty name before validation sees it).
         prop::sample::select(vec!["kata", "Kata", "kata_v2"]).prop_map(RuntimeClass),
+        (
+            prop::sample::select(vec![
+                "web",
+                "web.shop",
+                "Web_Shop",
+                "-web",
+                "a-hostname-override-that-is-longer-than-sixty-four-characters-long",
+            ]),
+            any::<bool>()
+        )
+            .prop_map(|(name, fqdn)| HostnameOverride(name, fqdn)),
         toleration(),
         (
             prop::sample::select(vec!["zone", "topology.kubernetes.io/zone", "Bad Key", ""]),
@@ -365,6 +378,12 @@ fn case(changes: &[Change]) -> Case {
             }
             ReadinessGate(condition) => pod["spec"]["readinessGates"] = json!([{"conditionType": condition}]),
             RuntimeClass(class) => pod["spec"]["runtimeClassName"] = json!(class),
+            HostnameOverride(name, fqdn) => {
+                pod["spec"]["hostnameOverride"] = json!(name);
+                if *fqdn {
+                    pod["spec"]["setHostnameAsFQDN"] = json!(true);
+                }
+            }
             Toleration(key, operator, value, effect, seconds) => {
                 let mut toleration = json!({});
                 for (field, text) in [("key", key), ("operator", operator), ("value", value), ("effect", effect)] {
