@@ -19,8 +19,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{kubectl_get_args, kustomized_objects};
 use serde_json::Value;
 use sidecar_injector::validation::KubeVersion;
+
+mod common;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/cluster.sh");
@@ -224,10 +227,7 @@ fn check_image_matches_the_dockerfile(config: &Value) {
 /// for an older cluster what `certs --kubernetes-version` patches out (the same objects, replicas, probes,
 /// security contexts, resources, volumes, PodDisruptionBudget and Service).
 fn check_overlay_changes_only_what_the_readme_says(cluster: &Cluster) {
-    let build = |dir: &str| -> Vec<Value> {
-        let yaml = cluster.kubectl_ok(&["kustomize", dir]);
-        yaml.split("\n---\n").map(|doc| serde_saphyr::from_str::<Value>(doc).unwrap()).collect()
-    };
+    let build = |dir: &str| kustomized(cluster, dir);
     let find = |objects: &[Value], kind: &str| -> Value {
         objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == "sidecar-injector").unwrap().clone()
     };
@@ -263,27 +263,9 @@ fn check_overlay_changes_only_what_the_readme_says(cluster: &Cluster) {
     assert_eq!(hpa, base_hpa);
 }
 
-/// The objects `my-injector` deploys: `kubectl kustomize DIR`, one JSON value per object.
+/// The objects a kustomization deploys: `kubectl kustomize DIR`.
 fn kustomized(cluster: &Cluster, dir: &str) -> Vec<Value> {
-    let yaml = cluster.kubectl_ok(&["kustomize", dir]);
-    yaml.split("\n---\n").map(|doc| serde_saphyr::from_str::<Value>(doc).unwrap()).collect()
-}
-
-/// `kind/name` of an object, and `kubectl get`'s words for it (the kind qualified by version and group, so that
-/// an object of an API with several versions, as the HorizontalPodAutoscaler's, is read in the version written).
-fn get_args(object: &Value) -> (String, Vec<String>) {
-    let kind = object["kind"].as_str().unwrap();
-    let name = object["metadata"]["name"].as_str().unwrap();
-    let api_version = object["apiVersion"].as_str().unwrap();
-    let resource = match api_version.split_once('/') {
-        Some((group, version)) => format!("{kind}.{version}.{group}"),
-        None => kind.to_owned(),
-    };
-    let mut args = vec!["get".to_owned(), resource, name.to_owned()];
-    if let Some(namespace) = object["metadata"]["namespace"].as_str() {
-        args.extend(["-n".to_owned(), namespace.to_owned()]);
-    }
-    (format!("{kind}/{name}"), args)
+    kustomized_objects(&cluster.kubectl_ok(&["kustomize", dir]))
 }
 
 /// The leaves of `written` that `stored` lacks or holds with another value, as paths: the API server dropped or
@@ -315,7 +297,7 @@ fn not_stored(written: &Value, stored: &Value, at: &str, out: &mut Vec<String>) 
 fn check_the_base_as_written_is_what_runs(cluster: &Cluster) {
     let base = kustomized(cluster, "manifests/base");
     let overlay = kustomized(cluster, "my-injector");
-    let key = |o: &Value| get_args(o).0;
+    let key = |o: &Value| kubectl_get_args(o).0;
     let mut overlay_keys: Vec<String> = overlay.iter().map(key).collect();
     let mut expected_keys: Vec<String> = base.iter().map(key).collect();
     expected_keys.push("Secret/sidecar-injector-tls".to_owned());
@@ -324,7 +306,7 @@ fn check_the_base_as_written_is_what_runs(cluster: &Cluster) {
     assert_eq!(overlay_keys, expected_keys, "the overlay deploys the base's objects and the TLS Secret");
     let mut problems = Vec::new();
     for written in &overlay {
-        let (name, args) = get_args(written);
+        let (name, args) = kubectl_get_args(written);
         let mut deployed = written.clone();
         if written["kind"] == "Deployment" {
             let container = &mut deployed["spec"]["template"]["spec"]["containers"][0];

@@ -648,23 +648,14 @@ fn the_readme_overlay_applies() {
         printed
     };
     let applied = run(&["apply", "-k", "my-injector"]);
-    let objects = run(&["kustomize", "my-injector"]);
-    let objects: Vec<Value> =
-        objects.split("\n---\n").map(|doc| serde_saphyr::from_str::<Value>(doc).unwrap()).collect();
+    let objects = common::kustomized_objects(&run(&["kustomize", "my-injector"]));
     assert!(objects.len() >= 12, "{objects:?}");
     for object in &objects {
-        let (kind, name) = (object["kind"].as_str().unwrap(), object["metadata"]["name"].as_str().unwrap());
-        let api_version = object["apiVersion"].as_str().unwrap();
-        let resource = match api_version.split_once('/') {
-            Some((group, version)) => format!("{kind}.{version}.{group}"),
-            None => kind.to_owned(),
-        };
-        let mut args = vec!["get", resource.as_str(), name, "-o", "json"];
-        if let Some(namespace) = object["metadata"]["namespace"].as_str() {
-            args.extend(["-n", namespace]);
-        }
+        let (name, args) = common::kubectl_get_args(object);
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        args.extend(["-o", "json"]);
         let stored: Value = serde_json::from_str(&run(&args)).unwrap();
-        assert_eq!(stored["apiVersion"], api_version, "{kind}/{name}: {applied}");
+        assert_eq!(stored["apiVersion"], object["apiVersion"], "{name}: {applied}");
     }
 }
 

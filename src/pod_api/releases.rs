@@ -26,11 +26,21 @@ pub(crate) struct GatedField {
     pub kept_from: Option<u32>,
 }
 
+impl GatedField {
+    /// Does the API server of 1.`minor` keep it (by default)?
+    pub(crate) fn kept_at(&self, minor: u32) -> bool {
+        self.kept_from.is_some_and(|from| minor >= from)
+    }
+}
+
+/// `spec.hostnameOverride`, which the validator also judges from the release that keeps it.
+pub(crate) const HOSTNAME_OVERRIDE: GatedField = pod("spec.hostnameOverride", "HostnameOverride", Some(35));
+
 /// Every gated field a template can set (the pod's spec and its containers). Read from `dropDisabledPodFields` and
 /// the gates' defaults of 1.37; `*` stands for any key (every probe, every volume source).
 pub(crate) const GATED_FIELDS: &[GatedField] = &[
     pod("spec.volumes[].projected.sources[].podCertificate", "PodCertificateRequest", Some(37)),
-    pod("spec.hostnameOverride", "HostnameOverride", Some(35)),
+    HOSTNAME_OVERRIDE,
     pod("spec.schedulingGroup", "GenericWorkload", None),
     pod("spec.evictionResponders", "EvictionRequestAPI", None),
     pod("spec.volumes[].emptyDir.mode", "EmptyDirVolumeMode", None),

@@ -79,7 +79,7 @@ fn spec(value: &J, path: Vec<PathSeg>, found: &mut Findings) {
 /// release that keeps it, rather than injected into nothing (and then demanded of every pod by `/validate`).
 pub(crate) fn dropped_by_release(pod: &J, container_defaults: Option<&J>, version: KubeVersion) -> Findings {
     let mut found = Findings::default();
-    for field in releases::GATED_FIELDS.iter().filter(|f| f.kept_from.is_none_or(|from| !version.at_least(from))) {
+    for field in releases::GATED_FIELDS.iter().filter(|f| !f.kept_at(version.minor)) {
         let mut places: Vec<(Vec<PathSeg>, &J)> = Vec::new();
         match field.place {
             Place::Pod => places.push((vec![PathSeg::Key("pod".into())], pod)),
@@ -103,8 +103,10 @@ pub(crate) fn dropped_by_release(pod: &J, container_defaults: Option<&J>, versio
                 field.path, field.feature
             ),
             None => format!(
-                "the API server drops `{}` (feature {}, off by default up to Kubernetes 1.37)",
-                field.path, field.feature
+                "the API server drops `{}` (feature {}, off by default up to Kubernetes {})",
+                field.path,
+                field.feature,
+                KubeVersion::DEFAULT
             ),
         };
         for (at, value) in places {

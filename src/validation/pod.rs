@@ -14,6 +14,7 @@ use super::field::{FieldError, FieldPath};
 use super::quantity::{self, Quantity};
 use super::{Cx, Rule};
 use crate::pod_api::read::{items, object, strings};
+use crate::pod_api::releases::HOSTNAME_OVERRIDE;
 use crate::pod_api::spec::{
     ENV_VAR_SOURCES, LIFECYCLE_HANDLERS, LIFECYCLE_HOOKS, PROBE_HANDLERS, PROBES, VOLUME_SOURCES,
 };
@@ -122,15 +123,12 @@ fn object_meta(cx: &mut Cx, metadata: &J, path: &FieldPath) {
     }
 }
 
-/// The first release that keeps `spec.hostnameOverride` (HostnameOverride, on by default from 1.35; before, the
-/// field is refused at load: `pod_api::releases`).
-const HOSTNAME_OVERRIDE_MINOR: u32 = 35;
-
 /// `validatePodHostName`: a `hostnameOverride` is a DNS-1123 subdomain of at most 64 characters, and neither
 /// `setHostnameAsFQDN` nor `hostNetwork` beside it.
 fn hostname_override(cx: &mut Cx, spec: &J, path: &FieldPath) {
     let Some(value) = str_of(spec, "hostnameOverride") else { return };
-    if !cx.version.at_least(HOSTNAME_OVERRIDE_MINOR) {
+    // Dropped by releases that do not keep it (and refused at load in a template: `pod_api::releases`).
+    if !HOSTNAME_OVERRIDE.kept_at(cx.version.minor) {
         return;
     }
     let at = path.child("hostnameOverride");

@@ -36,6 +36,28 @@ pub fn builtin() -> Engine {
     Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings)
 }
 
+/// The objects `kubectl kustomize` printed, one JSON value per YAML document.
+pub fn kustomized_objects(yaml: &str) -> Vec<Value> {
+    yaml.split("\n---\n").map(|doc| serde_saphyr::from_str::<Value>(doc).unwrap()).collect()
+}
+
+/// `kind/name` of an object, and `kubectl get`'s words for it (the kind qualified by version and group, so that
+/// an object of an API with several versions, as the HorizontalPodAutoscaler's, is read in the version written).
+pub fn kubectl_get_args(object: &Value) -> (String, Vec<String>) {
+    let kind = object["kind"].as_str().unwrap();
+    let name = object["metadata"]["name"].as_str().unwrap();
+    let api_version = object["apiVersion"].as_str().unwrap();
+    let resource = match api_version.split_once('/') {
+        Some((group, version)) => format!("{kind}.{version}.{group}"),
+        None => kind.to_owned(),
+    };
+    let mut args = vec!["get".to_owned(), resource, name.to_owned()];
+    if let Some(namespace) = object["metadata"]["namespace"].as_str() {
+        args.extend(["-n".to_owned(), namespace.to_owned()]);
+    }
+    (format!("{kind}/{name}"), args)
+}
+
 /// Runs the `sidecar-injector` binary with `args` and `stdin`, as a person would, and shows what it did.
 pub fn run(args: &[&str], stdin: impl AsRef<[u8]>) -> std::process::Output {
     use std::io::Write;
