@@ -46,15 +46,17 @@ pub enum SkipReason {
     /// The sidecar clashes with the pod's own containers in a way only the pod decides (a host port the pod
     /// already uses): the injected pod would be refused.
     PodConflict,
-    /// The pod names a template the set does not have (or a combination that cannot be assembled).
+    /// The pod names a template the set does not have.
     UnknownTemplate,
+    /// The pod names templates that cannot be combined (more than a combination may have, or two that conflict).
+    CombinationRefused,
     /// The pod names a template that needs a newer Kubernetes than the injector is set for.
     TemplateUnavailable,
 }
 
 impl SkipReason {
     /// Every reason, for registering metrics up front.
-    pub const ALL: [SkipReason; 16] = [
+    pub const ALL: [SkipReason; 17] = [
         SkipReason::NotAPod,
         SkipReason::NotCreate,
         SkipReason::Subresource,
@@ -70,6 +72,7 @@ impl SkipReason {
         SkipReason::PodResources,
         SkipReason::PodConflict,
         SkipReason::UnknownTemplate,
+        SkipReason::CombinationRefused,
         SkipReason::TemplateUnavailable,
     ];
 
@@ -91,6 +94,7 @@ impl SkipReason {
             SkipReason::PodResources => "pod-resources",
             SkipReason::PodConflict => "pod-conflict",
             SkipReason::UnknownTemplate => "unknown-template",
+            SkipReason::CombinationRefused => "combination-refused",
             SkipReason::TemplateUnavailable => "template-unavailable",
         }
     }
@@ -104,6 +108,7 @@ impl SkipReason {
                 | SkipReason::PodResources
                 | SkipReason::PodConflict
                 | SkipReason::UnknownTemplate
+                | SkipReason::CombinationRefused
                 | SkipReason::TemplateUnavailable
         )
     }
@@ -132,6 +137,10 @@ impl SkipReason {
             SkipReason::PodResources => "the pod's pod-level resources (spec.resources) cannot hold the sidecar",
             SkipReason::PodConflict => "the sidecar clashes with the pod's own containers (a host port they use)",
             SkipReason::UnknownTemplate => "the pod names a template that the injector does not have",
+            SkipReason::CombinationRefused => {
+                "the pod names templates that cannot be combined (more than a combination may have, or two that \
+                 conflict)"
+            }
             SkipReason::TemplateUnavailable => {
                 "the pod names a template that needs a newer Kubernetes than the injector is set for"
             }

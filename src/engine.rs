@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::Arc;
 
+use simd_json::prelude::ValueIntoString;
 use simd_json::{Buffers, Tape};
 
 use crate::decision::{self, SkipReason};
@@ -529,7 +530,36 @@ impl Engine {
             self.read_overrides(&template, pod, &mut work.overrides, &mut outcome.warnings);
         }
         self.unknown_annotations(&template, pod, &mut outcome.warnings);
+        if let Some(names) = pod.annotation(&self.keys.containers) {
+            self.unmatched_containers(pod, names, &mut outcome.warnings);
+        }
         Ok(template)
+    }
+
+    /// A warning for each name in the pod's `<prefix>containers` annotation that names none of its containers
+    /// (the defaults then reach no container by that name), with the container it differs from only in case.
+    #[cold]
+    fn unmatched_containers(&self, pod: &PodView<'_, '_>, names: &str, warnings: &mut Vec<String>) {
+        let containers: Vec<&str> = pod
+            .container_lists()
+            .into_iter()
+            .take(2)
+            .flatten()
+            .flat_map(|list| list.iter())
+            .filter_map(|c| c.get("name").and_then(|n| n.into_string()))
+            .collect();
+        for name in names.split(',').map(str::trim).filter(|n| !n.is_empty() && !containers.contains(n)) {
+            let hint = match containers.iter().find(|c| c.eq_ignore_ascii_case(name)) {
+                Some(close) => format!("did you mean {close}? names are case-sensitive"),
+                None => format!("the pod's containers: {}", containers.join(", ")),
+            };
+            warnings.push(format!(
+                "sidecar-injector: annotation {}: {:?} names no container of the pod ({hint}); the template's container \
+                 defaults reach no container by that name",
+                self.keys.containers,
+                shorten(name)
+            ));
+        }
     }
 
     /// Renders the pod's leaves and checks them: the patch to send, or (when validating) the judgement of the
@@ -575,7 +605,7 @@ impl Engine {
         {
             return self.fail(failure, outcome);
         }
-        if template.judged_with_the_pod()
+        if judged_whole(&template, pod)
             && let Some(failure) = self.pod_conflict_failure(&template, pod, overridden, work)
         {
             return self.fail(failure, outcome);
@@ -763,12 +793,11 @@ impl Engine {
         })
     }
 
-    /// For a template whose validity the pod decides (it writes host ports, which the pod's own containers may
-    /// use): the pod judged whole with the sidecar merged in, as the API server will judge it. A problem the pod
-    /// did not have on its own (compared by the API server's message, which names the value: a host port taken
-    /// twice names the protocol, address and port) is the sidecar's doing: the template's `onError` decides. A
-    /// pod that breaks a rule on its own is left to the API server. Only templates that write host ports pay
-    /// this, and they are rare.
+    /// For a pod that decides whether the template's injection is valid ([`judged_whole`]): the pod judged whole
+    /// with the sidecar merged in, as the API server will judge it. A problem the pod did not have on its own
+    /// (compared by the API server's message, which names the value: a host port taken twice names the protocol,
+    /// address and port) is the sidecar's doing: the template's `onError` decides. A pod that breaks a rule on
+    /// its own is left to the API server. Only such pods pay this, and they are rare.
     #[cold]
     fn pod_conflict_failure(
         &self,
@@ -841,6 +870,9 @@ impl Engine {
             SelectError::Unavailable { template, .. } => {
                 (SkipReason::TemplateUnavailable, template.on_error.unwrap_or(self.settings.on_error))
             }
+            SelectError::TooMany { .. } | SelectError::Combination(_) => {
+                (SkipReason::CombinationRefused, self.settings.on_unknown_template)
+            }
             _ => (SkipReason::UnknownTemplate, self.settings.on_unknown_template),
         };
         let problem = match error {
@@ -873,6 +905,19 @@ impl Engine {
             template.hash()
         )
     }
+}
+
+/// Does `pod` decide whether `template`'s injection is valid, so that it must be judged whole with the sidecar
+/// merged in? When the template writes host ports (which the pod's containers may use), when the pod has what the
+/// API server's pod-wide rules read ([`PodView::judged_whole`]: host namespaces, `hostNetwork`, legacy security
+/// annotations, Windows options, large annotations), when the template writes mounts and the pod uses block
+/// devices, and when the template writes labels or spread constraints and the pod spreads. Everything else the
+/// merge keeps valid by itself (a container or mount path taken is the pod's), so other pods pay nothing.
+fn judged_whole(template: &Template, pod: &PodView<'_, '_>) -> bool {
+    template.judged_with_the_pod()
+        || pod.judged_whole()
+        || (template.writes_spread_inputs() && pod.spreads())
+        || (template.writes_mounts() && pod.has_volume_devices())
 }
 
 /// A user-supplied value cut to a length fit for a one-line message.

@@ -4,7 +4,7 @@
 use simd_json::prelude::{ValueAsScalar, ValueIntoString};
 use simd_json::tape::{Array, Value};
 
-use crate::pod_api::spec::CONTAINER_LISTS;
+use crate::pod_api::spec::{CONTAINER_LISTS, is_security_annotation};
 
 /// The Pod under review. Accessors read the tape; nothing is copied. The metadata fields and the spec fields
 /// several stages read are located in one walk over each when the view is made (a `get` per field would rescan
@@ -25,6 +25,10 @@ pub(crate) struct PodView<'t, 'i> {
     host_network: bool,
     /// `spec.resources` (pod-level resources, Kubernetes 1.34) is set.
     sets_pod_resources: bool,
+    /// The pod has what the API server's pod-wide rules read (see [`PodView::judged_whole`]).
+    judged_whole: bool,
+    /// `spec.topologySpreadConstraints` is a non-empty list.
+    spreads: bool,
     /// The pod runs to completion (see [`PodView::runs_to_completion`]).
     runs_to_completion: bool,
     /// The pod runs on Windows nodes only (see [`PodView::windows`]).
@@ -46,6 +50,8 @@ impl<'t, 'i> PodView<'t, 'i> {
             service_account_name: "default",
             host_network: false,
             sets_pod_resources: false,
+            judged_whole: false,
+            spreads: false,
             runs_to_completion: false,
             windows: false,
             container_lists: [None; 3],
@@ -65,7 +71,10 @@ impl<'t, 'i> PodView<'t, 'i> {
                 "generateName" => pod.generate_name = text(value),
                 "namespace" => pod.namespace = text(value),
                 "labels" => pod.labels = value.as_object().map(|_| value),
-                "annotations" => pod.annotations = value.as_object().map(|_| value),
+                "annotations" => {
+                    pod.annotations = value.as_object().map(|_| value);
+                    pod.judged_whole |= annotations_judged_whole(value);
+                }
                 "ownerReferences" => {
                     pod.runs_to_completion |= value.as_array().is_some_and(|owners| owners.iter().any(is_job))
                 }
@@ -81,11 +90,22 @@ impl<'t, 'i> PodView<'t, 'i> {
                 "serviceAccountName" => account = text(value),
                 // The deprecated alias the API server still fills in.
                 "serviceAccount" => alias = text(value),
-                "hostNetwork" => pod.host_network = value.as_bool().unwrap_or(false),
+                "hostNetwork" => {
+                    pod.host_network = value.as_bool().unwrap_or(false);
+                    pod.judged_whole |= pod.host_network;
+                }
+                "hostPID" | "hostIPC" | "shareProcessNamespace" => pod.judged_whole |= value.as_bool() == Some(true),
+                "hostUsers" => pod.judged_whole |= value.as_bool() == Some(false),
+                "securityContext" => pod.judged_whole |= value.get("windowsOptions").is_some(),
+                "topologySpreadConstraints" => pod.spreads = value.as_array().is_some_and(|list| !list.is_empty()),
                 "restartPolicy" => pod.runs_to_completion |= value.into_string().is_some_and(run_to_completion),
                 "resources" => pod.sets_pod_resources = value.as_object().is_some_and(|r| !r.is_empty()),
                 "nodeSelector" => pod.windows |= value.get(OS_LABEL).and_then(|v| v.into_string()) == Some(WINDOWS),
-                "os" => pod.windows |= value.get("name").and_then(|v| v.into_string()) == Some(WINDOWS),
+                "os" => {
+                    pod.windows |= value.get("name").and_then(|v| v.into_string()) == Some(WINDOWS);
+                    // A Linux pod may not carry Windows options, which a template could add.
+                    pod.judged_whole = true;
+                }
                 "affinity" => pod.windows |= requires_windows_nodes(value),
                 _ => {
                     if let Some(list) = CONTAINER_LISTS.iter().position(|list| *list == key) {
@@ -176,6 +196,27 @@ impl<'t, 'i> PodView<'t, 'i> {
         self.sets_pod_resources
     }
 
+    /// Does the pod have what the API server's pod-wide rules read, so that what a template adds may break one of
+    /// them: a host namespace or `hostNetwork` (whose ports take their container port on the host),
+    /// `shareProcessNamespace`, a user namespace, an OS or Windows options, the legacy seccomp or AppArmor
+    /// annotations (held to the fields a template sets), or annotations large enough that the template's could
+    /// take them over the total size. Such pods (rare) are judged whole with the sidecar merged in.
+    pub(crate) fn judged_whole(&self) -> bool {
+        self.judged_whole
+    }
+
+    /// Does the pod set topology spread constraints?
+    pub(crate) fn spreads(&self) -> bool {
+        self.spreads
+    }
+
+    /// Does any of the pod's containers use a block device (`volumeDevices`)? Read on demand: only templates that
+    /// write mounts ask.
+    pub(crate) fn has_volume_devices(&self) -> bool {
+        let containers = self.container_lists().into_iter().flatten().flat_map(|list| list.iter());
+        containers.into_iter().any(|c| c.get("volumeDevices").and_then(|d| d.as_array()).is_some_and(|d| !d.is_empty()))
+    }
+
     /// The pod as a `serde_json` value: a copy, for the rare checks that judge the whole injected pod.
     pub(crate) fn to_json(self) -> serde_json::Value {
         to_json(self.object)
@@ -227,6 +268,23 @@ fn requires_windows_nodes(affinity: Value<'_, '_>) -> bool {
 fn is_job(owner: Value<'_, '_>) -> bool {
     let field = |key: &str| owner.get(key).and_then(|v| v.into_string()).unwrap_or_default();
     crate::workload::Kind::is_job(field("apiVersion"), field("kind"))
+}
+
+/// Annotations large enough that a template's own could take the pod over the API server's total (pods this
+/// close to it are judged whole): half the limit.
+const LARGE_ANNOTATIONS: usize = crate::validation::TOTAL_ANNOTATION_SIZE_LIMIT_B / 2;
+
+/// Do the pod's annotations hold what the pod-wide rules read: a legacy seccomp or AppArmor annotation, or
+/// more than [`LARGE_ANNOTATIONS`] bytes?
+fn annotations_judged_whole(annotations: Value<'_, '_>) -> bool {
+    let mut bytes = 0;
+    for (key, value) in string_entries(Some(annotations)) {
+        if is_security_annotation(key) {
+            return true;
+        }
+        bytes += key.len() + value.len();
+    }
+    bytes > LARGE_ANNOTATIONS
 }
 
 /// The entries of a string-to-string map on the tape (an object, or none) whose value is a string, in the pod's

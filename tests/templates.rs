@@ -174,7 +174,7 @@ fn a_deferring_set_leaves_combinations_to_its_caller_and_a_reload_carries_them()
     assert_eq!(clashing.set().assemble_pending(), 1);
     let (outcome, _, patch) = answer(&clashing, &review(&asked));
     assert_eq!(patch, None);
-    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::UnknownTemplate), "{outcome:?}");
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::CombinationRefused), "{outcome:?}");
     assert!(outcome.warnings[0].contains("cannot be combined"), "{:?}", outcome.warnings);
 }
 

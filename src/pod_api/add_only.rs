@@ -82,6 +82,8 @@ pub(crate) trait Overlay<'m>: Copy {
     fn item(item: Self::Item) -> Self;
     /// The item's merge-key value.
     fn item_key(item: Self::Item, merge_key: &str) -> Option<ItemKey<'m>>;
+    /// The item's value of a list's second key ([`merge_rules::SecondKey`]), when it sets it.
+    fn item_second_key(item: Self::Item, field: &str) -> Option<&'m str>;
     /// The item's `name`, when it is a static string.
     fn item_name(item: Self::Item) -> Option<&'m str>;
 }
@@ -221,7 +223,7 @@ where
     fn keyed_list(&mut self, t: T::List, merge_key: &'static str, list: E, field: &'m str) {
         let mut missing = 0;
         for item in T::items(t) {
-            match find_item::<T, E>(item, list, merge_key) {
+            match find_item::<T, E>(item, list, merge_key, field) {
                 Some((_, existing)) if another_object::<T, E>(field, item, existing) => {}
                 Some((index, existing)) => {
                     let mark = self.merger.enter_index(index);
@@ -237,7 +239,7 @@ where
         }
         let mut nth = 0;
         for item in T::items(t) {
-            if find_item::<T, E>(item, list, merge_key).is_none() && self.may_add(field, item, list) {
+            if find_item::<T, E>(item, list, merge_key, field).is_none() && self.may_add(field, item, list) {
                 self.merger.add_item(t, item, field, nth);
                 nth += 1;
             }
@@ -289,10 +291,23 @@ where
     }
 }
 
-/// The other side's item whose `merge_key` equals the template item's, with its index.
-fn find_item<'m, 'e, T: Overlay<'m>, E: Existing<'e>>(item: T::Item, list: E, merge_key: &str) -> Option<(usize, E)> {
+/// The other side's item whose `merge_key` (and second key, for a list under `field` that has one) equals the
+/// template item's, with its index.
+fn find_item<'m, 'e, T: Overlay<'m>, E: Existing<'e>>(
+    item: T::Item,
+    list: E,
+    merge_key: &str,
+    field: &str,
+) -> Option<(usize, E)> {
     let key = T::item_key(item, merge_key)?;
-    list.items()?.enumerate().find(|(_, v)| v.member(merge_key).is_some_and(|k| key.matches(k)))
+    let second = merge_rules::second_key_for(field);
+    list.items()?.enumerate().find(|(_, v)| {
+        v.member(merge_key).is_some_and(|k| key.matches(k))
+            && second.is_none_or(|second| {
+                let theirs = v.member(second.field).and_then(Existing::string);
+                second.same(T::item_second_key(item, second.field), theirs)
+            })
+    })
 }
 
 /// Is the other side's `existing` item, found by the template item's merge key, one of its own objects rather

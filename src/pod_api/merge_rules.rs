@@ -34,6 +34,33 @@ pub(crate) fn merge_key_for(field: &str) -> Option<&'static str> {
     }
 }
 
+/// A keyed list whose items the API tells apart by a second field beside the merge key (its `listMapKeys`): a
+/// port by its protocol (`53/TCP` and `53/UDP` are two ports), a spread constraint by `whenUnsatisfiable`. Two
+/// items are the same item only when both fields are equal, the second read with the API server's default when
+/// absent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SecondKey {
+    pub field: &'static str,
+    /// The API server's default for an item that leaves it out (`TCP` for a port's protocol), if any.
+    pub default: Option<&'static str>,
+}
+
+impl SecondKey {
+    /// Does an item whose second key is `ours` match one whose second key is `theirs` (each `None` when absent)?
+    pub(crate) fn same(self, ours: Option<&str>, theirs: Option<&str>) -> bool {
+        ours.or(self.default) == theirs.or(self.default)
+    }
+}
+
+/// The second key of the keyed list under `field`, if the API has one (see [`SecondKey`]).
+pub(crate) fn second_key_for(field: &str) -> Option<SecondKey> {
+    match field {
+        PORTS => Some(SecondKey { field: "protocol", default: Some("TCP") }),
+        "topologySpreadConstraints" => Some(SecondKey { field: "whenUnsatisfiable", default: None }),
+        _ => None,
+    }
+}
+
 /// Keyed lists whose items are found by their merge key but belong to the object their `name` refers to: a pod's
 /// mount, at the path the template mounts its volume, of a volume of the pod's own is the pod's, and not ours to
 /// complete (adding `readOnly` to it would change the user's mount).

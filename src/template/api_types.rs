@@ -12,7 +12,7 @@ use serde_json::Value as J;
 use super::Problem;
 use super::yaml::PathSeg;
 use crate::pod_api::releases::{self, Place};
-use crate::pod_api::{decode, spec};
+use crate::pod_api::{decode, plugins, spec};
 use crate::validation::KubeVersion;
 
 /// Every problem of a section. `fatal` unless they are all unknown fields: the API types drop those, so what
@@ -72,6 +72,25 @@ fn spec(value: &J, path: Vec<PathSeg>, found: &mut Findings) {
             }
         }
     }
+}
+
+/// Fields an admission plugin owns ([`plugins::PLUGIN_FIELDS`]), in the rendered `pod`: each refused at its path,
+/// naming the plugin, rather than injected into a pod the plugin then refuses.
+pub(crate) fn owned_by_plugins(pod: &J) -> Findings {
+    let mut found = Findings::default();
+    for field in plugins::PLUGIN_FIELDS {
+        let mut paths = Vec::new();
+        let segs: Vec<&str> = field.path.split('.').collect();
+        occurrences(pod, &segs, vec![PathSeg::Key("pod".into())], &mut paths);
+        for path in paths {
+            let reason = format!(
+                "`{}` belongs to the {} admission plugin (on by default), which {}; a template cannot set it",
+                field.path, field.plugin, field.why
+            );
+            found.fatal(path, reason);
+        }
+    }
+    found
 }
 
 /// Fields that the API server of `version` drops (behind a feature gate off by default there,

@@ -181,6 +181,10 @@ impl<'m> Overlay<'m> for &'m YNode {
         key.string().map(ItemKey::Str).or_else(|| key.int().map(ItemKey::Int))
     }
 
+    fn item_second_key(item: &'m YNode, field: &str) -> Option<&'m str> {
+        item.member(field).and_then(Existing::string)
+    }
+
     fn item_name(item: &'m YNode) -> Option<&'m str> {
         item.member("name").and_then(Existing::string)
     }

@@ -301,7 +301,8 @@ impl Template {
         let mut found = api_types::pod(&pod_json);
         let more = defaults_json.as_ref().map(api_types::container_defaults).into_iter();
         let dropped = api_types::dropped_by_release(&pod_json, defaults_json.as_ref(), settings.kubernetes_version);
-        for more in more.chain([dropped]) {
+        let owned = api_types::owned_by_plugins(&pod_json);
+        for more in more.chain([dropped, owned]) {
             found.problems.extend(more.problems);
             found.fatal |= more.fatal;
         }
@@ -342,6 +343,9 @@ impl Template {
         });
         let writes_host_ports =
             pod.has_key("hostPort") || container_defaults.as_ref().is_some_and(|d| d.has_key("hostPort"));
+        let writes = |key: &str| pod.has_key(key) || container_defaults.as_ref().is_some_and(|d| d.has_key(key));
+        let writes_mounts = writes("volumeMounts") || writes("volumeDevices");
+        let writes_spread_inputs = writes("labels") || writes("topologySpreadConstraints");
         let jobs_fell_back = combined_settings.jobs == JobPolicy::NativeSidecar && !native;
         let template = Template {
             id: Arc::new(TemplateId::new(name, hash, set_hash.to_owned())),
@@ -365,6 +369,8 @@ impl Template {
             slot_paths,
             sources: Sources { pod, container_defaults },
             writes_host_ports,
+            writes_mounts,
+            writes_spread_inputs,
             rendered_baseline,
             leaf_checks,
             kubernetes_version: settings.kubernetes_version,

@@ -18,6 +18,11 @@ use crate::validation::{self, FieldError, FieldPath, KubeVersion, Rule, Seg};
 /// The name the container defaults go by when they are validated as a container of their own.
 const DEFAULTS_CONTAINER: &str = "container-defaults";
 
+/// What a per-pod leaf holds while the validator finds the rules of the fields the leaves sit in: a value most
+/// rules accept, so that a field the validator only judges when it is set (a `hostname`, an `envFrom` prefix) has
+/// its rule found too. The rules are found by where the leaves sit, not by what they hold.
+const LEAF_PLACEHOLDER: &str = "x";
+
 /// A per-pod leaf and the rule of the field it is rendered into.
 #[derive(Debug, Clone)]
 pub(crate) struct LeafCheck {
@@ -57,8 +62,7 @@ pub(super) fn leaf_checks(
     slot_paths: &[Vec<PathSeg>],
     version: KubeVersion,
 ) -> Vec<LeafCheck> {
-    // Dynamic leaves become strings here: the rules are found by where they sit, not by what they hold.
-    let (fragment, defaults_index) = fragment(pod, defaults, &mut |_| J::String(String::new()));
+    let (fragment, defaults_index) = fragment(pod, defaults, &mut |_| J::String(LEAF_PLACEHOLDER.to_owned()));
     let rules = validation::leaf_rules(&fragment, version);
     let mut checks = Vec::new();
     for (slot, template_path) in slot_paths.iter().enumerate() {

@@ -132,6 +132,13 @@ pub struct Template {
     /// The template writes a host port (into its containers or, through the defaults, the pod's): whether it is
     /// free depends on the pod's own ports, so each pod is judged whole once the sidecar is merged in.
     writes_host_ports: bool,
+    /// The template writes volume mounts or devices: a path the pod's container uses for a block device (or a
+    /// volume it uses as one) makes the mount invalid, so pods with block devices are judged whole.
+    writes_mounts: bool,
+    /// The template writes labels or topology spread constraints, which meet a pod's own constraints (their
+    /// `matchLabelKeys` read the pod's labels once the API server merges them), so pods with spread constraints
+    /// are judged whole.
+    writes_spread_inputs: bool,
     /// The API server's messages for the template's own part of a pod rendered on the sample pod, when some
     /// per-pod leaf renders a value no single-field rule can judge (a number, a quantity that meets a limit):
     /// such a template's part is validated whole with each pod's values, and a message not among these is the
@@ -185,6 +192,16 @@ impl Template {
     /// judged whole, with the sidecar merged in, before the webhook answers.
     pub(crate) fn judged_with_the_pod(&self) -> bool {
         self.writes_host_ports
+    }
+
+    /// See `writes_mounts`.
+    pub(crate) fn writes_mounts(&self) -> bool {
+        self.writes_mounts
+    }
+
+    /// See `writes_spread_inputs`.
+    pub(crate) fn writes_spread_inputs(&self) -> bool {
+        self.writes_spread_inputs
     }
 
     /// What a pod owned by a Job gets: the template as written, the template in the Job shape, or nothing

@@ -181,7 +181,10 @@ impl Renderer {
         });
         if !reads_pod {
             let ctx = minijinja::context! { values => self.values.clone() };
-            let text = template.render(ctx)?;
+            let text = template.render(ctx).map_err(|e| match self.undefined_values(&e, &nested) {
+                Some(names) => LeafError::UndefinedValue(names),
+                None => LeafError::Expression(e),
+            })?;
             let value: serde_json::Value = match serde_json::from_str(&text) {
                 Ok(value) => value,
                 Err(source) => return Err(LeafError::NotJson { text, source }),
@@ -347,8 +350,17 @@ impl Renderer {
     /// Every leaf that fails for `ctx`, each rendered alone, in slot order.
     fn failures<'a>(&'a self, ctx: &'a Value) -> impl Iterator<Item = RenderError> + 'a {
         (0..self.leaves.len()).filter_map(move |slot| {
-            let result = self.env.get_template(&format!("leaf{slot}")).and_then(|t| t.render(ctx));
-            result.err().map(|e| RenderError { slot, reason: describe(&e) })
+            let template = match self.env.get_template(&format!("leaf{slot}")) {
+                Ok(template) => template,
+                Err(e) => return Some(RenderError { slot, reason: describe(&e) }),
+            };
+            let error = template.render(ctx).err()?;
+            let named = self.undefined_values(&error, &template.undeclared_variables(true));
+            let reason = match named {
+                Some(names) => format!("undefined value: {names}"),
+                None => describe(&error),
+            };
+            Some(RenderError { slot, reason })
         })
     }
 
@@ -363,6 +375,47 @@ impl Renderer {
             values => self.values.clone(),
         };
         self.failures(&ctx).collect()
+    }
+}
+
+impl Renderer {
+    /// For an undefined-value error that does not say which name (minijinja names `pod.labels.x`, not a missing key
+    /// of `values`): each `values.…` the leaf reads (`nested`) that the template's values lack, with the closest
+    /// key there is. `None` for another error, or when every name is defined.
+    #[cold]
+    fn undefined_values(&self, error: &minijinja::Error, nested: &std::collections::HashSet<String>) -> Option<String> {
+        if error.kind() != minijinja::ErrorKind::UndefinedError || undefined_name(error).is_some() {
+            return None;
+        }
+        let mut found: Vec<String> = nested
+            .iter()
+            .filter_map(|var| var.strip_prefix("values."))
+            .filter_map(|rest| {
+                let mut at = &self.values_json;
+                let mut walked = String::from("values");
+                for key in rest.split('.') {
+                    let Some(next) = at.get(key) else {
+                        let keys = at.as_object().into_iter().flat_map(|o| o.keys().map(String::as_str));
+                        let hint = match crate::suggest::closest(key, keys) {
+                            Some(close) => format!(" (did you mean `{walked}.{close}`?)"),
+                            None => {
+                                let keys: Vec<&str> =
+                                    at.as_object().into_iter().flat_map(|o| o.keys().map(String::as_str)).collect();
+                                format!(" (`{walked}` has: {})", keys.join(", "))
+                            }
+                        };
+                        return Some(format!("`{walked}.{key}` is undefined{hint}"));
+                    };
+                    at = next;
+                    walked.push('.');
+                    walked.push_str(key);
+                }
+                None
+            })
+            .collect();
+        found.sort();
+        found.dedup();
+        (!found.is_empty()).then(|| found.join("; "))
     }
 }
 
@@ -403,6 +456,9 @@ pub(crate) enum LeafError {
     /// The expression does not compile, or (reading only values) does not render.
     #[error("{}", describe(.0))]
     Expression(#[from] minijinja::Error),
+    /// Reading only values, it reads one the template's values lack (named, with the closest there is).
+    #[error("undefined value: {0}")]
+    UndefinedValue(String),
     /// It reads a variable templates do not have.
     #[error("unknown variable `{0}` ({hint})", hint = known_variables_hint(.0))]
     UnknownVariable(String),

@@ -9,7 +9,7 @@ use super::yaml::{PathSeg, YNode, YValue};
 use crate::json::{path_token, write_str};
 use crate::patch::{Fragment, OpHead, Sink, op_head};
 use crate::pod_api::add_only::{Form, ItemKey, Overlay};
-use crate::pod_api::merge_rules::{Place, Shape, merge_key_for, shape_of};
+use crate::pod_api::merge_rules::{Place, Shape, merge_key_for, second_key_for, shape_of};
 
 /// A compiled template node.
 #[derive(Debug)]
@@ -56,6 +56,9 @@ pub(crate) struct List {
 pub(crate) struct Item {
     /// The item's merge-key value, for keyed lists.
     pub key: Option<KeyValue>,
+    /// The item's value of the list's second key, when the list has one and the item sets it
+    /// ([`SecondKey`](crate::pod_api::merge_rules::SecondKey)).
+    pub second_key: Option<Box<str>>,
     /// The item's `name`, when it is a static string: a port's name must be unique in its container too.
     pub name: Option<Box<str>>,
     pub node: TNode,
@@ -272,6 +275,10 @@ impl<'m> Overlay<'m> for &'m TNode {
         })
     }
 
+    fn item_second_key(item: &'m Item, _: &str) -> Option<&'m str> {
+        item.second_key.as_deref()
+    }
+
     fn item_name(item: &'m Item) -> Option<&'m str> {
         item.name.as_deref()
     }
@@ -314,16 +321,26 @@ pub(crate) fn compile(
                 _ => None,
             };
             let merge_key = field.and_then(merge_key_for);
+            let second = field.and_then(second_key_for);
             let mut out: Vec<Item> = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
                 path.push(PathSeg::Index(i));
+                let second_key = match second {
+                    Some(second) => second_key(item, second.field, path)?,
+                    None => None,
+                };
                 let key = match merge_key {
                     Some(mk) => {
                         let key = item_key(item, mk, path)?;
-                        if out.iter().any(|o| o.key.as_ref() == Some(&key)) {
+                        let same = |o: &Item| {
+                            o.key.as_ref() == Some(&key)
+                                && second.is_none_or(|s| s.same(o.second_key.as_deref(), second_key.as_deref()))
+                        };
+                        if out.iter().any(same) {
+                            let also = second.map(|s| format!(" and {} {:?}", s.field, second_key.as_deref().or(s.default).unwrap_or("")));
                             return Err(Problem::new(
                                 path.clone(),
-                                format!("two items share the {mk} {}", show_key(&key)),
+                                format!("two items share the {mk} {}{}", show_key(&key), also.unwrap_or_default()),
                             ));
                         }
                         Some(key)
@@ -336,7 +353,7 @@ pub(crate) fn compile(
                     Some(YValue::Str(name)) => Some(name.as_str().into()),
                     _ => None,
                 };
-                out.push(Item { key, name, node });
+                out.push(Item { key, second_key, name, node });
             }
             let whole = Pieces::build(|b| b.list(&out));
             let append_head = pointer.map(|p| op_head(p, true));
@@ -362,6 +379,19 @@ fn item_key(item: &YNode, merge_key: &str, path: &[PathSeg]) -> Result<KeyValue,
         YValue::Int(i) => Ok(KeyValue::Int(*i)),
         YValue::Dynamic(_) => Err(problem(format!("`{merge_key}` cannot depend on the pod: items are matched by it"))),
         _ => Err(problem(format!("`{merge_key}` must be a string or an integer"))),
+    }
+}
+
+/// The value of a list's second key in an item at `path`, if it sets one: static, as items are matched by it.
+fn second_key(item: &YNode, field: &str, path: &[PathSeg]) -> Result<Option<Box<str>>, Problem> {
+    match item.map_get(field).map(|v| &v.value) {
+        None | Some(YValue::Null) => Ok(None),
+        Some(YValue::Str(s)) => Ok(Some(s.as_str().into())),
+        Some(YValue::Dynamic(_)) => {
+            Err(Problem::new(path.to_vec(), format!("`{field}` cannot depend on the pod: items are matched by it")))
+        }
+        // Not a string: the API types refuse it, with their own message.
+        Some(_) => Ok(None),
     }
 }
 

@@ -37,6 +37,12 @@ impl FieldPath {
         self.with(Seg::Field(Cow::Borrowed(field)))
     }
 
+    /// The path of a field whose name is only known at run time (the API server names some errors after a map
+    /// key as if it were a field: `metadata.annotations.seccomp.security.alpha.kubernetes.io/pod`).
+    pub(crate) fn field_named(&self, field: &str) -> FieldPath {
+        self.with(Seg::Field(Cow::Owned(field.to_owned())))
+    }
+
     /// The path of a key of the map at `self`.
     pub(crate) fn key(&self, key: &str) -> FieldPath {
         self.with(Seg::Key(key.to_owned()))

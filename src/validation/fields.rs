@@ -23,6 +23,8 @@ const GATED_OFF: &str = "behind a feature gate off by default up to 1.37, so the
                          load (pod_api::releases)";
 const GATED_NEWER: &str = "kept from 1.35 (its feature on by default from then) and refused at load below \
                            (pod_api::releases); its rules (action and exit codes) are left to the API server";
+const PLUGIN_OWNED: &str = "owned by an admission plugin on by default (Priority, RuntimeClass), which refuses a \
+                            pod's own value: refused at load (pod_api::plugins)";
 const STORAGE_DRIVER: &str = "a storage driver's own fields, left to the API server (that a volume has exactly one \
                               source is judged)";
 
@@ -64,9 +66,9 @@ pub const POD_FIELDS: &[(&str, &str, Account)] = &[
     ("PodSpec", "nodeName", Judged),
     ("PodSpec", "nodeSelector", Judged),
     ("PodSpec", "os", Judged),
-    ("PodSpec", "overhead", NotJudged("set by the RuntimeClass admission plugin, which refuses a pod's own")),
-    ("PodSpec", "preemptionPolicy", NotJudged("set by the Priority admission plugin from the priority class")),
-    ("PodSpec", "priority", NotJudged("set by the Priority admission plugin, which refuses a pod's own")),
+    ("PodSpec", "overhead", NotJudged(PLUGIN_OWNED)),
+    ("PodSpec", "preemptionPolicy", NotJudged(PLUGIN_OWNED)),
+    ("PodSpec", "priority", NotJudged(PLUGIN_OWNED)),
     ("PodSpec", "priorityClassName", Judged),
     ("PodSpec", "readinessGates", Judged),
     ("PodSpec", "resourceClaims", NotJudged("dynamic resource allocation: left to the API server")),

@@ -11,6 +11,7 @@ mod field;
 mod fields;
 pub(crate) mod names;
 mod pod;
+mod pod_wide;
 pub(crate) mod quantity;
 #[cfg(test)]
 mod tests;
@@ -23,6 +24,9 @@ use crate::pod_api::decode;
 pub use field::{BadValue, ErrorKind, FieldError, FieldPath, Seg};
 pub use fields::{Account, POD_FIELDS};
 pub use version::{KubeVersion, VersionError};
+
+/// The most bytes a pod's annotations may hold, keys and values together.
+pub(crate) use names::TOTAL_ANNOTATION_SIZE_LIMIT_B;
 
 /// The problems the API server would report for `pod` (a Pod's JSON: `metadata` and `spec`), if Kubernetes
 /// `version` judged it; empty when it would accept it.
@@ -107,6 +111,10 @@ pub(crate) enum Rule {
     ConfigMapKey,
     /// An HTTP header name.
     HttpHeaderName,
+    /// A relative path without a `..` element: a mount's `subPath`.
+    RelativePath,
+    /// A relative path that neither contains a `..` element nor starts with `..`: a projected file's path.
+    NonReservedPath,
     /// A non-negative resource quantity.
     Quantity,
     /// A container image: no leading or trailing whitespace.
@@ -129,6 +137,8 @@ impl Rule {
             Rule::PortName => names::port_name(value),
             Rule::ConfigMapKey => names::config_map_key(value),
             Rule::HttpHeaderName => names::http_header_name(value),
+            Rule::RelativePath => names::relative_path(value),
+            Rule::NonReservedPath => names::non_reserved_path(value),
             Rule::Image if value.trim() == value => return true,
             Rule::Image => vec!["must not have leading or trailing whitespace".to_owned()],
             Rule::Quantity => match quantity::parse(value) {

@@ -184,6 +184,84 @@ pub(crate) fn http_header_name(value: &str) -> Vec<String> {
 
 /// `InclusiveRangeError`: the message of a number outside `low..=high`, shared with the pod validator's other
 /// ranges.
+/// `validateLocalDescendingPath`: a relative path without a `..` element (a mount's `subPath`, a seccomp
+/// profile's file).
+pub(crate) fn relative_path(value: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if value.starts_with('/') {
+        errors.push("must be a relative path".to_owned());
+    }
+    if value.split('/').any(|part| part == "..") {
+        errors.push("must not contain '..'".to_owned());
+    }
+    errors
+}
+
+/// `ValidateLocalNonReservedPath`: a relative path that neither contains a `..` element nor starts with `..` (a
+/// projected file's path).
+pub(crate) fn non_reserved_path(value: &str) -> Vec<String> {
+    let mut errors = relative_path(value);
+    if value.starts_with("..") && !value.starts_with("../") {
+        errors.push("must not start with '..'".to_owned());
+    }
+    errors
+}
+
+/// `validateWindowsSecurityContextOptions`'s rules for `runAsUserName` (`DOMAIN\USER`, the domain optional).
+pub(crate) fn windows_user_name(value: &str) -> Vec<String> {
+    if value.is_empty() {
+        return vec!["runAsUserName cannot be an empty string".to_owned()];
+    }
+    if value.chars().any(|c| c.is_ascii_control()) {
+        return vec!["runAsUserName cannot contain control characters".to_owned()];
+    }
+    let (domain, user) = match value.matches('\\').count() {
+        0 => ("", value),
+        1 => value.split_once('\\').unwrap_or_default(),
+        _ => return vec!["runAsUserName cannot contain more than one backslash".to_owned()],
+    };
+    let mut errors = Vec::new();
+    if domain.len() >= 256 {
+        errors.push("runAsUserName's Domain length must be under 256 characters".to_owned());
+    }
+    if !domain.is_empty() && !netbios_domain(domain) && !dns_domain(domain) {
+        errors.push("runAsUserName's Domain doesn't match the NetBios nor the DNS format".to_owned());
+    }
+    if user.is_empty() {
+        errors.push("runAsUserName's User cannot be empty".to_owned());
+    } else if user.len() > 104 {
+        errors.push("runAsUserName's User length must not be longer than 104 characters".to_owned());
+    }
+    if !user.is_empty() && user.chars().all(|c| c == '.' || c == ' ') {
+        errors.push("runAsUserName's User cannot contain only periods or spaces".to_owned());
+    }
+    if user.chars().any(|c| "\"/\\:;|=,+*?<>@[]".contains(c)) {
+        errors.push("runAsUserName's User cannot contain the following characters: \"/\\:;|=,+*?<>@[]".to_owned());
+    }
+    errors
+}
+
+/// A NetBIOS domain: `^[^\\/:\*\?"<>|\.][^\\/:\*\?"<>|]{0,14}$`.
+fn netbios_domain(domain: &str) -> bool {
+    let forbidden = |c: char| "\\/:*?\"<>|".contains(c);
+    let mut chars = domain.chars();
+    chars.next().is_some_and(|first| !forbidden(first) && first != '.')
+        && domain.chars().count() <= 15
+        && chars.all(|c| !forbidden(c))
+}
+
+/// A DNS domain: dot-separated labels of letters, digits and inner dashes, at most 63 characters each.
+fn dns_domain(domain: &str) -> bool {
+    domain.split('.').all(|label| {
+        let bytes = label.as_bytes();
+        !bytes.is_empty()
+            && bytes.len() <= 63
+            && bytes.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-')
+            && bytes[0].is_ascii_alphanumeric()
+            && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+    })
+}
+
 pub(crate) fn inclusive_range_error(low: i64, high: i64) -> String {
     format!("must be between {low} and {high}, inclusive")
 }

@@ -12,7 +12,7 @@ use serde_json::{Map, Value as J};
 
 use super::field::{FieldError, FieldPath};
 use super::quantity::{self, Quantity};
-use super::{Cx, Rule};
+use super::{Cx, Rule, pod_wide};
 use crate::pod_api::read::{items, object, strings};
 use crate::pod_api::releases::HOSTNAME_OVERRIDE;
 use crate::pod_api::spec::{
@@ -35,7 +35,6 @@ const SECCOMP_TYPES: &[&str] = &["Localhost", "RuntimeDefault", "Unconfined"];
 const HOST_PATH_TYPES: &[&str] =
     &["", "BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", "FileOrCreate", "Socket"];
 const MOUNT_PROPAGATIONS: &[&str] = &["Bidirectional", "HostToContainer", "None"];
-const WHEN_UNSATISFIABLE: &[&str] = &["DoNotSchedule", "ScheduleAnyway"];
 const TOLERATION_OPERATORS: &[&str] = &["Equal", "Exists"];
 const TAINT_EFFECTS: &[&str] = &["NoExecute", "NoSchedule", "PreferNoSchedule"];
 const NOT_A_SELECTOR_OPERATOR: &str = "not a valid selector operator";
@@ -88,13 +87,20 @@ const RESOURCE_FIELD_PATHS: &[&str] = &[
 pub(super) fn pod(cx: &mut Cx, pod: &J) {
     let root = FieldPath::default();
     if let Some(metadata) = pod.get("metadata") {
-        object_meta(cx, metadata, &root.child("metadata"));
+        let added = pod_wide::annotation_bytes_added(cx, pod);
+        object_meta(cx, metadata, added, &root.child("metadata"));
     }
     let empty = J::Object(Map::new());
-    spec(cx, pod.get("spec").unwrap_or(&empty), &root.child("spec"));
+    let spec_value = pod.get("spec").unwrap_or(&empty);
+    spec(cx, spec_value, &root.child("spec"));
+    pod_wide::pod(cx, pod);
 }
 
-fn object_meta(cx: &mut Cx, metadata: &J, path: &FieldPath) {
+/// The release from which the API machinery says "may not be more than N bytes" (before: "must have at most").
+const TOO_LONG_WORDING_MINOR: u32 = 32;
+
+/// The object's metadata; `added` is what the API server adds to the annotations before it counts them.
+fn object_meta(cx: &mut Cx, metadata: &J, added: usize, path: &FieldPath) {
     if let Some(name) = str_of(metadata, "name").filter(|n| !n.is_empty()) {
         cx.rule(&path.child("name"), name, Rule::Dns1123Subdomain);
     } else if let Some(prefix) = str_of(metadata, "generateName").filter(|n| !n.is_empty()) {
@@ -107,18 +113,19 @@ fn object_meta(cx: &mut Cx, metadata: &J, path: &FieldPath) {
     }
     if let Some(annotations) = object(metadata.get("annotations")) {
         let at = path.child("annotations");
-        let mut total = 0usize;
+        let mut total = added;
         for (key, value) in annotations {
             // The API server lowercases annotation keys before checking them.
             cx.rule_as(&at, &key.to_lowercase(), key, Rule::QualifiedName);
             total += key.len() + value.as_str().map_or(0, str::len);
         }
         if total > super::names::TOTAL_ANNOTATION_SIZE_LIMIT_B {
-            cx.push(FieldError::new(
-                &at,
-                super::field::ErrorKind::TooLong,
-                format!("must have at most {} bytes", super::names::TOTAL_ANNOTATION_SIZE_LIMIT_B),
-            ));
+            let limit = super::names::TOTAL_ANNOTATION_SIZE_LIMIT_B;
+            let detail = match cx.version.at_least(TOO_LONG_WORDING_MINOR) {
+                true => format!("may not be more than {limit} bytes"),
+                false => format!("must have at most {limit} bytes"),
+            };
+            cx.push(FieldError::new(&at, super::field::ErrorKind::TooLong, detail));
         }
     }
 }
@@ -162,8 +169,9 @@ fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
         cx.push(FieldError::required(&path.child("containers"), ""));
     }
     let mut names = HashSet::new();
-    container_list(cx, containers, false, &volumes, &mut names, &path.child("containers"));
-    container_list(cx, init_containers, true, &volumes, &mut names, &path.child("initContainers"));
+    let host_network = spec.get("hostNetwork").and_then(J::as_bool) == Some(true);
+    container_list(cx, containers, false, &volumes, &mut names, host_network, &path.child("containers"));
+    container_list(cx, init_containers, true, &volumes, &mut names, host_network, &path.child("initContainers"));
     for (i, container) in items(spec.get("ephemeralContainers")).iter().enumerate() {
         let name = str_of(container, "name").unwrap_or_default();
         if !name.is_empty() && !names.insert(name) {
@@ -186,7 +194,8 @@ fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
             }
         }
     }
-    host_ports(cx, containers, &path.child("containers"));
+    let host_network = spec.get("hostNetwork").and_then(J::as_bool) == Some(true);
+    host_ports(cx, containers, host_network, &path.child("containers"));
     pod_resources(cx, spec, path);
     if let Some(policy) = str_of(spec, "restartPolicy").filter(|p| !p.is_empty()) {
         cx.rule(&path.child("restartPolicy"), policy, Rule::OneOf(RESTART_POLICIES));
@@ -243,21 +252,6 @@ fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
         for hostname in strings(alias.get("hostnames")) {
             cx.rule_as(&at.child("hostnames"), hostname, hostname, Rule::Dns1123Subdomain);
         }
-    }
-    for (i, constraint) in items(spec.get("topologySpreadConstraints")).iter().enumerate() {
-        let at = path.child("topologySpreadConstraints").index(i);
-        let skew = int_of(constraint, "maxSkew").unwrap_or(0);
-        if skew <= 0 {
-            cx.push(FieldError::invalid(&at.child("maxSkew"), skew, "must be greater than zero"));
-        }
-        match str_of(constraint, "topologyKey").filter(|k| !k.is_empty()) {
-            Some(key) => {
-                cx.rule(&at.child("topologyKey"), key, Rule::QualifiedName);
-            }
-            None => cx.push(FieldError::required(&at.child("topologyKey"), "can not be empty")),
-        }
-        let when = str_of(constraint, "whenUnsatisfiable").unwrap_or_default();
-        cx.rule(&at.child("whenUnsatisfiable"), when, Rule::OneOf(WHEN_UNSATISFIABLE));
     }
 }
 
@@ -621,7 +615,7 @@ fn key_to_paths(cx: &mut Cx, body: &J, path: &FieldPath) {
         if file.is_empty() {
             cx.push(FieldError::required(&at.child("path"), ""));
         }
-        local_non_reserved_path(cx, file, &at.child("path"));
+        cx.rule(&at.child("path"), file, Rule::NonReservedPath);
         file_mode(cx, item, "mode", &at);
     }
 }
@@ -631,7 +625,7 @@ fn downward_api_file(cx: &mut Cx, file: &J, path: &FieldPath) {
     if target.is_empty() {
         cx.push(FieldError::required(&path.child("path"), ""));
     }
-    local_non_reserved_path(cx, target, &path.child("path"));
+    cx.rule(&path.child("path"), target, Rule::NonReservedPath);
     match (file.get("fieldRef").filter(|f| f.is_object()), file.get("resourceFieldRef").filter(|f| f.is_object())) {
         (Some(field_ref), resource) => {
             object_field_selector(cx, field_ref, VOLUME_FIELD_PATHS, &path.child("fieldRef"));
@@ -715,6 +709,7 @@ fn container_list<'j>(
     init: bool,
     volumes: &HashSet<&str>,
     names: &mut HashSet<&'j str>,
+    host_network: bool,
     path: &FieldPath,
 ) {
     for (i, c) in containers.iter().enumerate() {
@@ -734,7 +729,7 @@ fn container_list<'j>(
         // Init containers run one after the other, so only ports within one of them can collide.
         for (i, c) in containers.iter().enumerate() {
             let mut seen = HashSet::new();
-            host_ports_of(cx, c, &path.index(i), &mut seen);
+            host_ports_of(cx, c, host_network, &path.index(i), &mut seen);
         }
     }
 }
@@ -856,9 +851,11 @@ fn handler_of(cx: &mut Cx, body: &J, handlers: &[&'static str], path: &FieldPath
                 if let Some(scheme) = str_of(action, "scheme").filter(|s| !s.is_empty()) {
                     cx.rule(&at.child("scheme"), scheme, Rule::OneOf(HTTP_SCHEMES));
                 }
-                for header in items(action.get("httpHeaders")) {
+                let headers = at.child("httpHeaders");
+                for (i, header) in items(action.get("httpHeaders")).iter().enumerate() {
                     let name = str_of(header, "name").unwrap_or_default();
-                    cx.rule_as(&at.child("httpHeaders"), name, name, Rule::HttpHeaderName);
+                    // Reported at the list, as the API server does; each name is its own leaf.
+                    cx.rule_leaf(&headers, &headers.index(i).child("name"), name, Rule::HttpHeaderName);
                 }
             }
             "tcpSocket" => port_number_or_name(cx, action.get("port"), &at.child("port")),
@@ -943,17 +940,18 @@ fn ports(cx: &mut Cx, ports: &[J], path: &FieldPath) {
     }
 }
 
-/// Host ports across the pod's containers: one protocol, address and port may be taken once.
-fn host_ports(cx: &mut Cx, containers: &[J], path: &FieldPath) {
+/// Host ports across the pod's regular containers: one protocol, address and port may be taken once. Under
+/// `hostNetwork` a port without a `hostPort` takes its `containerPort` (the API server's default).
+fn host_ports(cx: &mut Cx, containers: &[J], host_network: bool, path: &FieldPath) {
     let mut seen = HashSet::new();
     for (i, c) in containers.iter().enumerate() {
-        host_ports_of(cx, c, &path.index(i), &mut seen);
+        host_ports_of(cx, c, host_network, &path.index(i), &mut seen);
     }
 }
 
-fn host_ports_of(cx: &mut Cx, c: &J, path: &FieldPath, seen: &mut HashSet<String>) {
+fn host_ports_of(cx: &mut Cx, c: &J, host_network: bool, path: &FieldPath, seen: &mut HashSet<String>) {
     for (i, port) in items(c.get("ports")).iter().enumerate() {
-        let Some(host) = int_of(port, "hostPort").filter(|p| *p != 0) else { continue };
+        let Some(host) = pod_wide::host_port(port, host_network) else { continue };
         let protocol = str_of(port, "protocol").filter(|p| !p.is_empty()).unwrap_or("TCP");
         let key = format!("{protocol}/{}/{host}", str_of(port, "hostIP").unwrap_or_default());
         if !seen.insert(key.clone()) {
@@ -983,9 +981,8 @@ fn env(cx: &mut Cx, vars: &[J], path: &FieldPath) {
                 "fieldRef" => object_field_selector(cx, selector, ENV_FIELD_PATHS, &here),
                 "resourceFieldRef" => resource_field_selector(cx, selector, false, &here),
                 "configMapKeyRef" | "secretKeyRef" => {
-                    if str_of(selector, "name").is_none_or(str::is_empty) {
-                        cx.push(FieldError::required(&here.child("name"), ""));
-                    }
+                    // `ValidateSecretName` (a DNS subdomain) for both, so an empty name breaks it too.
+                    cx.rule(&here.child("name"), str_of(selector, "name").unwrap_or_default(), Rule::Dns1123Subdomain);
                     match str_of(selector, "key").filter(|k| !k.is_empty()) {
                         Some(key) => {
                             cx.rule(&here.child("key"), key, Rule::ConfigMapKey);
@@ -1153,38 +1150,46 @@ fn volume_mounts(cx: &mut Cx, c: &J, volumes: &HashSet<&str>, path: &FieldPath) 
         let sub_path = str_of(mount, "subPath").unwrap_or_default();
         if !sub_path.is_empty() {
             // The API server reports sub paths at the list's path, without the index.
-            local_descending_path(cx, sub_path, &path.child("subPath"));
+            cx.rule_leaf(&path.child("subPath"), &at.child("subPath"), sub_path, Rule::RelativePath);
         }
         if let Some(expr) = str_of(mount, "subPathExpr").filter(|e| !e.is_empty()) {
             if !sub_path.is_empty() {
                 let detail = "subPathExpr and subPath are mutually exclusive";
                 cx.push(FieldError::invalid(&at.child("subPathExpr"), expr, detail));
             }
-            local_descending_path(cx, expr, &path.child("subPathExpr"));
+            cx.rule_leaf(&path.child("subPathExpr"), &at.child("subPathExpr"), expr, Rule::RelativePath);
         }
-        if let Some(propagation) = str_of(mount, "mountPropagation") {
-            cx.rule(&path.child("mountPropagation"), propagation, Rule::OneOf(MOUNT_PROPAGATIONS));
+        let propagation = str_of(mount, "mountPropagation");
+        if let Some(propagation) = propagation
+            && cx.rule(&path.child("mountPropagation"), propagation, Rule::OneOf(MOUNT_PROPAGATIONS))
+            && propagation == "Bidirectional"
+            && c.get("securityContext").and_then(|s| s.get("privileged")).and_then(J::as_bool) != Some(true)
+        {
+            let detail = "Bidirectional mount propagation is available only to privileged containers";
+            cx.push(FieldError::forbidden(&path.child("mountPropagation"), detail));
         }
-    }
-}
-
-fn local_descending_path(cx: &mut Cx, target: &str, path: &FieldPath) {
-    if target.starts_with('/') {
-        cx.push(FieldError::invalid(path, target, "must be a relative path"));
-    }
-    no_backsteps(cx, target, path);
-}
-
-fn local_non_reserved_path(cx: &mut Cx, target: &str, path: &FieldPath) {
-    local_descending_path(cx, target, path);
-    if target.starts_with("..") && !target.starts_with("../") {
-        cx.push(FieldError::invalid(path, target, "must not start with '..'"));
+        recursive_read_only(cx, mount, propagation, &path.child("recursiveReadOnly"));
     }
 }
 
 fn no_backsteps(cx: &mut Cx, target: &str, path: &FieldPath) {
     if target.split('/').any(|part| part == "..") {
         cx.push(FieldError::invalid(path, target, "must not contain '..'"));
+    }
+}
+
+/// `validateMountRecursiveReadOnly` (from the release that keeps the field): `Enabled` and `IfPossible` need a
+/// read-only mount without propagation.
+fn recursive_read_only(cx: &mut Cx, mount: &J, propagation: Option<&str>, at: &FieldPath) {
+    let Some(mode) = str_of(mount, "recursiveReadOnly") else { return };
+    if !cx.rule(at, mode, Rule::OneOf(&["Disabled", "Enabled", "IfPossible"])) || mode == "Disabled" {
+        return;
+    }
+    if mount.get("readOnly").and_then(J::as_bool) != Some(true) {
+        cx.push(FieldError::forbidden(at, "may only be specified when readOnly is true"));
+    }
+    if propagation.is_some_and(|p| p != "None") {
+        cx.push(FieldError::forbidden(at, "may only be specified when mountPropagation is None or not specified"));
     }
 }
 
@@ -1404,6 +1409,9 @@ fn integer_resource(name: &str) -> bool {
 
 fn security_context(cx: &mut Cx, context: &J, path: &FieldPath) {
     ids(cx, context, path);
+    if let Some(options) = context.get("windowsOptions").filter(|o| o.is_object()) {
+        pod_wide::windows_options(cx, options, &path.child("windowsOptions"));
+    }
     if let Some(mount) = str_of(context, "procMount") {
         cx.rule(&path.child("procMount"), mount, Rule::OneOf(PROC_MOUNTS));
     }
@@ -1425,6 +1433,9 @@ fn security_context(cx: &mut Cx, context: &J, path: &FieldPath) {
 
 fn pod_security_context(cx: &mut Cx, context: &J, path: &FieldPath) {
     ids(cx, context, path);
+    if let Some(options) = context.get("windowsOptions").filter(|o| o.is_object()) {
+        pod_wide::windows_options(cx, options, &path.child("windowsOptions"));
+    }
     if let Some(group) = int_of(context, "fsGroup")
         && !(0..=MAX_INT32).contains(&group)
     {
@@ -1481,7 +1492,9 @@ fn seccomp_profile(cx: &mut Cx, profile: &J, path: &FieldPath) {
             let detail = "must be set when seccomp type is Localhost";
             cx.push(FieldError::required(&path.child("localhostProfile"), detail));
         }
-        ("Localhost", Some(file)) => local_descending_path(cx, file, &path.child("localhostProfile")),
+        ("Localhost", Some(file)) => {
+            cx.rule(&path.child("localhostProfile"), file, Rule::RelativePath);
+        }
         (_, Some(_)) => {
             let detail = "can only be set when seccomp type is Localhost";
             cx.push(FieldError::invalid(&path.child("localhostProfile"), "seccompProfile", detail));
