@@ -4,7 +4,7 @@
 use simd_json::prelude::{ValueAsScalar, ValueIntoString};
 use simd_json::tape::{Array, Value};
 
-use crate::pod_api::spec::{CONTAINER_LISTS, is_security_annotation};
+use crate::pod_api::spec::{CONTAINER_LISTS, legacy_security_annotation};
 
 /// The Pod under review. Accessors read the tape; nothing is copied. The metadata fields and the spec fields
 /// several stages read are located in one walk over each when the view is made (a `get` per field would rescan
@@ -279,7 +279,7 @@ const LARGE_ANNOTATIONS: usize = crate::validation::TOTAL_ANNOTATION_SIZE_LIMIT_
 fn annotations_judged_whole(annotations: Value<'_, '_>) -> bool {
     let mut bytes = 0;
     for (key, value) in string_entries(Some(annotations)) {
-        if is_security_annotation(key) {
+        if legacy_security_annotation(key).is_some() {
             return true;
         }
         bytes += key.len() + value.len();

@@ -187,9 +187,10 @@ impl<'m> Observer<'m> for Injected<'m> {
         if self.steps.is_empty() || self.removed_at.is_some() {
             return;
         }
-        // An item's merge key names it: the item stays, so does its key.
+        // An item's merge key (and second key) names it: the item stays, so does its key.
         if let [.., Step::Field(list), Step::Index(_), Step::Field(key)] = self.steps.as_slice()
-            && merge_rules::merge_key_for(list) == Some(*key)
+            && (merge_rules::merge_key_for(list) == Some(*key)
+                || merge_rules::second_key_for(list).is_some_and(|second| second.field == *key))
         {
             return;
         }

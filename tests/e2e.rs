@@ -10,6 +10,8 @@
 //! One test runs the scenarios in order, because webhook configurations are cluster-wide: each scenario sets up
 //! the webhooks it needs.
 
+#[path = "e2e/admission_chain.rs"]
+mod admission_chain;
 mod common;
 #[path = "e2e/differential.rs"]
 mod differential;
@@ -275,6 +277,15 @@ async fn eventually<T>(what: &str, mut attempt: impl AsyncFnMut() -> Option<T>) 
         assert!(Instant::now() < deadline, "gave up waiting: {what}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Issue 49: generated pods through both our webhooks on the API server's own admission chain; see
+/// `tests/e2e/admission_chain.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: tests/e2e/apiserver.sh"]
+async fn the_admission_chain_accepts_every_pod_the_api_server_accepts_as_sent() {
+    let cluster = Cluster::start();
+    admission_chain::the_admission_chain_accepts_every_pod_it_accepted_as_sent(&cluster).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

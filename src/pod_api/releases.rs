@@ -59,7 +59,11 @@ pub(crate) const SPREAD_MATCH_LABEL_KEYS: GatedField =
 /// anti-affinity).
 pub(crate) const GATED_FIELDS: &[GatedField] = &[
     pod("spec.volumes[].ephemeral", "GenericEphemeralVolume", Some(21)),
-    pod("spec.affinity.*.requiredDuringSchedulingIgnoredDuringExecution[].namespaceSelector", "PodAffinityNamespaceSelector", Some(22)),
+    pod(
+        "spec.affinity.*.requiredDuringSchedulingIgnoredDuringExecution[].namespaceSelector",
+        "PodAffinityNamespaceSelector",
+        Some(22),
+    ),
     pod(
         "spec.affinity.*.preferredDuringSchedulingIgnoredDuringExecution[].podAffinityTerm.namespaceSelector",
         "PodAffinityNamespaceSelector",
@@ -73,8 +77,16 @@ pub(crate) const GATED_FIELDS: &[GatedField] = &[
     SPREAD_MATCH_LABEL_KEYS,
     pod("spec.schedulingGates", "PodSchedulingReadiness", Some(27)),
     APPARMOR_FIELDS,
-    pod("spec.affinity.*.requiredDuringSchedulingIgnoredDuringExecution[].matchLabelKeys", "MatchLabelKeysInPodAffinity", Some(31)),
-    pod("spec.affinity.*.requiredDuringSchedulingIgnoredDuringExecution[].mismatchLabelKeys", "MatchLabelKeysInPodAffinity", Some(31)),
+    pod(
+        "spec.affinity.*.requiredDuringSchedulingIgnoredDuringExecution[].matchLabelKeys",
+        "MatchLabelKeysInPodAffinity",
+        Some(31),
+    ),
+    pod(
+        "spec.affinity.*.requiredDuringSchedulingIgnoredDuringExecution[].mismatchLabelKeys",
+        "MatchLabelKeysInPodAffinity",
+        Some(31),
+    ),
     pod(
         "spec.affinity.*.preferredDuringSchedulingIgnoredDuringExecution[].podAffinityTerm.matchLabelKeys",
         "MatchLabelKeysInPodAffinity",

@@ -59,6 +59,32 @@ pub(crate) const VOLUME_SOURCES: &[&str] = &[
     "image",
 ];
 
+/// The legacy annotation that sets the pod's seccomp profile (still validated, and held to agree with the field).
+pub(crate) const SECCOMP_POD_ANNOTATION: &str = "seccomp.security.alpha.kubernetes.io/pod";
+/// The legacy annotations that set a container's seccomp profile: this prefix and the container's name.
+pub(crate) const SECCOMP_CONTAINER_ANNOTATION_PREFIX: &str = "container.seccomp.security.alpha.kubernetes.io/";
+/// The legacy annotations that set a container's AppArmor profile: this prefix and the container's name.
+pub(crate) const APPARMOR_CONTAINER_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
+
+/// The kind of a legacy security annotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SecurityAnnotation {
+    Seccomp,
+    AppArmor,
+}
+
+/// Is `key` one of the legacy seccomp or AppArmor annotations, which the API server holds to the fields they
+/// stand for (and copies into them in some releases)? Which one.
+pub(crate) fn legacy_security_annotation(key: &str) -> Option<SecurityAnnotation> {
+    if key == SECCOMP_POD_ANNOTATION || key.starts_with(SECCOMP_CONTAINER_ANNOTATION_PREFIX) {
+        Some(SecurityAnnotation::Seccomp)
+    } else if key.starts_with(APPARMOR_CONTAINER_ANNOTATION_PREFIX) {
+        Some(SecurityAnnotation::AppArmor)
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,19 +104,4 @@ mod tests {
             }
         }
     }
-}
-
-/// The legacy annotation that sets the pod's seccomp profile (still validated, and held to agree with the field).
-pub(crate) const SECCOMP_POD_ANNOTATION: &str = "seccomp.security.alpha.kubernetes.io/pod";
-/// The legacy annotations that set a container's seccomp profile: this prefix and the container's name.
-pub(crate) const SECCOMP_CONTAINER_ANNOTATION_PREFIX: &str = "container.seccomp.security.alpha.kubernetes.io/";
-/// The legacy annotations that set a container's AppArmor profile: this prefix and the container's name.
-pub(crate) const APPARMOR_CONTAINER_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
-
-/// Is `key` one of the legacy seccomp or AppArmor annotations, which the API server holds to the fields they
-/// stand for?
-pub(crate) fn is_security_annotation(key: &str) -> bool {
-    key == SECCOMP_POD_ANNOTATION
-        || key.starts_with(SECCOMP_CONTAINER_ANNOTATION_PREFIX)
-        || key.starts_with(APPARMOR_CONTAINER_ANNOTATION_PREFIX)
 }

@@ -384,11 +384,17 @@ impl Renderer {
     /// key there is. `None` for another error, or when every name is defined.
     #[cold]
     fn undefined_values(&self, error: &minijinja::Error, nested: &std::collections::HashSet<String>) -> Option<String> {
-        if error.kind() != minijinja::ErrorKind::UndefinedError || undefined_name(error).is_some() {
+        if error.kind() != minijinja::ErrorKind::UndefinedError {
+            return None;
+        }
+        // minijinja names some undefined reads itself: a pod's are left to its message.
+        let named = undefined_name(error);
+        if named.is_some_and(|name| !name.starts_with("values.")) {
             return None;
         }
         let mut found: Vec<String> = nested
             .iter()
+            .filter(|var| named.is_none_or(|name| name == var.as_str()))
             .filter_map(|var| var.strip_prefix("values."))
             .filter_map(|rest| {
                 let mut at = &self.values_json;
@@ -693,7 +699,8 @@ mod tests {
         assert!(reason.contains("`{{ pod.labels.version | default(...) }}`"), "{reason}");
         let mut r = Renderer::new(&serde_json::json!({"image": "x"}));
         let reason = r.add_leaf("{{ values.imag }}").unwrap_err().to_string();
-        assert!(reason.contains("`{{ values.imag | default(...) }}`"), "{reason}");
+        // A value the template's values lack is named with the closest one they have.
+        assert!(reason.contains("`values.imag` is undefined (did you mean `values.image`?)"), "{reason}");
         let mut r = Renderer::new(&serde_json::json!({}));
         r.add_leaf("{{ pod.name if pod.labels.version is defined }}").unwrap();
         let reason = r.render(&pod(), &[], &mut buf, &mut ranges).unwrap_err().reason;

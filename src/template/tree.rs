@@ -337,7 +337,9 @@ pub(crate) fn compile(
                                 && second.is_none_or(|s| s.same(o.second_key.as_deref(), second_key.as_deref()))
                         };
                         if out.iter().any(same) {
-                            let also = second.map(|s| format!(" and {} {:?}", s.field, second_key.as_deref().or(s.default).unwrap_or("")));
+                            let also = second.map(|s| {
+                                format!(" and {} {:?}", s.field, second_key.as_deref().or(s.default).unwrap_or(""))
+                            });
                             return Err(Problem::new(
                                 path.clone(),
                                 format!("two items share the {mk} {}{}", show_key(&key), also.unwrap_or_default()),

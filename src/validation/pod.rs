@@ -584,8 +584,8 @@ fn volume_source(cx: &mut Cx, volume: &J, path: &FieldPath) {
             "downwardAPI" => {
                 file_mode(cx, body, "defaultMode", &at);
                 // The API server reports these files at the source's own path, without their index.
-                for file in items(body.get("items")) {
-                    downward_api_file(cx, file, &at);
+                for (i, file) in items(body.get("items")).iter().enumerate() {
+                    downward_api_file(cx, file, &at, &at.child("items").index(i));
                 }
             }
             "projected" => projected(cx, body, &at),
@@ -620,12 +620,14 @@ fn key_to_paths(cx: &mut Cx, body: &J, path: &FieldPath) {
     }
 }
 
-fn downward_api_file(cx: &mut Cx, file: &J, path: &FieldPath) {
+/// A downward API file, reported at `path`; `item` is where it sits (its rendered leaves' rules are recorded
+/// there).
+fn downward_api_file(cx: &mut Cx, file: &J, path: &FieldPath, item: &FieldPath) {
     let target = str_of(file, "path").unwrap_or_default();
     if target.is_empty() {
         cx.push(FieldError::required(&path.child("path"), ""));
     }
-    cx.rule(&path.child("path"), target, Rule::NonReservedPath);
+    cx.rule_leaf(&path.child("path"), &item.child("path"), target, Rule::NonReservedPath);
     match (file.get("fieldRef").filter(|f| f.is_object()), file.get("resourceFieldRef").filter(|f| f.is_object())) {
         (Some(field_ref), resource) => {
             object_field_selector(cx, field_ref, VOLUME_FIELD_PATHS, &path.child("fieldRef"));
@@ -658,8 +660,8 @@ fn projected(cx: &mut Cx, body: &J, path: &FieldPath) {
                     key_to_paths(cx, projection, &here);
                 }
                 "downwardAPI" => {
-                    for file in items(projection.get("items")) {
-                        downward_api_file(cx, file, &here);
+                    for (i, file) in items(projection.get("items")).iter().enumerate() {
+                        downward_api_file(cx, file, &here, &here.child("items").index(i));
                     }
                 }
                 "serviceAccountToken" => {

@@ -12,10 +12,12 @@ use serde_json::Value as J;
 use super::field::{BadValue, FieldError, FieldPath};
 use super::{Cx, Rule};
 use crate::pod_api::read::{is_true, items, object, strings, text};
-use crate::pod_api::releases::{APPARMOR_FIELDS, HOST_PROCESS, HOST_USERS, SPREAD_MATCH_LABEL_KEYS, SPREAD_MIN_DOMAINS};
+use crate::pod_api::releases::{
+    APPARMOR_FIELDS, HOST_PROCESS, HOST_USERS, SPREAD_MATCH_LABEL_KEYS, SPREAD_MIN_DOMAINS,
+};
 use crate::pod_api::spec::{
-    APPARMOR_CONTAINER_ANNOTATION_PREFIX, CONTAINER_LISTS, CONTAINERS, INIT_CONTAINERS, SECCOMP_CONTAINER_ANNOTATION_PREFIX,
-    SECCOMP_POD_ANNOTATION,
+    APPARMOR_CONTAINER_ANNOTATION_PREFIX, CONTAINER_LISTS, CONTAINERS, INIT_CONTAINERS,
+    SECCOMP_CONTAINER_ANNOTATION_PREFIX, SECCOMP_POD_ANNOTATION,
 };
 
 /// The release whose API server reports a port that breaks the `hostNetwork` rule at its `hostPort`
@@ -90,9 +92,17 @@ fn host_network_ports(cx: &mut Cx, containers: &[J], path: &FieldPath) {
             let Some(host) = host_port(port, true).filter(|host| *host != container) else { continue };
             let at = path.index(i).child("ports").index(j);
             cx.push(if cx.version.at_least(HOST_NETWORK_DEPS_MINOR) {
-                FieldError::invalid(&at.child("hostPort"), host, "must match `containerPort` when `hostNetwork` is true")
+                FieldError::invalid(
+                    &at.child("hostPort"),
+                    host,
+                    "must match `containerPort` when `hostNetwork` is true",
+                )
             } else {
-                FieldError::invalid(&at.child("containerPort"), container, "must match `hostPort` when `hostNetwork` is true")
+                FieldError::invalid(
+                    &at.child("containerPort"),
+                    container,
+                    "must match `hostPort` when `hostNetwork` is true",
+                )
             });
         }
     }
@@ -124,8 +134,10 @@ fn host_sysctls(cx: &mut Cx, spec: &J, path: &FieldPath) {
 /// The sysctls of the IPC namespace (`sysctl.GetNamespace`).
 fn ipc_sysctl(name: &str) -> bool {
     let name = name.replace('/', ".");
-    matches!(name.as_str(), "kernel.sem" | "kernel.shmall" | "kernel.shmmax" | "kernel.shmmni" | "kernel.shm_rmid_forced")
-        || name.starts_with("kernel.msg")
+    matches!(
+        name.as_str(),
+        "kernel.sem" | "kernel.shmall" | "kernel.shmmax" | "kernel.shmmni" | "kernel.shm_rmid_forced"
+    ) || name.starts_with("kernel.msg")
         || name.starts_with("fs.mqueue.")
 }
 
@@ -152,7 +164,8 @@ fn security_annotations(cx: &mut Cx, annotations: &serde_json::Map<String, J>, s
     // `validateSeccompAnnotationsAndFields`: each field with the annotation of its own level (the pod's field is
     // not inherited here).
     let context = spec.get("securityContext");
-    if let (Some(field), Some(value)) = (context.and_then(|c| c.get("seccompProfile")), annotation(SECCOMP_POD_ANNOTATION))
+    if let (Some(field), Some(value)) =
+        (context.and_then(|c| c.get("seccompProfile")), annotation(SECCOMP_POD_ANNOTATION))
     {
         seccomp_agrees(cx, value, field, &FieldPath::default().child("spec").child("securityContext"));
     }
@@ -227,7 +240,8 @@ fn seccomp_agrees(cx: &mut Cx, value: &str, field: &J, context: &FieldPath) {
 /// Does a profile field (`type`, `localhostProfile`) agree with the annotation `value`, which spells
 /// `RuntimeDefault` as one of `runtime_default`? The API server's error if not.
 fn profile_agrees(kind: &str, value: &str, field: &J, at: &FieldPath, runtime_default: &[&str]) -> Option<FieldError> {
-    let type_error = || FieldError::forbidden(&at.child("type"), format!("{kind} type in annotation and field must match"));
+    let type_error =
+        || FieldError::forbidden(&at.child("type"), format!("{kind} type in annotation and field must match"));
     match text(field.get("type")) {
         "Unconfined" if value != "unconfined" => Some(type_error()),
         "RuntimeDefault" if !runtime_default.contains(&value) => Some(type_error()),
@@ -275,7 +289,8 @@ pub(super) fn annotation_bytes_added(cx: &Cx, pod: &J) -> usize {
         };
         key.len() + value
     };
-    let pod_level = copied(SECCOMP_POD_ANNOTATION.to_owned(), spec.get("securityContext").and_then(|c| c.get("seccompProfile")));
+    let pod_level =
+        copied(SECCOMP_POD_ANNOTATION.to_owned(), spec.get("securityContext").and_then(|c| c.get("seccompProfile")));
     let containers: usize = [INIT_CONTAINERS, CONTAINERS]
         .iter()
         .flat_map(|list| items(spec.get(*list)))
@@ -413,7 +428,8 @@ fn match_label_keys(cx: &mut Cx, constraint: &J, labels: Option<&serde_json::Map
         cx.push(FieldError::forbidden(&at.child("matchLabelKeys"), detail));
         return;
     };
-    let mut seen: HashSet<&str> = object(selector.get("matchLabels")).into_iter().flatten().map(|(k, _)| k.as_str()).collect();
+    let mut seen: HashSet<&str> =
+        object(selector.get("matchLabels")).into_iter().flatten().map(|(k, _)| k.as_str()).collect();
     seen.extend(items(selector.get("matchExpressions")).iter().map(|e| text(e.get("key"))));
     for (k, key) in keys.iter().enumerate() {
         let here = at.child("matchLabelKeys").index(k);
