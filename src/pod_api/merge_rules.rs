@@ -35,7 +35,8 @@ pub(crate) fn merge_key_for(field: &str) -> Option<&'static str> {
 }
 
 /// A keyed list whose items the API tells apart by a second field beside the merge key (its `listMapKeys`): a
-/// port by its protocol (`53/TCP` and `53/UDP` are two ports), a spread constraint by `whenUnsatisfiable`. Two
+/// spread constraint by `whenUnsatisfiable`. (A port's `protocol` is one too in the API; ports stay matched by
+/// `containerPort` alone here, which keeps a pod's port of either protocol the user's.) Two
 /// items are the same item only when both fields are equal, the second read with the API server's default when
 /// absent.
 #[derive(Debug, Clone, Copy)]
@@ -55,7 +56,6 @@ impl SecondKey {
 /// The second key of the keyed list under `field`, if the API has one (see [`SecondKey`]).
 pub(crate) fn second_key_for(field: &str) -> Option<SecondKey> {
     match field {
-        PORTS => Some(SecondKey { field: "protocol", default: Some("TCP") }),
         "topologySpreadConstraints" => Some(SecondKey { field: "whenUnsatisfiable", default: None }),
         _ => None,
     }
