@@ -242,11 +242,6 @@ const KEEP_PARSER_BUFFERS_UP_TO: usize = 1024 * 1024;
 /// simd-json to parse the body in place, which reallocates (copies) the body if its capacity is short.
 pub const PARSE_PADDING: usize = simd_json::INPUT_PADDING;
 
-/// The last release whose API server copies a seccomp annotation into the field it stands for (removed in 1.27).
-const SECCOMP_ANNOTATIONS_COPIED_UNTIL: u32 = 26;
-/// The first release whose API server copies an AppArmor annotation into a container's field (the field's).
-const APPARMOR_ANNOTATIONS_COPIED_FROM: u32 = 30;
-
 /// Status code of a refusal: the pod as sent cannot be injected.
 const DENY_CODE: u16 = 400;
 /// Status code of a validation refusal: the pod is well-formed but lacks what policy requires.
@@ -703,7 +698,10 @@ impl Engine {
         // webhooks (seccomp before 1.27, AppArmor from 1.30): the pod seen here may have a field the mutating call
         // did not see, whose absence then decided it (a sidecar withheld for a profile that disagreed with the
         // annotation). Such a pod is never refused here for what it lacks; it is warned about.
-        if uninjected && self.fields_copied_from_annotations(pod) {
+        let version = self.settings.kubernetes_version;
+        if uninjected
+            && pod.annotation_entries().any(|(key, _)| validation::annotation_copied_into_a_field(key, version))
+        {
             outcome.warnings.push(format!(
                 "{message} (admitted: the API server copied the pod's legacy seccomp or AppArmor annotations into \
                  their fields after the mutating call, so what that call judged cannot be told from here)"
@@ -720,18 +718,6 @@ impl Engine {
                 Decision::Allow(Verdict::Incomplete { missing, refused: false })
             }
         }
-    }
-
-    /// Does the API server of our release copy one of the pod's legacy security annotations into a field after
-    /// the mutating webhooks (`applySeccompVersionSkew` before 1.27, `applyAppArmorVersionSkew` from 1.30)?
-    #[cold]
-    fn fields_copied_from_annotations(&self, pod: &PodView<'_, '_>) -> bool {
-        let minor = self.settings.kubernetes_version.minor;
-        pod.annotation_entries().any(|(key, _)| match crate::pod_api::spec::legacy_security_annotation(key) {
-            Some(crate::pod_api::spec::SecurityAnnotation::Seccomp) => minor < SECCOMP_ANNOTATIONS_COPIED_UNTIL + 1,
-            Some(crate::pod_api::spec::SecurityAnnotation::AppArmor) => minor >= APPARMOR_ANNOTATIONS_COPIED_FROM,
-            None => false,
-        })
     }
 
     /// The pod's valid overrides of the template's values, in one pass over its annotations; a warning for

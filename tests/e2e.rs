@@ -266,6 +266,18 @@ async fn register(cluster: &Cluster, collection: &str, configuration: &Value) {
     cluster.must_create(collection, configuration).await;
 }
 
+/// The runner of a generated campaign: `cases` cases from a fixed seed, the same on every run (CI stays
+/// reproducible); `E2E_CASES=N` draws N new ones from a random seed.
+fn case_runner(cases: u32) -> proptest::test_runner::TestRunner {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let campaign: Option<u32> = std::env::var("E2E_CASES").ok().and_then(|n| n.parse().ok());
+    let config = Config { cases: campaign.unwrap_or(cases), failure_persistence: None, ..Config::default() };
+    match campaign {
+        Some(_) => TestRunner::new(config),
+        None => TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha)),
+    }
+}
+
 /// Retries `attempt` until it returns `Some`, for at most 30 s: configuration changes and template reloads reach
 /// the API server and the injector asynchronously.
 async fn eventually<T>(what: &str, mut attempt: impl AsyncFnMut() -> Option<T>) -> T {

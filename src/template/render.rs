@@ -401,14 +401,11 @@ impl Renderer {
                 let mut walked = String::from("values");
                 for key in rest.split('.') {
                     let Some(next) = at.get(key) else {
-                        let keys = at.as_object().into_iter().flat_map(|o| o.keys().map(String::as_str));
-                        let hint = match crate::suggest::closest(key, keys) {
+                        let keys: Vec<&str> =
+                            at.as_object().into_iter().flat_map(|o| o.keys().map(String::as_str)).collect();
+                        let hint = match crate::suggest::closest(key, keys.iter().copied()) {
                             Some(close) => format!(" (did you mean `{walked}.{close}`?)"),
-                            None => {
-                                let keys: Vec<&str> =
-                                    at.as_object().into_iter().flat_map(|o| o.keys().map(String::as_str)).collect();
-                                format!(" (`{walked}` has: {})", keys.join(", "))
-                            }
+                            None => format!(" (`{walked}` has: {})", keys.join(", ")),
                         };
                         return Some(format!("`{walked}.{key}` is undefined{hint}"));
                     };

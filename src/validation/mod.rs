@@ -27,6 +27,7 @@ pub use version::{KubeVersion, VersionError};
 
 /// The most bytes a pod's annotations may hold, keys and values together.
 pub(crate) use names::TOTAL_ANNOTATION_SIZE_LIMIT_B;
+pub(crate) use pod_wide::annotation_copied_into_a_field;
 
 /// The problems the API server would report for `pod` (a Pod's JSON: `metadata` and `spec`), if Kubernetes
 /// `version` judged it; empty when it would accept it.

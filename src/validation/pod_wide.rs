@@ -10,14 +10,14 @@ use std::collections::HashSet;
 use serde_json::Value as J;
 
 use super::field::{BadValue, FieldError, FieldPath};
-use super::{Cx, Rule};
+use super::{Cx, KubeVersion, Rule};
 use crate::pod_api::read::{is_true, items, object, strings, text};
 use crate::pod_api::releases::{
     APPARMOR_FIELDS, HOST_PROCESS, HOST_USERS, SPREAD_MATCH_LABEL_KEYS, SPREAD_MIN_DOMAINS,
 };
 use crate::pod_api::spec::{
-    APPARMOR_CONTAINER_ANNOTATION_PREFIX, CONTAINER_LISTS, CONTAINERS, INIT_CONTAINERS,
-    SECCOMP_CONTAINER_ANNOTATION_PREFIX, SECCOMP_POD_ANNOTATION,
+    APPARMOR_CONTAINER_ANNOTATION_PREFIX, CONTAINER_LISTS, CONTAINERS, EPHEMERAL_CONTAINERS, INIT_CONTAINERS,
+    SECCOMP_CONTAINER_ANNOTATION_PREFIX, SECCOMP_POD_ANNOTATION, SecurityAnnotation, legacy_security_annotation,
 };
 
 /// The release whose API server reports a port that breaks the `hostNetwork` rule at its `hostPort`
@@ -29,6 +29,19 @@ const HOST_SYSCTLS_MINOR: u32 = 27;
 /// The last release whose API server copies a seccomp field into its annotation when the annotation is absent
 /// (`applySeccompVersionSkew`, removed in 1.25): the copy counts towards the annotations' total size.
 const SECCOMP_FIELD_COPIED_UNTIL: u32 = 24;
+/// The last release whose API server copies a seccomp annotation into the field it stands for (removed in 1.27).
+const SECCOMP_ANNOTATION_COPIED_UNTIL: u32 = 26;
+
+/// Does the API server of `version` copy the legacy security annotation `key` into the field it stands for, after
+/// the mutating webhooks (`applySeccompVersionSkew` before 1.27, `applyAppArmorVersionSkew` from 1.30, when the
+/// AppArmor fields came)?
+pub(crate) fn annotation_copied_into_a_field(key: &str, version: KubeVersion) -> bool {
+    match legacy_security_annotation(key) {
+        Some(SecurityAnnotation::Seccomp) => !version.at_least(SECCOMP_ANNOTATION_COPIED_UNTIL + 1),
+        Some(SecurityAnnotation::AppArmor) => APPARMOR_FIELDS.kept_at(version.minor),
+        None => false,
+    }
+}
 
 const HOST_USERS_FALSE: &str = "when `hostUsers` is false";
 
@@ -205,7 +218,7 @@ fn security_annotations(cx: &mut Cx, annotations: &serde_json::Map<String, J>, s
 /// ephemeral), by name, with their paths.
 fn visit_containers(spec: &J) -> Vec<(&str, &J, FieldPath)> {
     let path = FieldPath::default().child("spec");
-    [INIT_CONTAINERS, CONTAINERS, CONTAINER_LISTS[2]]
+    [INIT_CONTAINERS, CONTAINERS, EPHEMERAL_CONTAINERS]
         .into_iter()
         .flat_map(|list| {
             let at = path.child(list);
@@ -219,12 +232,7 @@ fn seccomp_annotation_value(cx: &mut Cx, value: &str, at: &FieldPath) {
     match value.strip_prefix("localhost/") {
         _ if matches!(value, "runtime/default" | "docker/default" | "unconfined") => {}
         Some(file) => {
-            if file.starts_with('/') {
-                cx.push(FieldError::invalid(at, file, "must be a relative path"));
-            }
-            if file.split('/').any(|part| part == "..") {
-                cx.push(FieldError::invalid(at, file, "must not contain '..'"));
-            }
+            cx.rule_as(at, file, file, Rule::RelativePath);
         }
         None => cx.push(FieldError::invalid(at, value, "must be a valid seccomp profile")),
     }

@@ -7,7 +7,7 @@
 //! must be accepted once injected: injected, or admitted without the sidecar with a warning, never refused.
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use proptest::test_runner::TestCaseError;
 use serde_json::{Value, json};
 
 use super::{Cluster, Injector, MUTATING, VALIDATING, configuration, register};
@@ -201,8 +201,7 @@ fn pod(name: &str, template: &str, changes: &[Change]) -> Value {
         let filler = (256 * 1024usize).saturating_sub(used + under + "filler".len());
         metadata["annotations"]["filler"] = json!("x".repeat(filler));
     }
-    // Unique names per volume list: a repeated change would make the pod invalid for a reason of its own (the
-    // case stays valid: the API server refuses it as sent, and it is not compared).
+    // A repeated change (two block devices) makes a pod the API server refuses as sent: not compared.
     pod
 }
 
@@ -292,12 +291,7 @@ pub(super) async fn the_admission_chain_accepts_every_pod_it_accepted_as_sent(cl
     })
     .await;
 
-    let campaign: Option<u32> = std::env::var("E2E_CASES").ok().and_then(|n| n.parse().ok());
-    let config = Config { cases: campaign.unwrap_or(CASES), failure_persistence: None, ..Config::default() };
-    let mut runner = match campaign {
-        Some(_) => TestRunner::new(config),
-        None => TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha)),
-    };
+    let mut runner = super::case_runner(CASES);
     let seen = std::cell::RefCell::new(Seen::default());
     let strategy = (prop::sample::select(TEMPLATES), prop::collection::vec(change(), 0..4));
     let handle = tokio::runtime::Handle::current();

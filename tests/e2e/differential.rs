@@ -6,7 +6,7 @@
 //! with (overrides vetted) is one the API server stores.
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use proptest::test_runner::TestCaseError;
 use serde_json::{Value, json};
 use sidecar_injector::validation::validate_pod;
 use sidecar_injector::{Engine, Settings, TemplateSet, Verdict};
@@ -633,13 +633,7 @@ fn the_validator_agrees_with_the_api_server() {
                           "handler": "kata"});
         cluster.must_create("/apis/node.k8s.io/v1/runtimeclasses", kata).await;
     });
-    // The same cases on every run (CI stays reproducible); `E2E_CASES=N` draws N new ones from a random seed.
-    let campaign: Option<u32> = std::env::var("E2E_CASES").ok().and_then(|n| n.parse().ok());
-    let config = Config { cases: campaign.unwrap_or(CASES), failure_persistence: None, ..Config::default() };
-    let mut runner = match campaign {
-        Some(_) => TestRunner::new(config),
-        None => TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha)),
-    };
+    let mut runner = super::case_runner(CASES);
     let coverage = std::cell::RefCell::new(Coverage::default());
     let strategy = prop::collection::vec(change(), 0..4);
     let result =
