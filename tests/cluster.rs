@@ -364,10 +364,13 @@ fn check_the_injector_runs_as_shipped(cluster: &Cluster) {
         let pods = pods["items"].as_array().unwrap().clone();
         (pods.len() == 2).then_some(pods)
     });
+    // The image imported first, or the one an upgrade moved to (`check_upgrade_in_place`).
+    let image = &deployment["spec"]["template"]["spec"]["containers"][0]["image"];
+    assert!(image == IMAGE || image == NEXT_IMAGE, "{image}");
     for pod in &pods {
         assert!(all_ready(pod), "{}", pod["status"]);
         let container = &pod["spec"]["containers"][0];
-        assert_eq!(container["image"], IMAGE);
+        assert_eq!(&container["image"], image);
         assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
         assert_eq!(pod["spec"]["securityContext"]["runAsUser"], 65532);
         assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0, "{}", pod["status"]);
@@ -823,23 +826,28 @@ fn injected_version(pod: &Value) -> Option<String> {
     Some(serde_json::from_str::<Value>(status).unwrap()["version"].as_str().unwrap().to_owned())
 }
 
-/// Writes the shipped templates into `my-templates/` with `edit` applied, and applies them to the ConfigMap as the
-/// README's "Changing the template safely" does.
+/// The overlay's templates (issue 50: their one home), which `certs` seeded with the shipped ones.
+fn overlay_templates(cluster: &Cluster) -> PathBuf {
+    cluster.work.join("my-injector/templates")
+}
+
+/// Edits the overlay's templates in place (`edit` on `my-injector/templates/`) and deploys them the README's way
+/// (its "edit" block: `check` the overlay, `kubectl apply -k`; the log line it greps is for people).
 fn apply_templates(cluster: &Cluster, edit: impl Fn(&Path)) -> Instant {
-    let dir = cluster.work.join("my-templates");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    for entry in std::fs::read_dir(Path::new(ROOT).join("templates")).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
-    }
-    edit(&dir);
-    let output = cluster.shell(
-        "kubectl -n sidecar-injector create configmap sidecar-injector-templates --from-file=my-templates/ \\
-           --dry-run=client -o yaml | kubectl apply -f -",
-    );
-    assert!(output.status.success(), "{}", text(&output));
+    edit(&overlay_templates(cluster));
+    let block = readme_block("edit");
+    let block: String = block.lines().filter(|l| !l.contains(" logs ")).map(|l| format!("{l}\n")).collect();
+    let output = cluster.command("bash").env("EDITOR", "true").args(["-euo", "pipefail", "-c", &block]).output();
+    let output = output.unwrap();
+    assert!(output.status.success(), "the README's edit block:\n{block}\n{}", text(&output));
     Instant::now()
+}
+
+/// `sidecar-injector check my-injector`, which must refuse: what it says.
+fn check_refuses_the_overlay(cluster: &Cluster) -> String {
+    let output = cluster.command("sidecar-injector").args(["check", "my-injector"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1), "check refuses:\n{}", text(&output));
+    text(&output)
 }
 
 /// A template edit through the API reaches every replica through the kubelet's projection: new pods get the new
@@ -856,16 +864,13 @@ fn check_a_template_edit_through_the_api(cluster: &Cluster) -> (u64, u64) {
     let old_sets: Vec<String> = replica_metrics(cluster).iter().map(|(_, page)| served_set(page)).collect();
     cluster.kubectl_ok(&["create", "namespace", "rollout"]);
     cluster.kubectl_ok(&["label", "namespace", "rollout", "sidecar-injector.io/inject=enabled"]);
-    let edit_demo = |dir: &Path| {
+    // 1. An edit of a template: the kubelet brings it to each replica on its own sync.
+    let applied = apply_templates(cluster, |dir| {
         let demo = std::fs::read_to_string(dir.join("demo.yaml")).unwrap();
         let edited = demo.replace("  port: 15000\n", "  port: 15000\n  edition: 2\n");
         assert_ne!(demo, edited);
         std::fs::write(dir.join("demo.yaml"), edited).unwrap();
-        demo
-    };
-
-    // 1. An edit of a template: the kubelet brings it to each replica on its own sync.
-    let applied = apply_templates(cluster, |dir| drop(edit_demo(dir)));
+    });
     let mut refused = Vec::new();
     let mut first_new = None;
     for round in 0..240 {
@@ -888,13 +893,23 @@ fn check_a_template_edit_through_the_api(cluster: &Cluster) -> (u64, u64) {
     assert!(refused.is_empty(), "pods refused while the edit rolled through the replicas: {refused:#?}");
     let edited_after = first_new.unwrap();
 
-    // 2. An edit that adds a template, named by pods from the moment it is applied.
+    // 2. An edit that adds a template of the test's own (no file of this repository), named by pods from the
+    // moment it is applied. Until the overlay lists it, `check` refuses: `kubectl apply -k` would leave it out.
     let edited_sets: Vec<String> = replica_metrics(cluster).iter().map(|(_, page)| served_set(page)).collect();
     let applied = apply_templates(cluster, |dir| {
-        let demo = edit_demo(dir);
+        let demo = std::fs::read_to_string(dir.join("demo.yaml")).unwrap();
         let second =
             demo.replace("demo-sidecar", "demo2-sidecar").replace("sidecar-injector-demo", "sidecar-injector-demo2");
         std::fs::write(dir.join("demo2.yaml"), second).unwrap();
+        let refusal = check_refuses_the_overlay(cluster);
+        assert!(refusal.contains("demo2.yaml: not in the files of"), "{refusal}");
+        // Listed as the README says (a line under `files:`).
+        let kustomization = dir.parent().unwrap().join("kustomization.yaml");
+        let text = std::fs::read_to_string(&kustomization).unwrap();
+        let listed = text
+            .replace("      - templates/demo.yaml\n", "      - templates/demo.yaml\n      - templates/demo2.yaml\n");
+        assert_ne!(text, listed);
+        std::fs::write(&kustomization, listed).unwrap();
     });
     let (mut missed, mut first_added) = (0, None);
     for round in 0..240 {
@@ -938,13 +953,16 @@ fn check_a_broken_edit_is_refused_and_the_fix_recovers(cluster: &Cluster) {
         |page: &str| metric(page, "sidecar_injector_template_reloads_total", r#"result="error""#).unwrap_or(0.0);
     let before: Vec<f64> = replica_metrics(cluster).iter().map(|(_, page)| refusals(page)).collect();
     let good_version = injected_version(&dry_run_pod(cluster, "rollout", "before-broken", "demo").unwrap());
-    apply_templates(cluster, |dir| {
-        let demo = std::fs::read_to_string(dir.join("demo.yaml")).unwrap();
-        // A pull policy the API server does not know: it would refuse every pod injected with it.
-        let broken = demo.replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Sometimes");
-        assert_ne!(demo, broken);
-        std::fs::write(dir.join("demo.yaml"), broken).unwrap();
-    });
+    // A pull policy the API server does not know: it would refuse every pod injected with it. `check` says so;
+    // applied anyway (as by a user who skips it), the replicas refuse it.
+    let demo = overlay_templates(cluster).join("demo.yaml");
+    let good_demo = std::fs::read_to_string(&demo).unwrap();
+    let broken = good_demo.replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Sometimes");
+    assert_ne!(good_demo, broken);
+    std::fs::write(&demo, broken).unwrap();
+    let refusal = check_refuses_the_overlay(cluster);
+    assert!(refusal.contains("demo.yaml:") && refusal.contains("Sometimes"), "{refusal}");
+    cluster.kubectl_ok(&["apply", "-k", "my-injector"]);
     wait_for(Duration::from_secs(240), "every replica to refuse the broken edit", || {
         let replicas = replica_metrics(cluster);
         (replicas.len() == 2 && replicas.iter().zip(&before).all(|((_, page), was)| refusals(page) > *was))
@@ -960,11 +978,9 @@ fn check_a_broken_edit_is_refused_and_the_fix_recovers(cluster: &Cluster) {
     check_the_injector_runs_as_shipped(cluster);
     let version = injected_version(&dry_run_pod(cluster, "rollout", "during-broken", "demo").unwrap());
     assert_eq!(version, good_version, "the last good template serves");
-    // The fix: the edit as it was before.
+    // The fix: the edit as it was before, a new edition.
     apply_templates(cluster, |dir| {
-        let demo = std::fs::read_to_string(dir.join("demo.yaml")).unwrap();
-        std::fs::write(dir.join("demo.yaml"), demo.replace("  port: 15000\n", "  port: 15000\n  edition: 3\n"))
-            .unwrap();
+        std::fs::write(dir.join("demo.yaml"), good_demo.replace("  edition: 2\n", "  edition: 3\n")).unwrap();
     });
     wait_for(Duration::from_secs(240), "every replica to take the fix", || {
         let sets: Vec<String> = replica_metrics(cluster).iter().map(|(_, page)| served_set(page)).collect();
@@ -997,7 +1013,9 @@ fn check_the_drift_report(cluster: &Cluster) {
 }
 
 /// Re-running `certs` (the CA kept) and `kubectl apply -k` rotates the serving certificate: every replica reloads
-/// it, and no admission fails while pods are created meanwhile.
+/// it, no admission fails while pods are created meanwhile, and the overlay's templates stay (issue 50: the
+/// README's renewal once put the shipped ConfigMap back over the user's): every pod naming the test's own
+/// template, `demo2`, is injected with it throughout.
 fn check_certificate_rotation(cluster: &Cluster) {
     let reloads =
         |page: &str| metric(page, "sidecar_injector_certificate_reloads_total", r#"result="ok""#).unwrap_or(0.0);
@@ -1006,44 +1024,145 @@ fn check_certificate_rotation(cluster: &Cluster) {
     let deploy = readme_block("deploy");
     let certs_line = deploy.lines().find(|l| l.starts_with("sidecar-injector certs")).unwrap();
     let version = certs_version_flag();
-    let output = cluster.shell(&format!("{certs_line}{version} && kubectl apply -k my-injector"));
-    assert!(output.status.success(), "{}", text(&output));
-    assert!(text(&output).contains("keeping the CA"), "{}", text(&output));
-    let mut failures = Vec::new();
-    for round in 0..240 {
-        if let Err(e) = dry_run_pod(cluster, "rollout", &format!("rotation-{round}"), "demo") {
-            failures.push(e);
-        }
-        let now = replica_metrics(cluster);
-        let rotated = now.len() == before.len()
-            && now.iter().all(|(pod, page)| before.iter().any(|(p, was)| p == pod && reloads(page) > *was));
-        if rotated {
-            break;
-        }
-        assert!(round < 239, "the certificate did not reach every replica");
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    assert!(failures.is_empty(), "admissions failed during the rotation: {failures:#?}");
+    let (injected, missing, refused) = pods_during(cluster, 20, "demo2", || {
+        let output = cluster.shell(&format!("{certs_line}{version} && kubectl apply -k my-injector"));
+        assert!(output.status.success(), "{}", text(&output));
+        let said = text(&output);
+        assert!(said.contains("keeping the CA") && said.contains("keeping the templates in"), "{said}");
+        wait_for(Duration::from_secs(240), "the certificate on every replica", || {
+            let now = replica_metrics(cluster);
+            let rotated = now.len() == before.len()
+                && now.iter().all(|(pod, page)| before.iter().any(|(p, was)| p == pod && reloads(page) > *was));
+            rotated.then_some(())
+        });
+    });
+    eprintln!("renewal: {injected} pods injected with demo2, {missing} without it, {} refused", refused.len());
+    assert_eq!((missing, refused.len()), (0, 0), "pods lost during the renewal: {refused:#?}");
 }
 
-/// Pods created (server-side dry runs, five a second, in an injected namespace) while `disrupt` runs on another
-/// thread: how many got the sidecar, how many were admitted without it, and the refusals.
-fn pods_during(cluster: &Cluster, rounds: usize, disrupt: impl FnOnce() + Send) -> (usize, usize, Vec<String>) {
+/// Issue 50: an upgrade in place, as docs/operations.md ("Upgrading") gives it: a newer release's base (here the
+/// repository's manifests with a changed shipped template, where a user would `git pull`) and a new image tag,
+/// `certs --out my-injector --image NEW` and `kubectl apply -k`. The replicas roll onto the new image; the CA and
+/// the user's templates stay (the changed shipped template never reaches the cluster); every pod created
+/// meanwhile naming the test's own template is injected with it.
+fn check_upgrade_in_place(cluster: &Cluster, archive_dir: &Path) {
+    // The new release's image: the same binary under a new tag, built and imported as the first.
+    let archive = archive_dir.join("image-next.tar");
+    let output = Command::new(Path::new(ROOT).join("manifests/image.sh"))
+        .args(["--tag", NEXT_IMAGE, "--binary", BINARY, "--out"])
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "manifests/image.sh:\n{}", text(&output));
+    let output = Command::new(SCRIPT).arg("import").arg(&cluster.dir).arg(&archive).output().unwrap();
+    assert!(output.status.success(), "import:\n{}", text(&output));
+    // The new release's manifests, where the README's commands find them.
+    let next = cluster.work.join("manifests-next");
+    copy_tree(&Path::new(ROOT).join("manifests"), &next);
+    let configmap = next.join("base/configmap.yaml");
+    let shipped = std::fs::read_to_string(&configmap).unwrap();
+    let changed = shipped.replace("hello from the sidecar of", "hello from the next release's sidecar of");
+    assert_ne!(shipped, changed, "the next release changes a shipped template");
+    std::fs::write(&configmap, changed).unwrap();
+    std::fs::remove_file(cluster.work.join("manifests")).unwrap();
+    std::os::unix::fs::symlink(&next, cluster.work.join("manifests")).unwrap();
+
+    let ours_before = cluster.json(&["-n", "sidecar-injector", "get", "configmap", "sidecar-injector-templates"]);
+    let bundle = || {
+        let configuration = cluster.json(&["get", "mutatingwebhookconfiguration", "sidecar-injector"]);
+        configuration["webhooks"][0]["clientConfig"]["caBundle"].as_str().unwrap().to_owned()
+    };
+    let bundle_before = bundle();
+    let version = certs_version_flag();
+    let started = Instant::now();
+    let (injected, missing, refused) = pods_during(cluster, 20, "demo2", || {
+        let output = cluster.shell(&format!(
+            "sidecar-injector certs --out my-injector --image {NEXT_IMAGE}{version} && kubectl apply -k my-injector"
+        ));
+        assert!(output.status.success(), "{}", text(&output));
+        assert!(text(&output).contains("keeping the templates in"), "{}", text(&output));
+        wait_for_the_injector_rollout(cluster);
+        // Until the old replicas have drained and gone: pods keep coming while they still hold connections.
+        wait_for(Duration::from_secs(120), "only the new replicas", || {
+            let selector = ["-n", "sidecar-injector", "get", "pods", "-l", "app.kubernetes.io/name=sidecar-injector"];
+            let pods = cluster.json(&selector);
+            let images: Vec<&Value> =
+                pods["items"].as_array().unwrap().iter().map(|p| &p["spec"]["containers"][0]["image"]).collect();
+            (images.len() == 2 && images.iter().all(|i| *i == NEXT_IMAGE)).then_some(())
+        });
+    });
+    eprintln!(
+        "upgrade: {injected} pods injected with demo2, {missing} without it, {} refused, in {} s",
+        refused.len(),
+        started.elapsed().as_secs()
+    );
+    assert_eq!((missing, refused.len()), (0, 0), "pods lost during the upgrade: {refused:#?}");
+    let deployment = cluster.json(&["-n", "sidecar-injector", "get", "deployment", "sidecar-injector"]);
+    assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["image"], NEXT_IMAGE);
+    check_the_injector_runs_as_shipped(cluster);
+    let ours_after = cluster.json(&["-n", "sidecar-injector", "get", "configmap", "sidecar-injector-templates"]);
+    assert_eq!(ours_after["data"], ours_before["data"], "the user's templates, not the new release's");
+    assert!(ours_after["data"]["demo2.yaml"].is_string(), "the test's own template is deployed");
+    assert!(!ours_after["data"].to_string().contains("next release"), "the new release's template stays out");
+    assert_eq!(bundle(), bundle_before, "the CA stays");
+}
+
+/// The image tag of the "next release" the upgrade moves to.
+const NEXT_IMAGE: &str = "sidecar-injector:next";
+
+/// Copies the directory `from` to `to` (files and directories; symlinks followed).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_tree(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
+    }
+}
+
+/// Pods created (server-side dry runs, five a second, in an injected namespace) naming `template` while
+/// `disrupt` runs on another thread, `rounds` of them at least and until `disrupt` has returned (3,000 at most):
+/// how many got the template's sidecar (`TEMPLATE-sidecar`), how many were admitted without it, and the refusals.
+fn pods_during(
+    cluster: &Cluster,
+    rounds: usize,
+    template: &str,
+    disrupt: impl FnOnce() + Send,
+) -> (usize, usize, Vec<String>) {
+    const MAX_ROUNDS: usize = 3000;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let sidecar = format!("{template}-sidecar");
     std::thread::scope(|scope| {
         let creating = scope.spawn(|| {
             let (mut injected, mut missing, mut refused) = (0, 0, Vec::new());
-            for round in 0..rounds {
-                match dry_run_pod(cluster, "rollout", &format!("disruption-{round}"), "demo") {
-                    Ok(pod) if names(&pod, "containers").contains(&"demo-sidecar") => injected += 1,
+            let mut round = 0;
+            while round < rounds || !done.load(std::sync::atomic::Ordering::SeqCst) {
+                assert!(round < MAX_ROUNDS, "the disruption did not end within {MAX_ROUNDS} pods");
+                match dry_run_pod(cluster, "rollout", &format!("disruption-{round}"), template) {
+                    Ok(pod) if names(&pod, "containers").contains(&sidecar.as_str()) => injected += 1,
                     Ok(_) => missing += 1,
                     Err(e) => refused.push(e),
                 }
+                round += 1;
                 std::thread::sleep(Duration::from_millis(200));
             }
             (injected, missing, refused)
         });
+        // Set however `disrupt` ends: a failed assertion in it must not leave the loop running to its bound.
+        struct Done<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let finished = Done(&done);
         std::thread::sleep(Duration::from_secs(2));
         disrupt();
+        drop(finished);
         creating.join().unwrap()
     })
 }
@@ -1053,7 +1172,7 @@ fn pods_during(cluster: &Cluster, rounds: usize, disrupt: impl FnOnce() + Send) 
 /// the pods refused while the API server still routes to the dead replica (its endpoint stays until its readiness
 /// probe fails) are counted and printed.
 fn check_disruption(cluster: &Cluster) {
-    let (injected, missing, refused) = pods_during(cluster, 150, || {
+    let (injected, missing, refused) = pods_during(cluster, 150, "demo", || {
         cluster.kubectl_ok(&["-n", "sidecar-injector", "rollout", "restart", "deployment/sidecar-injector"]);
         wait_for_the_injector_rollout(cluster);
     });
@@ -1061,7 +1180,7 @@ fn check_disruption(cluster: &Cluster) {
     assert_eq!((missing, refused.len()), (0, 0), "a rolling restart lost pods: {refused:#?}");
     check_the_injector_runs_as_shipped(cluster);
 
-    let (injected, missing, refused) = pods_during(cluster, 100, || {
+    let (injected, missing, refused) = pods_during(cluster, 100, "demo", || {
         let output = Command::new("pkill").args(["-KILL", "-o", "-f", "^/sidecar-injector serve"]).output().unwrap();
         assert!(output.status.success(), "no injector process to kill: {}", text(&output));
     });
@@ -1273,6 +1392,7 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     check_a_broken_edit_is_refused_and_the_fix_recovers(&cluster);
     check_the_drift_report(&cluster);
     check_certificate_rotation(&cluster);
+    check_upgrade_in_place(&cluster, dir.path());
     check_disruption(&cluster);
     check_load_spread(&cluster);
     eprintln!(

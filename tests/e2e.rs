@@ -680,6 +680,39 @@ fn the_readme_overlay_applies() {
         let stored: Value = serde_json::from_str(&run(&args)).unwrap();
         assert_eq!(stored["apiVersion"], object["apiVersion"], "{name}: {applied}");
     }
+
+    // Issue 50: the stored template ConfigMaps are the overlay's files. A template of the user's own, then a
+    // renewal (`certs` again, which lists it) and a revision (seeded with a copy): each applied, each stored.
+    let stored_templates = |configmap: &str| -> Value {
+        let stored = run(&["-n", "sidecar-injector", "get", "configmap", configmap, "-o", "json"]);
+        serde_json::from_str::<Value>(&stored).unwrap()["data"].clone()
+    };
+    let files = |dir: &Path| -> Value {
+        let entries = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
+        let pairs = entries
+            .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()));
+        Value::Object(pairs.map(|(k, v)| (k, Value::from(v))).collect())
+    };
+    let templates = work.path().join("my-injector/templates");
+    assert_eq!(stored_templates("sidecar-injector-templates"), files(&templates), "the shipped ones, seeded");
+    let demo = std::fs::read_to_string(templates.join("demo.yaml")).unwrap();
+    std::fs::write(templates.join("mine.yaml"), demo.replace("demo-sidecar", "mine-sidecar")).unwrap();
+    for extra in [&[][..], &["--revision", "canary"][..]] {
+        let output = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .args(["certs", "--out", "my-injector"])
+            .args(extra)
+            .current_dir(work.path())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "certs again: {}", String::from_utf8_lossy(&output.stderr));
+        run(&["apply", "-k", "my-injector"]);
+        let stored = stored_templates("sidecar-injector-templates");
+        assert_eq!(stored, files(&templates), "the overlay's templates, the user's own among them");
+        assert!(stored["mine.yaml"].is_string());
+    }
+    let canary = work.path().join("my-injector/revisions/canary/templates");
+    assert_eq!(stored_templates("sidecar-injector-templates-canary"), files(&canary));
+    assert!(files(&canary)["mine.yaml"].is_string(), "the canary starts as a copy of the user's templates");
 }
 
 /// Where the review recorded from this API server is kept: the tests and benchmarks read it as what a real API

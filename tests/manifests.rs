@@ -416,8 +416,8 @@ fn the_cert_manager_overlay_issues_the_secret_the_deployment_mounts_for_the_serv
 fn expected_configmap(name: &str) -> String {
     let mut text = format!(
         "# Generated from templates/ by `SIDECAR_INJECTOR_BLESS=1 cargo test --test manifests`: edit the templates\n\
-         # there, not here (a test fails when the two differ). To change a running injector's templates, edit this\n\
-         # ConfigMap in the cluster after `sidecar-injector check` passes on the edited files (README).\n\
+         # there, not here (a test fails when the two differ). A cluster's templates live in its overlay: `certs`\n\
+         # writes templates/ there and a configMapGenerator that replaces this ConfigMap with its files (README).\n\
          apiVersion: v1\n\
          kind: ConfigMap\n\
          metadata:\n  name: {name}\n  namespace: sidecar-injector\n  labels:\n    app.kubernetes.io/name: sidecar-injector\n\
@@ -538,6 +538,14 @@ fn kustomize_builds_the_base_and_the_overlays() {
         );
     }
     assert_eq!(with_certs.len(), base.len() + 1);
+    // The templates: the overlay's files, seeded with the shipped ones, in place of the base's ConfigMap.
+    let configmap = |objects: &[Value]| objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap().clone();
+    assert_eq!(configmap(&with_certs), configmap(&base), "seeded with the shipped templates: the same ConfigMap");
+    let edited = "# the user's edit\n";
+    std::fs::write(out.path().join("templates/demo.yaml"), edited).unwrap();
+    let with_edit = configmap(&build(out.path()));
+    assert_eq!(with_edit["data"]["demo.yaml"], edited, "the overlay's file, not the base's");
+    assert_eq!(with_edit["metadata"], configmap(&base)["metadata"], "the same name, namespace and labels");
     let deployment = with_certs.iter().find(|o| o["kind"] == "Deployment").unwrap();
     assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["image"], "registry:5000/team/injector:1.20");
 

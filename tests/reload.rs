@@ -506,3 +506,59 @@ async fn a_template_the_volume_does_not_have_yet_is_read_from_the_configmap_and_
     let flood_reads = configmap.reads() - before;
     assert!((1..=4).contains(&flood_reads), "24 requests made {flood_reads} reads");
 }
+
+/// Issue 50: a reload that removes a template pods were injected with must not pass unseen. The reload names
+/// what it removed (in the log and `/readyz`, which stays ready), as a warning when this replica injected pods
+/// with it, and pods naming it from then on are admitted without the sidecar, with a warning, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_removes_a_template_pods_use_names_it_as_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let volume_dir = dir.path().join("templates");
+    std::fs::create_dir(&volume_dir).unwrap();
+    let mine = template("mine").replace("name: proxy", "name: mine-proxy");
+    let unused = template("unused").replace("name: proxy", "name: unused-proxy");
+    let mut volume = ConfigMapVolume::new(
+        &volume_dir,
+        &[("default.yaml", &template("a")), ("mine.yaml", &mine), ("unused.yaml", &unused)],
+    );
+    let args = ["--template-dir", volume_dir.to_str().unwrap(), "--template-poll-interval", "200ms"];
+    let mut server = Process::spawn_with(dir.path(), &args);
+    let mut conn = Conn::open(server.addr, &server.ca, false).await;
+    for _ in 0..3 {
+        let (status, body) = conn.review(&review_naming("mine")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(injected_template(&body).as_deref(), Some("mine"));
+    }
+    let readyz = || admin_get(server.metrics, "/readyz");
+
+    // The unused template goes first: named, not a warning.
+    volume.update(&[("default.yaml", &template("a")), ("mine.yaml", &mine)]);
+    wait_for("the reload removing unused", Duration::from_secs(10), async || {
+        readyz().await.1.contains("removed templates: unused\n")
+    })
+    .await;
+    // Then the one pods were injected with.
+    volume.update(&[("default.yaml", &template("a"))]);
+    wait_for("the reload removing mine", Duration::from_secs(10), async || {
+        readyz().await.1.contains("removed templates: mine (3 pods injected with it here)\n")
+    })
+    .await;
+    let (status, body) = readyz().await;
+    assert_eq!(status, 200, "still ready: the rest of the set serves: {body}");
+    let (status, body) = conn.review(&review_naming("mine")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(injected_template(&body), None, "admitted without the sidecar");
+    assert!(String::from_utf8_lossy(&body).contains("no template named mine"), "with a warning: {body:?}");
+    let metrics = admin_get(server.metrics, "/metrics").await.1;
+    let unknown = r#"sidecar_injector_requests_total{revision="default",result="skipped",reason="unknown-template"}"#;
+    assert_eq!(counter(&metrics, unknown), 1.0, "and counted");
+
+    drop(conn);
+    let log = server.kill();
+    let reloads: Vec<&String> = log.iter().filter(|l| l.contains("templates reloaded")).collect();
+    assert_eq!(reloads.len(), 2, "{log:#?}");
+    assert!(reloads[0].contains(" INFO ") && reloads[0].contains("removed=unused"), "{}", reloads[0]);
+    assert!(reloads[1].contains(" WARN "), "{}", reloads[1]);
+    assert!(reloads[1].contains("removed=mine (3 pods injected with it here)"), "{}", reloads[1]);
+    assert!(reloads[1].contains("admitted without the sidecar"), "{}", reloads[1]);
+}

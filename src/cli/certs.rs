@@ -1,9 +1,12 @@
-//! `sidecar-injector certs`: certificates for clusters without cert-manager. Writes a CA, a serving certificate
-//! for the webhook's Service and a kustomize overlay on `manifests/` that deploys them: the TLS Secret, and the
-//! CA as the `caBundle` of the webhook configuration.
+//! `sidecar-injector certs`: the overlay a cluster deploys, and certificates for clusters without cert-manager.
+//! Writes a CA, a serving certificate for the webhook's Service and a kustomize overlay on `manifests/` that
+//! deploys them (the TLS Secret, and the CA as the `caBundle` of the webhook configuration); with `--cert-manager`,
+//! the overlay alone, on `manifests/cert-manager`. Either way the overlay is the home of the user's templates
+//! ([`super::overlay`]): seeded the first time, kept and listed on every later run.
 //!
 //! Run again on the same directory, it keeps the CA and issues a new serving certificate, so the `caBundle` the
-//! API server trusts does not change when the certificate is renewed.
+//! API server trusts does not change when the certificate is renewed; and it keeps the templates, so a renewal or
+//! an upgrade deploys the user's templates, never the shipped ones over them.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -11,7 +14,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use clap::Args;
 
-use super::CliError;
+use super::{CliError, overlay};
 use crate::pki::Authority;
 use crate::validation::KubeVersion;
 
@@ -23,6 +26,8 @@ pub mod names {
     pub const NAMESPACE: &str = "sidecar-injector";
     /// The Secret with the serving certificate, mounted by the Deployment.
     pub const TLS_SECRET: &str = "sidecar-injector-tls";
+    /// The ConfigMap of the default revision's templates, mounted by the Deployment (a revision's: `...-NAME`).
+    pub const TEMPLATES_CONFIGMAP: &str = "sidecar-injector-templates";
     /// The MutatingWebhookConfiguration.
     pub const MUTATING_CONFIGURATION: &str = "sidecar-injector";
     /// Its webhooks.
@@ -50,9 +55,20 @@ pub struct CertsArgs {
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
 
-    /// The kustomize base the overlay builds on: a directory (written relative to DIR) or a remote URL.
-    #[arg(long, value_name = "DIR|URL", default_value = "manifests/base")]
-    pub base: String,
+    /// The kustomize base the overlay builds on: a directory (written relative to DIR) or a remote URL
+    /// [default: manifests/base; with --cert-manager, manifests/cert-manager].
+    #[arg(long, value_name = "DIR|URL")]
+    pub base: Option<String>,
+
+    /// cert-manager issues and renews the serving certificate: write the overlay alone, on manifests/cert-manager
+    /// (kept by later runs on the same overlay).
+    #[arg(long)]
+    pub cert_manager: bool,
+
+    /// Seed the overlay's templates directory (DIR/templates) with the template files of this directory instead
+    /// of the shipped templates; only when the overlay has none yet (an existing one is never overwritten).
+    #[arg(long, value_name = "DIR")]
+    pub templates_from: Option<PathBuf>,
 
     /// The injector's image, `NAME[:TAG]` or `NAME@DIGEST`, set in the overlay [default: the base's].
     #[arg(long, value_name = "IMAGE")]
@@ -158,14 +174,19 @@ fn older_cluster_patches(version: KubeVersion, revisions: usize) -> String {
 /// A new CA is valid for ten years; the serving certificates it signs are renewed far more often.
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// Runs `certs`. Every input is checked (the base, an existing CA) and every file made in memory before the first
-/// is written, so a run that fails leaves the output directory as it was.
+/// Runs `certs`. Every input is checked (the base, an existing CA, the templates) and every file made in memory
+/// before the first is written, so a run that fails leaves the output directory as it was.
 pub fn run(args: &CertsArgs) -> Result<(), CliError> {
     let out = &args.out;
     if out.exists() && !out.is_dir() {
         return Err(CliError::Config(format!("--out {}: not a directory", out.display())));
     }
-    let base = base_reference(&args.base, out)?;
+    // Run again on its overlay (the README's renewal step), what the last run was told is kept unless told anew;
+    // so are the components added to it by hand, and a revision's among them gets its webhooks' caBundle.
+    let previous = Previous::read(&out.join("kustomization.yaml"));
+    let cert_manager = args.cert_manager || previous.cert_manager;
+    let base_arg = args.base.as_deref().unwrap_or(if cert_manager { CERT_MANAGER_BASE } else { BASE });
+    let base = base_reference(base_arg, out)?;
     if let Some(version) = args.kubernetes_version
         && !version.at_least(OLDEST_SUPPORTED_MINOR)
     {
@@ -177,36 +198,26 @@ pub fn run(args: &CertsArgs) -> Result<(), CliError> {
     let mut components = args
         .revisions
         .iter()
-        .map(|revision| revision_component(&args.base, &base, revision))
+        .map(|revision| revision_component(base_arg, &base, revision))
         .collect::<Result<Vec<_>, _>>()?;
-    // Run again on its overlay (the README's renewal step), what the last run was told is kept unless told anew;
-    // so are the components added to it by hand, and a revision's among them gets its webhooks' caBundle.
-    let previous = Previous::read(&out.join("kustomization.yaml"));
     let mut revisions = args.revisions.clone();
     let mut kept = Vec::new();
     for component in &previous.components {
         let revision = revision_of(component);
-        if components.contains(component) || revision.is_some_and(|r| revisions.iter().any(|given| given == r)) {
+        let ours = component.starts_with(&format!("{}/", overlay::REVISIONS_DIR));
+        if ours || components.contains(component) || revision.is_some_and(|r| revisions.iter().any(|given| given == r))
+        {
             continue;
         }
         components.push(component.clone());
         revisions.extend(revision.map(str::to_owned));
         kept.push(component);
     }
+    let templates = Templates::plan(out, &revisions, args.templates_from.as_deref(), &args.namespace)?;
+    // Each revision's templates come after the component whose ConfigMap they replace.
+    components.extend(templates.homes.iter().filter_map(|(home, _)| home.component()));
+
     let (ca_cert, ca_key) = (out.join("ca.crt"), out.join("ca.key"));
-    let keep_ca = !args.new_ca && ca_cert.exists() && ca_key.exists();
-    let ca = if keep_ca {
-        Authority::from_pem(&read(&ca_cert)?, &read(&ca_key)?).map_err(|e| {
-            CliError::Config(format!(
-                "{} and {}: not a usable CA ({e}); use --new-ca to replace it",
-                ca_cert.display(),
-                ca_key.display()
-            ))
-        })?
-    } else {
-        Authority::generate(&format!("{} webhook CA", args.service), CA_VALIDITY)
-            .map_err(|e| CliError::Config(e.to_string()))?
-    };
     let (service, namespace) = (&args.service, &args.namespace);
     let dns_names = vec![
         format!("{service}.{namespace}.svc"),
@@ -214,39 +225,33 @@ pub fn run(args: &CertsArgs) -> Result<(), CliError> {
         format!("{service}.{namespace}"),
         service.clone(),
     ];
-    let validity = Duration::from_secs(args.days * 24 * 3600);
-    let leaf = ca.issue_server(&dns_names[0], &dns_names, validity).map_err(|e| CliError::Config(e.to_string()))?;
+    let certificates = if cert_manager { None } else { Some(Certificates::make(args, &ca_cert, &ca_key, &dns_names)?) };
 
     // Everything is known: now write, the CA first (a new one only).
     std::fs::create_dir_all(out).map_err(|e| CliError::Config(format!("{}: {e}", out.display())))?;
-    if keep_ca {
-        super::stderr(format_args!(
-            "sidecar-injector: keeping the CA in {} (the caBundle does not change)\n",
-            ca_cert.display()
-        ));
-    } else {
-        write(&ca_cert, ca.cert_pem(), false)?;
-        write(&ca_key, &ca.key_pem(), true)?;
+    if let Some(certificates) = &certificates {
+        certificates.write(out, &ca_cert, &ca_key, &revisions)?;
     }
-    write(&out.join("tls.crt"), &leaf.cert_pem, false)?;
-    write(&out.join("tls.key"), &leaf.key_pem, true)?;
-    write(&out.join("webhook-ca-patch.yaml"), &ca_bundle_patch(ca.cert_pem(), &revisions), false)?;
-    // The overlay may be committed; the private keys must not be.
-    write(
-        &out.join(".gitignore"),
-        "# Written by `sidecar-injector certs`: private keys stay out of git.\n*.key\n",
-        false,
-    )?;
+    templates.write()?;
     let image = args.image.clone().or_else(|| previous.image.clone());
     let version = args.kubernetes_version.or(previous.kubernetes_version);
     let older = version.map(|v| older_cluster_patches(v, 1 + revisions.len()));
-    let overlay = kustomization(&base, &components, namespace, image.as_deref(), older.as_deref());
-    write(&out.join("kustomization.yaml"), &overlay, false)?;
+    let overlay = Overlay {
+        base: &base,
+        certificates: !cert_manager,
+        templates: &templates.generator,
+        components: &components,
+        namespace,
+        image: image.as_deref(),
+        older_cluster: older.as_deref(),
+    };
+    write(&out.join("kustomization.yaml"), &overlay.kustomization(), false)?;
     if let (None, Some(image)) = (&args.image, &previous.image) {
         eprintln!("sidecar-injector: keeping the image {image} of the existing overlay (--image changes it)");
     }
     for component in kept {
-        let ca = if revision_of(component).is_some() { " (its webhooks get the caBundle)" } else { "" };
+        let ca =
+            if revision_of(component).is_some() && !cert_manager { " (its webhooks get the caBundle)" } else { "" };
         eprintln!("sidecar-injector: keeping the component {component} of the existing overlay{ca}");
     }
     if let (None, Some(version)) = (args.kubernetes_version, previous.kubernetes_version) {
@@ -262,14 +267,223 @@ pub fn run(args: &CertsArgs) -> Result<(), CliError> {
             names::NAMESPACE
         ));
     }
-    super::stderr(format_args!(
-        "sidecar-injector: wrote a serving certificate for {} (valid {} days) and a kustomize overlay; deploy with \
-         `kubectl apply -k {}`\n",
-        dns_names[..2].join(", "),
-        args.days,
-        out.display()
-    ));
+    templates.report(previous.written);
+    let what = match certificates {
+        Some(_) => format!(
+            "a serving certificate for {} (valid {} days) and a kustomize overlay",
+            dns_names[..2].join(", "),
+            args.days
+        ),
+        None => "a kustomize overlay (cert-manager issues the certificate)".to_owned(),
+    };
+    super::stderr(format_args!("sidecar-injector: wrote {what}; deploy with `kubectl apply -k {}`\n", out.display()));
     Ok(())
+}
+
+/// The base `certs` builds on by default, and with `--cert-manager`.
+const BASE: &str = "manifests/base";
+const CERT_MANAGER_BASE: &str = "manifests/cert-manager";
+
+/// The CA (kept or new) and the serving certificate it signed, made in memory.
+struct Certificates {
+    ca: Authority,
+    kept_ca: bool,
+    leaf: crate::pki::Issued,
+}
+
+impl Certificates {
+    fn make(args: &CertsArgs, ca_cert: &Path, ca_key: &Path, dns_names: &[String]) -> Result<Certificates, CliError> {
+        let kept_ca = !args.new_ca && ca_cert.exists() && ca_key.exists();
+        let ca = if kept_ca {
+            Authority::from_pem(&read(ca_cert)?, &read(ca_key)?).map_err(|e| {
+                CliError::Config(format!(
+                    "{} and {}: not a usable CA ({e}); use --new-ca to replace it",
+                    ca_cert.display(),
+                    ca_key.display()
+                ))
+            })?
+        } else {
+            Authority::generate(&format!("{} webhook CA", args.service), CA_VALIDITY)
+                .map_err(|e| CliError::Config(e.to_string()))?
+        };
+        let validity = Duration::from_secs(args.days * 24 * 3600);
+        let leaf = ca.issue_server(&dns_names[0], dns_names, validity).map_err(|e| CliError::Config(e.to_string()))?;
+        Ok(Certificates { ca, kept_ca, leaf })
+    }
+
+    /// Writes the CA (a new one only), the serving certificate, the caBundle patch and the `.gitignore` that
+    /// keeps the private keys out of git.
+    fn write(&self, out: &Path, ca_cert: &Path, ca_key: &Path, revisions: &[String]) -> Result<(), CliError> {
+        if self.kept_ca {
+            super::stderr(format_args!(
+                "sidecar-injector: keeping the CA in {} (the caBundle does not change)\n",
+                ca_cert.display()
+            ));
+        } else {
+            write(ca_cert, self.ca.cert_pem(), false)?;
+            write(ca_key, &self.ca.key_pem(), true)?;
+        }
+        write(&out.join("tls.crt"), &self.leaf.cert_pem, false)?;
+        write(&out.join("tls.key"), &self.leaf.key_pem, true)?;
+        write(&out.join("webhook-ca-patch.yaml"), &ca_bundle_patch(self.ca.cert_pem(), revisions), false)?;
+        // The overlay may be committed; the private keys must not be.
+        write(
+            &out.join(".gitignore"),
+            "# Written by `sidecar-injector certs`: private keys stay out of git.\n*.key\n",
+            false,
+        )
+    }
+}
+
+/// The templates of every revision the overlay deploys: their homes, what is to be written to seed new ones,
+/// and the listing of each.
+struct Templates {
+    /// Each home with the files it will hold, by name.
+    homes: Vec<(overlay::Home, Vec<String>)>,
+    /// New directories' files, to write.
+    seeds: Vec<(PathBuf, String)>,
+    /// Where each new directory was seeded from, for the report (`None` for a home that existed).
+    seeded: Vec<Option<String>>,
+    /// The default revision's generator entry, for the overlay's kustomization.
+    generator: String,
+    /// Each revision's component kustomization, to write.
+    components: Vec<(PathBuf, String)>,
+}
+
+impl Templates {
+    fn plan(out: &Path, revisions: &[String], from: Option<&Path>, namespace: &str) -> Result<Templates, CliError> {
+        let default = overlay::Home::default_revision(out);
+        if let Some(from) = from
+            && default.dir().exists()
+        {
+            return Err(CliError::Config(format!(
+                "--templates-from {}: {} exists and holds the overlay's templates, which certs never overwrites (edit \
+                 them there, or move the directory away to seed it again)",
+                from.display(),
+                default.dir().display()
+            )));
+        }
+        let seed = match from {
+            Some(dir) => overlay::Seed::Dir(dir),
+            None => overlay::Seed::Shipped,
+        };
+        let default_seed = default.seed(seed)?;
+        // A new revision starts as a copy of the default revision's templates, as they will be after this run.
+        let default_files: Vec<(String, String)> = if default_seed.is_empty() {
+            overlay::read_template_files(&default.dir())?
+        } else {
+            let named = default_seed
+                .iter()
+                .filter_map(|(path, source)| Some((path.file_name()?.to_string_lossy().into_owned(), source.clone())));
+            named.collect()
+        };
+        let mut plan = Templates {
+            homes: Vec::new(),
+            seeds: Vec::new(),
+            seeded: Vec::new(),
+            generator: String::new(),
+            components: Vec::new(),
+        };
+        let homes = std::iter::once(default).chain(revisions.iter().map(|r| overlay::Home::revision(out, r)));
+        for home in homes {
+            let seed = if home.revision.is_none() {
+                default_seed.clone()
+            } else {
+                home.seed(overlay::Seed::Files(&default_files))?
+            };
+            let files: Vec<String> = if seed.is_empty() {
+                home.files()?
+            } else {
+                let mut files: Vec<String> = (seed.iter())
+                    .filter_map(|(path, _)| Some(path.file_name()?.to_string_lossy().into_owned()))
+                    .collect();
+                files.sort();
+                files
+            };
+            plan.seeded.push((!seed.is_empty()).then(|| match (&home.revision, from) {
+                (Some(_), _) => format!("a copy of {}", overlay::TEMPLATES_DIR),
+                (None, Some(dir)) => dir.display().to_string(),
+                (None, None) => "the shipped templates".to_owned(),
+            }));
+            plan.seeds.extend(seed);
+            match home.revision {
+                None => plan.generator = home.generator(namespace, &files),
+                Some(_) => plan
+                    .components
+                    .push((home.root.join("kustomization.yaml"), home.component_kustomization(namespace, &files))),
+            }
+            plan.homes.push((home, files));
+        }
+        Ok(plan)
+    }
+
+    fn write(&self) -> Result<(), CliError> {
+        for (path, source) in self.seeds.iter().chain(&self.components) {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| CliError::Config(format!("{}: {e}", dir.display())))?;
+            }
+            write(path, source, false)?;
+        }
+        Ok(())
+    }
+
+    /// Says where each revision's templates are and, for a directory the user already had, which shipped
+    /// templates differ from it (an upgrade brings new ones, never over the user's).
+    fn report(&self, overlay_existed: bool) {
+        for ((home, files), seeded) in self.homes.iter().zip(&self.seeded) {
+            let dir = home.dir();
+            match seeded {
+                Some(from) => {
+                    eprintln!(
+                        "sidecar-injector: seeded {} with {from} ({} files): the templates `kubectl apply -k` deploys \
+                         as the ConfigMap {}; edit them there, then `sidecar-injector check` the overlay",
+                        dir.display(),
+                        files.len(),
+                        home.config_map()
+                    );
+                    if overlay_existed && home.revision.is_none() {
+                        eprintln!(
+                            "sidecar-injector: warning: this overlay had no templates directory; if the templates in the \
+                             cluster were edited there, put those files into {} before `kubectl apply -k`, which \
+                             replaces the ConfigMap {} with this directory's",
+                            dir.display(),
+                            home.config_map()
+                        );
+                    }
+                }
+                None => {
+                    eprintln!(
+                        "sidecar-injector: keeping the templates in {} ({} files, listed in the overlay as the \
+                         ConfigMap {})",
+                        dir.display(),
+                        files.len(),
+                        home.config_map()
+                    );
+                    let differ = shipped_differences(&dir);
+                    if home.revision.is_none() && !differ.is_empty() {
+                        eprintln!(
+                            "sidecar-injector: note: this release ships templates that differ from those in {}: {}; \
+                             yours are deployed as they are (compare with `templates/` of this release)",
+                            dir.display(),
+                            differ.join(", ")
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The shipped templates that `dir` lacks or holds otherwise: `demo.yaml (changed)`, `new.yaml (not in yours)`.
+fn shipped_differences(dir: &Path) -> Vec<String> {
+    crate::template::SHIPPED
+        .iter()
+        .filter_map(|(file, source)| match std::fs::read_to_string(dir.join(file)) {
+            Ok(theirs) if theirs == *source => None,
+            Ok(_) => Some(format!("{file} (changed)")),
+            Err(_) => Some(format!("{file} (not in yours)")),
+        })
+        .collect()
 }
 
 /// What an overlay written by an earlier run says that a run without the same flags would otherwise drop.
@@ -281,6 +495,10 @@ struct Previous {
     kubernetes_version: Option<KubeVersion>,
     /// Its components, as it refers to them: `--revision`'s, and any added by hand.
     components: Vec<String>,
+    /// `--cert-manager`: an overlay of ours without the TLS Secret.
+    cert_manager: bool,
+    /// Was there an overlay of ours at all?
+    written: bool,
 }
 
 impl Previous {
@@ -304,7 +522,9 @@ impl Previous {
             .and_then(|v| v.trim().parse().ok());
         let components = overlay["components"].as_array().into_iter().flatten();
         let components = components.filter_map(|c| c.as_str().map(str::to_owned)).collect();
-        Previous { image, kubernetes_version, components }
+        let written = text.starts_with(GENERATED);
+        let cert_manager = written && overlay["secretGenerator"].is_null();
+        Previous { image, kubernetes_version, components, cert_manager, written }
     }
 }
 
@@ -341,22 +561,35 @@ fn ca_bundle_patch(ca_pem: &str, revisions: &[String]) -> String {
     patch
 }
 
-/// The overlay: the base, the revisions' components, the TLS Secret from the files beside it, the caBundle patch,
-/// the patches for an older cluster, and the image.
-fn kustomization(
-    base: &str,
-    components: &[String],
-    namespace: &str,
-    image: Option<&str>,
-    older_cluster: Option<&str>,
-) -> String {
-    let mut text = format!(
-        r#"# Generated by `sidecar-injector certs`. Deploy with `kubectl apply -k` on this directory.
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - {base}
-secretGenerator:
+/// The first line of every overlay `certs` writes.
+const GENERATED: &str = "# Generated by `sidecar-injector certs`.";
+
+/// The overlay's kustomization, as the parts of a run decided it.
+struct Overlay<'a> {
+    /// The base, as the overlay refers to it.
+    base: &'a str,
+    /// Ours (the TLS Secret from the files beside it, the caBundle patch), or cert-manager's (nothing here).
+    certificates: bool,
+    /// The default revision's templates generator.
+    templates: &'a str,
+    /// The revisions' components (and their templates'), and any added by hand.
+    components: &'a [String],
+    namespace: &'a str,
+    image: Option<&'a str>,
+    /// The patches for an older cluster.
+    older_cluster: Option<&'a str>,
+}
+
+impl Overlay<'_> {
+    fn kustomization(&self) -> String {
+        let mut text = format!(
+            "{GENERATED} Deploy with `kubectl apply -k` on this directory.\napiVersion: \
+             kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\n",
+            self.base
+        );
+        if self.certificates {
+            text.push_str(&format!(
+                r#"secretGenerator:
   - name: {secret}
     namespace: {namespace}
     type: kubernetes.io/tls
@@ -364,25 +597,44 @@ secretGenerator:
     options:
       # The injector reloads a renewed certificate from the mounted Secret: no rollout, no hash suffix.
       disableNameSuffixHash: true
-# A revision's component needs the caBundle in its webhooks: add it with `sidecar-injector certs --revision NAME`,
-# or add it under `components:` here and run `certs` again, which keeps it and patches its webhooks.
-patches:
-  - path: webhook-ca-patch.yaml
 "#,
-        secret = names::TLS_SECRET,
-    );
-    text.push_str(older_cluster.unwrap_or(""));
-    if !components.is_empty() {
-        text.push_str("components:\n");
-        for component in components {
-            text.push_str(&format!("  - {component}\n"));
+                secret = names::TLS_SECRET,
+                namespace = self.namespace,
+            ));
         }
+        text.push_str(&format!(
+            "# Your templates: the files of {dir}/, deployed as the ConfigMap {configmap} in place of the\n# shipped \
+             ones. Edit them there, run `sidecar-injector check` on this directory, then `kubectl apply -k` it.\n# A file \
+             added there is deployed once listed below: `certs` run again lists every file (`check` says when\n# one \
+             is not).\n\
+             configMapGenerator:\n{generator}",
+            dir = overlay::TEMPLATES_DIR,
+            configmap = names::TEMPLATES_CONFIGMAP,
+            generator = self.templates,
+        ));
+        if self.certificates {
+            text.push_str(
+                "# A revision's component needs the caBundle in its webhooks: add it with `sidecar-injector certs --revision NAME`,\n\
+                 # or add it under `components:` here and run `certs` again, which keeps it and patches its webhooks.\n\
+                 patches:\n  - path: webhook-ca-patch.yaml\n",
+            );
+            text.push_str(self.older_cluster.unwrap_or(""));
+        } else if let Some(older) = self.older_cluster {
+            text.push_str("patches:\n");
+            text.push_str(older);
+        }
+        if !self.components.is_empty() {
+            text.push_str("components:\n");
+            for component in self.components {
+                text.push_str(&format!("  - {component}\n"));
+            }
+        }
+        if let Some(image) = self.image {
+            text.push_str(&format!("images:\n  - name: {}\n", names::IMAGE));
+            text.push_str(&image_fields(image));
+        }
+        text
     }
-    if let Some(image) = image {
-        text.push_str(&format!("images:\n  - name: {}\n", names::IMAGE));
-        text.push_str(&image_fields(image));
-    }
-    text
 }
 
 /// `newName`, and `newTag` or `digest`, of an image reference (`registry:5000/name:tag`, `name@sha256:...`),

@@ -1,15 +1,17 @@
 //! `sidecar-injector check`: validate and dry-render templates offline, as CI does before a ConfigMap change.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::CliError;
+use super::overlay::{self, Home};
 use crate::{TemplateError, TemplateSet};
 use clap::Args;
 
 /// Arguments of `check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// A template file, or a template directory (NAME.yaml per template, optional values.yaml).
+    /// A template file, a template directory (NAME.yaml per template, optional values.yaml), or an overlay
+    /// `certs` wrote (each revision's templates, and that its kustomization lists every template file).
     #[arg(value_name = "DIR|FILE")]
     pub path: PathBuf,
 
@@ -26,22 +28,55 @@ pub struct CheckArgs {
 /// Runs `check`: a summary on stdout and exit 0, or every problem (file:line: reason) and exit 1; exit 2 when
 /// there is nothing to check.
 pub fn run(args: &CheckArgs) -> Result<(), CliError> {
-    if !args.path.exists() {
-        return Err(CliError::Config(format!("{}: no such file or directory", args.path.display())));
+    let path = &args.path;
+    if !path.exists() {
+        return Err(CliError::Config(format!("{}: no such file or directory", path.display())));
     }
-    let settings = args.served.settings();
-    let loaded = if args.path.is_dir() {
-        TemplateSet::load_dir(&args.path, &args.served.default_template, &settings)
+    // An overlay: the templates of each revision it deploys, each a set of its own.
+    let targets: Vec<(PathBuf, Option<Home>)> = if path.join("kustomization.yaml").is_file() {
+        let homes: Vec<Home> = Home::all(path).into_iter().filter(|home| home.dir().is_dir()).collect();
+        if homes.is_empty() {
+            return Err(CliError::Config(format!(
+                "{}: a kustomization without a {}/ directory of templates (run `sidecar-injector certs --out {0}` to \
+                 give it one)",
+                path.display(),
+                overlay::TEMPLATES_DIR
+            )));
+        }
+        homes.into_iter().map(|home| (home.dir(), Some(home))).collect()
     } else {
-        TemplateSet::from_file(&args.path, &settings)
+        vec![(path.clone(), Home::of_templates_dir(path))]
+    };
+    let mut refused = Vec::new();
+    for (dir, home) in &targets {
+        match check_set(dir, args) {
+            Ok(()) => {}
+            Err(CliError::Refused(why)) => refused.push(why),
+            Err(config) => return Err(config),
+        }
+        if let Some(problem) = home.as_ref().map(Home::listing_problem).transpose()?.flatten() {
+            refused.push(format!("{} is not what `kubectl apply -k` deploys:\n{}", dir.display(), problem.trim_end()));
+        }
+    }
+    if refused.is_empty() { Ok(()) } else { Err(CliError::Refused(refused.join("\n"))) }
+}
+
+/// Checks one template file or directory: prints its summary (and the Pod Security verdict), or says why it is
+/// refused.
+fn check_set(path: &Path, args: &CheckArgs) -> Result<(), CliError> {
+    let settings = args.served.settings();
+    let loaded = if path.is_dir() {
+        TemplateSet::load_dir(path, &args.served.default_template, &settings)
+    } else {
+        TemplateSet::from_file(path, &settings)
     };
     let set = loaded.map_err(|e| {
         let mut problems = Vec::new();
         every_problem(&e, &mut problems);
         let listed: String = problems.iter().map(|p| format!("  {p}\n")).collect();
-        CliError::Refused(format!("{} refused:\n{}", args.path.display(), listed.trim_end()))
+        CliError::Refused(format!("{} refused:\n{}", path.display(), listed.trim_end()))
     })?;
-    super::stdout(summary(&args.path.display().to_string(), &set, args.served.kubernetes_version))?;
+    super::stdout(summary(&path.display().to_string(), &set, args.served.kubernetes_version))?;
     let Some(required) = args.pod_security else {
         return super::stdout("ok\n");
     };
@@ -58,7 +93,7 @@ pub fn run(args: &CheckArgs) -> Result<(), CliError> {
     }
     Err(CliError::Refused(format!(
         "{}: injected pods cannot meet Pod Security level {required}:\n{}",
-        args.path.display(),
+        path.display(),
         below.join("\n")
     )))
 }

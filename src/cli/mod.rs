@@ -7,6 +7,7 @@
 pub mod certs;
 pub mod check;
 pub mod inject;
+pub mod overlay;
 pub mod review;
 pub mod serve;
 pub mod status;
@@ -16,9 +17,10 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 /// What the exit codes mean, for scripts (`--help` shows it).
-pub const EXIT_CODES: &str = "Exit codes: 0 success; 1 the work found a problem (check refused a template, review or \
-validate refused a pod, inject could not inject or uninject could not uninject, the input is not a review or not YAML, status found pods that do \
-not run the current sidecar); 2 bad usage or bad configuration (an unknown flag, an unreadable file or directory, a \
+pub const EXIT_CODES: &str = "Exit codes: 0 success; 1 the work found a problem (check refused a template or an \
+overlay that would leave one out, review or validate refused a pod, inject could not inject or uninject could not \
+uninject, the input is not a review or not YAML, status found pods that do not run the current sidecar or that name \
+a template the injector lacks); 2 bad usage or bad configuration (an unknown flag, an unreadable file or directory, a \
 bad flag value, a template that does not load for any command but check, TLS material serve cannot use, an API \
 server status cannot reach).";
 

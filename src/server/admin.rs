@@ -95,6 +95,11 @@ fn answer<B>(shared: &Shared, req: &Request<B>) -> Response<Full<Bytes>> {
                     set.hash(),
                     set.names()
                 ));
+                let removed = revision.templates.removed();
+                if !removed.is_empty() {
+                    let listed = super::reload::Removed::list(&removed);
+                    body.push_str(&format!("{which}generation {generation} removed templates: {listed}\n"));
+                }
                 // Named, not quoted: anyone who reaches this port reads it, and a reason can quote the template.
                 if let Some(refused) = revision.templates.refused() {
                     let subject = &refused.subject;

@@ -332,7 +332,7 @@ fn record(metrics: &RevisionMetrics, endpoint: Endpoint, outcome: &Outcome) {
             tracing::debug!(templates, warnings = outcome.warnings.len(), "previewed");
         }
         Verdict::Injected { ops } => {
-            metrics.injected();
+            metrics.injected(outcome.template.as_deref());
             tracing::debug!(ops, "injected");
         }
         Verdict::Skipped(reason) => {

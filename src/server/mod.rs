@@ -265,6 +265,7 @@ impl Server {
             .map(|(engine, name)| {
                 let revision_metrics = metrics.revision(&name);
                 revision_metrics.template_start(engine.load().set().hash());
+                revision_metrics.template_names(engine.load().set().templates().map(crate::Template::name));
                 let templates = Arc::new(reload::ReloadState::new(&engine.load()));
                 let watch = config.template_watches.iter().find(|w| w.settings.revision == name);
                 let reloader = watch.map(|watch| reload::Reloader {

@@ -65,6 +65,35 @@ pub(crate) struct ReloadState {
     seen: ArcSwap<String>,
     /// The newest edit refused; cleared by a good edit.
     refused: ArcSwapOption<Refused>,
+    /// The templates the reload of the set serving removed (for `/readyz`).
+    removed: ArcSwap<Vec<Removed>>,
+}
+
+/// A template the set serving had and a reload's set lacks: pods naming it are admitted without the sidecar from
+/// then on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Removed {
+    pub name: String,
+    /// The pods this replica injected with it (in this process's life).
+    pub injected: u64,
+}
+
+impl Removed {
+    /// The templates of `previous` that `next` lacks, with how many pods each injected here.
+    fn between(previous: &TemplateSet, next: &TemplateSet, metrics: &RevisionMetrics) -> Vec<Removed> {
+        let kept = |name: &str| next.templates().any(|t| t.name() == name);
+        let names = previous.templates().map(crate::Template::name).filter(|name| !kept(name));
+        names.map(|name| Removed { name: name.to_owned(), injected: metrics.uses(name) }).collect()
+    }
+
+    /// `a, b (12 pods injected with it here)`: for the log and `/readyz`.
+    pub(crate) fn list(removed: &[Removed]) -> String {
+        let one = |r: &Removed| match r.injected {
+            0 => r.name.clone(),
+            n => format!("{} ({n} pods injected with it here)", r.name),
+        };
+        removed.iter().map(one).collect::<Vec<_>>().join(", ")
+    }
 }
 
 /// A template edit refused.
@@ -82,6 +111,7 @@ impl ReloadState {
             generation: AtomicU64::new(1),
             seen: ArcSwap::from_pointee(engine.set().hash().to_owned()),
             refused: ArcSwapOption::empty(),
+            removed: ArcSwap::from_pointee(Vec::new()),
         }
     }
 
@@ -91,6 +121,11 @@ impl ReloadState {
 
     pub(crate) fn refused(&self) -> Option<Arc<Refused>> {
         self.refused.load_full()
+    }
+
+    /// The templates the reload of the set serving removed (none at start).
+    pub(crate) fn removed(&self) -> Arc<Vec<Removed>> {
+        self.removed.load_full()
     }
 }
 
@@ -214,7 +249,8 @@ impl Reloader {
     }
 
     fn publish(&self, mut engine: Engine) {
-        engine.replaces(&self.engine.load(), std::time::Instant::now());
+        let previous = self.engine.load_full();
+        engine.replaces(&previous, std::time::Instant::now());
         let set = engine.set();
         let names = set.names();
         let left_out = set.unavailable_summary();
@@ -222,13 +258,23 @@ impl Reloader {
         if !set.ignored().is_empty() {
             tracing::warn!(files = ?set.ignored(), "files in the template directory that are not templates were ignored");
         }
+        let removed = Removed::between(previous.set(), set, &self.metrics);
+        self.metrics.template_names(set.templates().map(crate::Template::name));
         self.engine.store(Arc::new(engine));
         let generation = self.state.generation.fetch_add(1, Ordering::SeqCst) + 1;
         self.state.refused.store(None);
         self.metrics.template_reload(true);
         self.metrics.template_set(generation, &hash);
-        tracing::info!(generation, set = %hash, templates = %names, left_out = %left_out,
-            "templates reloaded");
+        let listed = Removed::list(&removed);
+        if removed.iter().any(|r| r.injected > 0) {
+            tracing::warn!(generation, set = %hash, templates = %names, left_out = %left_out, removed = %listed,
+                "templates reloaded; it removed templates that pods were injected with: pods naming them are now \
+                 admitted without the sidecar");
+        } else {
+            tracing::info!(generation, set = %hash, templates = %names, left_out = %left_out, removed = %listed,
+                "templates reloaded");
+        }
+        self.state.removed.store(Arc::new(removed));
     }
 
     fn refuse(&self, error: &TemplateError) {

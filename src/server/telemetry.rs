@@ -10,7 +10,7 @@ use metrics::{Counter, Gauge, Histogram};
 use metrics_exporter_prometheus::{LabelSet, Matcher, PrometheusBuilder, PrometheusHandle, formatting};
 
 use super::refresh::ReadResult;
-use crate::SkipReason;
+use crate::{SkipReason, TemplateId};
 
 /// Why a request got an error status (the `reason` label of `result="error"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +198,9 @@ struct RevisionHandles {
     template_last_reload_ok: Gauge,
     /// The hash of the set serving, for `sidecar_injector_template_set_info` (empty before the first).
     template_set: ArcSwap<String>,
+    /// How many pods this replica injected with each template of the set serving, by name; carried over a reload
+    /// for the templates it keeps. A reload that removes a template reads it to say whether pods use it.
+    uses: ArcSwap<Vec<(String, AtomicU64)>>,
 }
 
 const REQUESTS: &str = "sidecar_injector_requests_total";
@@ -263,6 +266,7 @@ impl Metrics {
                 template_generation: metrics::gauge!(TEMPLATE_GENERATION, "revision" => label()),
                 template_last_reload_ok: metrics::gauge!(TEMPLATE_LAST_RELOAD, "revision" => label()),
                 template_set: ArcSwap::from_pointee(String::new()),
+                uses: ArcSwap::from_pointee(Vec::new()),
             }
         });
         let metrics = RevisionMetrics(Arc::new(handles));
@@ -425,8 +429,33 @@ fn render_template_sets(text: &mut String, revisions: &[RevisionMetrics]) {
 }
 
 impl RevisionMetrics {
-    pub(crate) fn injected(&self) {
+    /// A pod injected with `template` (one of the set, or a combination `a,b` of its templates).
+    pub(crate) fn injected(&self, template: Option<&TemplateId>) {
         self.0.injected.increment(1);
+        let Some(template) = template else { return };
+        let uses = self.0.uses.load();
+        for name in template.name.split(',') {
+            if let Some((_, count)) = uses.iter().find(|(known, _)| known == name) {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The templates of the set now serving: their counts of pods injected start at 0, or where they were for a
+    /// template the previous set had too.
+    pub(crate) fn template_names<'a>(&self, names: impl Iterator<Item = &'a str>) {
+        let previous = self.0.uses.load();
+        let carried = |name: &str| {
+            let count = previous.iter().find(|(known, _)| known == name).map(|(_, c)| c.load(Ordering::Relaxed));
+            AtomicU64::new(count.unwrap_or(0))
+        };
+        self.0.uses.store(Arc::new(names.map(|name| (name.to_owned(), carried(name))).collect()));
+    }
+
+    /// How many pods this replica injected with the template `name` of the set serving (0 for one it lacks).
+    pub(crate) fn uses(&self, name: &str) -> u64 {
+        let uses = self.0.uses.load();
+        uses.iter().find(|(known, _)| known == name).map_or(0, |(_, count)| count.load(Ordering::Relaxed))
     }
 
     pub(crate) fn skipped(&self, reason: SkipReason) {

@@ -138,6 +138,14 @@ pub enum Class {
         /// The version its stamp names.
         version: String,
     },
+    /// It names a template its revision does not have (removed by an edit, or a typo): a pod created so is admitted
+    /// without the sidecar. Not drift (a restart brings the same), but a problem `status` reports and exits 1 on.
+    UnknownTemplate {
+        /// What it asks for: the value of its template annotation.
+        asks_for: String,
+        /// `TEMPLATE VERSION` of its stamp, if it was injected (before the template went away).
+        injected: Option<String>,
+    },
     /// It is not expected to have a sidecar: the engine would not inject it (`opted-out`, `job`,
     /// `host-network`...), its namespace is not opted in, or it is finished or terminating.
     Skipped {
@@ -160,7 +168,8 @@ pub const TERMINATING: &str = "terminating";
 
 impl Class {
     /// Every class's name, in report order.
-    pub const NAMES: [&str; 6] = ["current", "stale", "missing", "incomplete", "other-revision", "skipped"];
+    pub const NAMES: [&str; 7] =
+        ["current", "stale", "missing", "incomplete", "other-revision", "unknown-template", "skipped"];
 
     /// Its name in the report and the JSON (`other-revision`).
     pub fn name(&self) -> &'static str {
@@ -170,13 +179,14 @@ impl Class {
             Class::Missing { .. } => "missing",
             Class::Incomplete { .. } => "incomplete",
             Class::OtherRevision { .. } => "other-revision",
+            Class::UnknownTemplate { .. } => "unknown-template",
             Class::Skipped { .. } => "skipped",
         }
     }
 
     /// Does the pod run something other than what its namespace's templates inject today?
     pub fn is_drift(&self) -> bool {
-        !matches!(self, Class::Current { .. } | Class::Skipped { .. })
+        !matches!(self, Class::Current { .. } | Class::UnknownTemplate { .. } | Class::Skipped { .. })
     }
 
     fn skipped(reason: &str) -> Class {
@@ -212,8 +222,14 @@ pub fn classify(
     let mut body = serde_json::to_vec(&review(namespace, pod)).expect("a JSON value serialises");
     let mut response = Vec::new();
     let outcome = revision.engine.validate(&mut body, &mut response)?;
-    let status = pod.pointer("/metadata/annotations").and_then(|a| a.get(&keys.status)).and_then(Value::as_str);
+    let annotations = pod.pointer("/metadata/annotations");
+    let status = annotations.and_then(|a| a.get(&keys.status)).and_then(Value::as_str);
     let stamp = status.and_then(Stamp::parse);
+    if outcome.verdict.names_unknown_template() {
+        let asks_for = annotations.and_then(|a| a.get(&keys.template)).and_then(Value::as_str).unwrap_or_default();
+        let injected = stamp.as_ref().map(|stamp| format!("{} {}", stamp.template, stamp.version));
+        return Ok(Class::UnknownTemplate { asks_for: asks_for.to_owned(), injected });
+    }
     if let Verdict::Skipped(reason) | Verdict::Denied(reason) = outcome.verdict
         && !matches!(reason, SkipReason::InjectedByOtherVersion | SkipReason::AlreadyInjected)
     {

@@ -98,6 +98,8 @@ pub struct Counts {
     pub incomplete: usize,
     /// [`Class::OtherRevision`].
     pub other_revision: usize,
+    /// [`Class::UnknownTemplate`].
+    pub unknown_template: usize,
     /// [`Class::Skipped`].
     pub skipped: usize,
 }
@@ -111,6 +113,7 @@ impl Counts {
             Class::Missing { .. } => &mut self.missing,
             Class::Incomplete { .. } => &mut self.incomplete,
             Class::OtherRevision { .. } => &mut self.other_revision,
+            Class::UnknownTemplate { .. } => &mut self.unknown_template,
             Class::Skipped { .. } => &mut self.skipped,
         } += 1;
     }
@@ -122,6 +125,7 @@ impl Counts {
         self.missing += other.missing;
         self.incomplete += other.incomplete;
         self.other_revision += other.other_revision;
+        self.unknown_template += other.unknown_template;
         self.skipped += other.skipped;
     }
 
@@ -131,8 +135,9 @@ impl Counts {
     }
 
     /// The counts in [`Class::NAMES`] order.
-    fn by_class(&self) -> [usize; 6] {
-        [self.current, self.stale, self.missing, self.incomplete, self.other_revision, self.skipped]
+    fn by_class(&self) -> [usize; 7] {
+        let Counts { pods: _, current, stale, missing, incomplete, other_revision, unknown_template, skipped } = *self;
+        [current, stale, missing, incomplete, other_revision, unknown_template, skipped]
     }
 }
 
@@ -147,6 +152,8 @@ pub struct Summary {
     pub counts: Counts,
     /// Workloads with at least one pod that drifts.
     pub workloads_with_drift: usize,
+    /// Workloads with at least one pod that names a template its revision does not have.
+    pub workloads_with_unknown_template: usize,
     /// Does any pod drift? (`status` exits 1 if so.)
     pub drift: bool,
 }
@@ -171,18 +178,22 @@ impl Report {
         for namespace in &namespaces {
             summary.counts.merge(&namespace.counts);
             summary.workloads_with_drift += namespace.workloads.iter().filter(|w| w.counts.drift() > 0).count();
+            summary.workloads_with_unknown_template +=
+                namespace.workloads.iter().filter(|w| w.counts.unknown_template > 0).count();
         }
         summary.drift = summary.counts.drift() > 0;
         Report { revisions: revisions.iter().map(RevisionInfo::new).collect(), namespaces, summary, restart: None }
     }
 
-    /// Should the command exit 1? Without `--restart`: when any pod drifts. With it: when drift is left that
-    /// this run did not restart (not restartable, over `--max-restarts`, or a restart that failed).
+    /// Should the command exit 1? When a pod names a template its revision does not have (no restart mends
+    /// that); without `--restart`, when any pod drifts; with it, when drift is left that this run did not restart
+    /// (not restartable, over `--max-restarts`, or a restart that failed).
     pub fn failed(&self) -> bool {
-        match &self.restart {
-            None => self.summary.drift,
-            Some(restart) => restart.left_behind(),
-        }
+        self.summary.counts.unknown_template > 0
+            || match &self.restart {
+                None => self.summary.drift,
+                Some(restart) => restart.left_behind(),
+            }
     }
 
     /// The report as JSON, for `-o json`.
@@ -196,7 +207,7 @@ impl Report {
         let mut rows = vec![
             ["NAMESPACE", "REVISION", "WORKLOAD", "PODS"]
                 .into_iter()
-                .chain(["CURRENT", "STALE", "MISSING", "INCOMPLETE", "OTHER-REV", "SKIPPED"])
+                .chain(["CURRENT", "STALE", "MISSING", "INCOMPLETE", "OTHER-REV", "UNKNOWN-TMPL", "SKIPPED"])
                 .map(str::to_owned)
                 .collect::<Vec<_>>(),
         ];
@@ -250,6 +261,16 @@ impl Report {
             self.summary.namespaces,
             by_class.collect::<Vec<_>>().join(", ")
         );
+        if counts.unknown_template > 0 {
+            let _ = writeln!(
+                out,
+                "unknown template: {} pod(s) in {} workload(s) name a template their revision does not have ({}): \
+                 pods created so are admitted without the sidecar; put the template back (or change what they name)",
+                counts.unknown_template,
+                self.summary.workloads_with_unknown_template,
+                self.unknown_templates().join(", ")
+            );
+        }
         if !self.summary.drift {
             out.push_str("no drift: every pod runs the sidecar its namespace's templates inject today\n");
         } else {
@@ -278,12 +299,28 @@ impl Report {
     }
 }
 
+impl Report {
+    /// The templates pods name that their revision does not have, each once, sorted.
+    fn unknown_templates(&self) -> Vec<&str> {
+        let pods = self.namespaces.iter().flat_map(|n| &n.workloads).flat_map(|w| &w.pods);
+        let mut names: Vec<&str> = pods
+            .filter_map(|p| match &p.class {
+                Class::UnknownTemplate { asks_for, .. } => Some(asks_for.as_str()),
+                _ => None,
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+}
+
 /// Under a workload: its drifting pods, grouped by what they run (`stale, default 0123 (now a681): web-1, web-2`).
 fn drift_lines(workload: &WorkloadReport) -> Vec<String> {
     /// Pod names listed per line, beyond which only the number is given.
     const NAMES_SHOWN: usize = 5;
     let mut groups: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-    for pod in workload.pods.iter().filter(|p| p.class.is_drift()) {
+    for pod in workload.pods.iter().filter(|p| p.class.is_drift() || matches!(p.class, Class::UnknownTemplate { .. })) {
         let what = match &pod.class {
             Class::Stale { template, version, current_version } => format!(
                 "stale, {template} {version} (now {})",
@@ -296,6 +333,10 @@ fn drift_lines(workload: &WorkloadReport) -> Vec<String> {
             Class::OtherRevision { revision, template, version } => {
                 format!("other revision, injected by {revision} ({template} {version})")
             }
+            Class::UnknownTemplate { asks_for, injected } => match injected {
+                Some(injected) => format!("unknown template {asks_for:?}, injected with {injected} before"),
+                None => format!("unknown template {asks_for:?}, no sidecar"),
+            },
             Class::Current { .. } | Class::Skipped { .. } => continue,
         };
         groups.entry(what).or_default().push(&pod.name);

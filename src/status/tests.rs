@@ -206,6 +206,35 @@ fn pods_not_expected_to_have_a_sidecar_are_skipped_with_the_reason() {
     assert_eq!(skipped(&pod("g"), &Enrollment::UnknownRevision("blue".into()), &revisions), UNKNOWN_REVISION);
 }
 
+/// Issue 50: a pod naming a template its revision lacks (removed by an edit, or a typo) is its own class, with
+/// what it asks for and what it was injected with; not drift (a restart brings the same), but `status` fails.
+#[test]
+fn a_pod_naming_a_template_the_revision_lacks_is_reported() {
+    let revisions = revisions();
+    let mut typo = pod("a");
+    typo["metadata"]["annotations"] = json!({"sidecar-injector.io/template": "defualt"});
+    let class = judge(&typo, &default_ns(), &revisions);
+    assert_eq!(class, Class::UnknownTemplate { asks_for: "defualt".into(), injected: None });
+    assert!(!class.is_drift());
+    // Injected before its template went away: the stamp says with what.
+    let mut gone = injected(&engine(&edited(), "default", KubeVersion::DEFAULT), &pod("b"));
+    gone["metadata"]["annotations"]["sidecar-injector.io/template"] = json!("removed");
+    let stamp = Stamp::parse(gone["metadata"]["annotations"]["sidecar-injector.io/status"].as_str().unwrap()).unwrap();
+    let expected = format!("{} {}", stamp.template, stamp.version);
+    assert_eq!(
+        judge(&gone, &default_ns(), &revisions),
+        Class::UnknownTemplate { asks_for: "removed".into(), injected: Some(expected) }
+    );
+    let surveyed = Surveyed {
+        namespace: "shop".into(),
+        enrollment: default_ns(),
+        pods: vec![(owner(Kind::Deployment, "web"), "web-1".into(), class)],
+    };
+    let report = Report::new(&revisions, vec![surveyed]);
+    assert!(!report.summary.drift && report.failed(), "exit 1, with nothing to restart");
+    assert!(restart::plan(&report, 5).restart.is_empty());
+}
+
 #[test]
 fn a_jobs_pod_follows_the_kubernetes_version_as_serve_would() {
     let mut job_pod = pod("backup-x");
@@ -323,7 +352,12 @@ fn report() -> Report {
                     version: "fedcba9876543210".into(),
                 },
             ),
-            (web.clone(), "web-6".into(), Class::Skipped { reason: "opted-out".into() }),
+            (
+                web.clone(),
+                "web-6".into(),
+                Class::UnknownTemplate { asks_for: "mine".into(), injected: Some("mine 0123456789abcdef".into()) },
+            ),
+            (web.clone(), "web-7".into(), Class::Skipped { reason: "opted-out".into() }),
             (
                 owner(Kind::Pod, "debug"),
                 "debug".into(),
@@ -370,16 +404,18 @@ fn the_report_groups_by_namespace_and_workload_and_counts_every_class() {
     let web = &shop.workloads[0];
     assert_eq!(
         (web.counts.pods, web.counts.current, web.counts.stale, web.counts.missing, web.counts.incomplete),
-        (6, 1, 1, 1, 1)
+        (7, 1, 1, 1, 1)
     );
-    assert_eq!((web.counts.other_revision, web.counts.skipped, web.counts.drift()), (1, 1, 4));
+    let counts = web.counts;
+    assert_eq!((counts.other_revision, counts.unknown_template, counts.skipped, counts.drift()), (1, 1, 1, 4));
     let pods: Vec<&str> = web.pods.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(pods, ["web-1", "web-2", "web-3", "web-4", "web-5", "web-6"]);
+    assert_eq!(pods, ["web-1", "web-2", "web-3", "web-4", "web-5", "web-6", "web-7"]);
     let summary = report.summary;
     assert_eq!(
         (summary.namespaces, summary.counts.pods, summary.counts.drift(), summary.workloads_with_drift),
-        (3, 12, 7, 4)
+        (3, 13, 7, 4)
     );
+    assert_eq!(summary.workloads_with_unknown_template, 1);
     assert!(summary.drift && report.failed());
 }
 
@@ -401,26 +437,33 @@ fn the_table_shows_counts_drift_and_what_restart_would_do() {
             "MISSING",
             "INCOMPLETE",
             "OTHER-REV",
+            "UNKNOWN-TMPL",
             "SKIPPED"
         ]
     );
     let row = |workload: &str| -> Vec<&str> {
         lines.iter().find(|l| l.contains(&format!(" {workload} "))).unwrap().split_whitespace().collect()
     };
-    assert_eq!(row("Deployment/web"), ["shop", "default", "Deployment/web", "6", "1", "1", "1", "1", "1", "1"]);
-    assert_eq!(row("Deployment/x"), ["blue", "blue?", "Deployment/x", "1", "0", "0", "0", "0", "0", "1"]);
+    assert_eq!(row("Deployment/web"), ["shop", "default", "Deployment/web", "7", "1", "1", "1", "1", "1", "1", "1"]);
+    assert_eq!(row("Deployment/x"), ["blue", "blue?", "Deployment/x", "1", "0", "0", "0", "0", "0", "0", "1"]);
     let now = version(&revisions(), 0);
     for detail in [
         format!("stale, default 0123456789abcdef (now {now}): web-2"),
         format!("missing, no sidecar (default {now} expected): web-3"),
         format!("incomplete, default {now} lacks volume data: web-4"),
         "other revision, injected by canary (default fedcba9876543210): web-5".to_owned(),
+        "unknown template \"mine\", injected with mine 0123456789abcdef before: web-6".to_owned(),
     ] {
         assert!(table.contains(&format!("    {detail}\n")), "{detail}");
     }
     assert!(table.contains("namespace blue: labelled for revision blue, whose templates were not given"));
     assert!(table.contains(
-        "12 pod(s) in 3 namespace(s): 3 current, 2 stale, 3 missing, 1 incomplete, 1 other-revision, 2 skipped"
+        "13 pod(s) in 3 namespace(s): 3 current, 2 stale, 3 missing, 1 incomplete, 1 other-revision, 1 \
+         unknown-template, 2 skipped"
+    ));
+    assert!(table.contains(
+        "unknown template: 1 pod(s) in 1 workload(s) name a template their revision does not have (mine): pods \
+         created so are admitted without the sidecar"
     ));
     assert!(table.contains("drift: 7 pod(s) in 4 workload(s)"));
     assert!(table.contains(
@@ -465,7 +508,9 @@ fn the_json_report_carries_every_class_and_fact() {
     assert_eq!(json["revisions"][0]["name"], "default");
     assert_eq!(json["revisions"][0]["defaultTemplate"], "default");
     assert_eq!(json["revisions"][1]["templates"]["default"], version(&revisions(), 1));
-    assert_eq!(json["summary"]["pods"], 12);
+    assert_eq!(json["summary"]["pods"], 13);
+    assert_eq!(json["summary"]["unknownTemplate"], 1);
+    assert_eq!(json["summary"]["workloadsWithUnknownTemplate"], 1);
     assert_eq!(json["summary"]["otherRevision"], 1);
     assert_eq!(json["summary"]["drift"], true);
     assert_eq!(json["summary"]["workloadsWithDrift"], 4);
@@ -479,7 +524,8 @@ fn the_json_report_carries_every_class_and_fact() {
     assert_eq!((web["kind"].as_str(), web["name"].as_str()), (Some("Deployment"), Some("web")));
     assert_eq!(
         web["counts"],
-        json!({"pods": 6, "current": 1, "stale": 1, "missing": 1, "incomplete": 1, "otherRevision": 1, "skipped": 1})
+        json!({"pods": 7, "current": 1, "stale": 1, "missing": 1, "incomplete": 1, "otherRevision": 1,
+               "unknownTemplate": 1, "skipped": 1})
     );
     let classes: Vec<&str> = web["pods"].as_array().unwrap().iter().map(|p| p["class"].as_str().unwrap()).collect();
     assert_eq!(classes, Class::NAMES);
@@ -489,7 +535,11 @@ fn the_json_report_carries_every_class_and_fact() {
     assert_eq!(stale["currentVersion"], version(&revisions(), 0));
     assert_eq!(web["pods"][3]["missing"], json!(["volume data"]));
     assert_eq!(web["pods"][4]["revision"], "canary");
-    assert_eq!(web["pods"][5]["reason"], "opted-out");
+    assert_eq!(
+        (web["pods"][5]["asksFor"].as_str(), web["pods"][5]["injected"].as_str()),
+        (Some("mine"), Some("mine 0123456789abcdef"))
+    );
+    assert_eq!(web["pods"][6]["reason"], "opted-out");
     assert_eq!(json["namespaces"][0]["optIn"], "unknown-revision");
 }
 
@@ -553,8 +603,11 @@ fn restart_exits_1_only_when_drift_is_left_behind() {
     );
     assert_eq!(json["restart"]["deferred"][0]["kind"], "DaemonSet");
 
-    // Only restartable drift, all of it restarted: success.
+    // Only restartable drift, all of it restarted: success (once no pod names an unknown template, which no
+    // restart mends).
     let mut only_deployments = report.clone();
+    assert!(only_deployments.failed());
+    only_deployments.summary.counts.unknown_template = 0;
     let mut done = outcome(restart::plan(&report, 10), false);
     done.not_restartable.clear();
     only_deployments.restart = Some(done.clone());
