@@ -218,3 +218,38 @@ fn check_refuses_a_template_the_overlay_would_not_deploy() {
     let output = check(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/templates")));
     assert_eq!(code(&output), 0, "{}", stderr(&output));
 }
+
+/// A `kustomization.yaml` that `certs` did not write (the old README's cert-manager overlay, written by hand) is
+/// refused, not replaced by a self-signed overlay; `--new-ca` on a cert-manager overlay is refused; an existing
+/// but empty templates directory is refused (its ConfigMap would stop every replica at start).
+#[test]
+fn certs_refuses_what_it_would_silently_lose() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("by-hand");
+    std::fs::create_dir(&out).unwrap();
+    let by_hand = "resources: [../manifests/cert-manager]\nimages:\n  - name: x\n    newTag: dev\n";
+    std::fs::write(out.join("kustomization.yaml"), by_hand).unwrap();
+    let output = run(&["certs", "--out", out.to_str().unwrap(), "--base", BASE], "");
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
+    assert!(stderr(&output).contains("not written by `sidecar-injector certs`"), "{}", stderr(&output));
+    assert_eq!(std::fs::read_to_string(out.join("kustomization.yaml")).unwrap(), by_hand);
+    assert!(!out.join("templates").exists() && !out.join("ca.key").exists());
+
+    let cert_manager = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/cert-manager");
+    let out = dir.path().join("cert-manager");
+    let output = run(&["certs", "--cert-manager", "--out", out.to_str().unwrap(), "--base", cert_manager], "");
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let output = run(&["certs", "--new-ca", "--out", out.to_str().unwrap(), "--base", cert_manager], "");
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
+    assert!(stderr(&output).contains("cert-manager's"), "{}", stderr(&output));
+
+    let out = dir.path().join("emptied");
+    certs(&out, &["--revision", "canary"]);
+    let canary = out.join("revisions/canary/templates");
+    for entry in std::fs::read_dir(&canary).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    let output = run(&["certs", "--out", out.to_str().unwrap(), "--base", BASE], "");
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
+    assert!(stderr(&output).contains("no template files"), "{}", stderr(&output));
+}

@@ -183,8 +183,15 @@ pub fn run(args: &CertsArgs) -> Result<(), CliError> {
     }
     // Run again on its overlay (the README's renewal step), what the last run was told is kept unless told anew;
     // so are the components added to it by hand, and a revision's among them gets its webhooks' caBundle.
-    let previous = Previous::read(&out.join("kustomization.yaml"));
+    let previous = Previous::read(&out.join("kustomization.yaml"))?;
     let cert_manager = args.cert_manager || previous.cert_manager;
+    if cert_manager && args.new_ca {
+        return Err(CliError::Config(format!(
+            "--new-ca: the overlay in {} is cert-manager's, which issues the CA (to make certificates here instead, \
+             move its kustomization.yaml away and run certs without --cert-manager)",
+            out.display()
+        )));
+    }
     let base_arg = args.base.as_deref().unwrap_or(if cert_manager { CERT_MANAGER_BASE } else { BASE });
     let base = base_reference(base_arg, out)?;
     if let Some(version) = args.kubernetes_version
@@ -213,7 +220,8 @@ pub fn run(args: &CertsArgs) -> Result<(), CliError> {
         revisions.extend(revision.map(str::to_owned));
         kept.push(component);
     }
-    let templates = Templates::plan(out, &revisions, args.templates_from.as_deref(), &args.namespace)?;
+    // The generators replace the ConfigMaps of the base's namespace, whatever the Service's.
+    let templates = Templates::plan(out, &revisions, args.templates_from.as_deref(), names::NAMESPACE)?;
     // Each revision's templates come after the component whose ConfigMap they replace.
     components.extend(templates.homes.iter().filter_map(|(home, _)| home.component()));
 
@@ -392,7 +400,8 @@ impl Templates {
                 home.seed(overlay::Seed::Files(&default_files))?
             };
             let files: Vec<String> = if seed.is_empty() {
-                home.files()?
+                // An existing directory must hold templates: an empty ConfigMap would stop every replica at start.
+                overlay::read_template_files(&home.dir())?.into_iter().map(|(file, _)| file).collect()
             } else {
                 let mut files: Vec<String> = (seed.iter())
                     .filter_map(|(path, _)| Some(path.file_name()?.to_string_lossy().into_owned()))
@@ -502,10 +511,18 @@ struct Previous {
 }
 
 impl Previous {
-    /// Reads the overlay at `path`; nothing when there is none or it is not one of ours.
-    fn read(path: &Path) -> Previous {
-        let Ok(text) = std::fs::read_to_string(path) else { return Previous::default() };
-        let Ok(overlay) = serde_saphyr::from_str::<serde_json::Value>(&text) else { return Previous::default() };
+    /// Reads the overlay at `path`; nothing when there is none. One `certs` did not write (say, a cert-manager
+    /// overlay written by hand) is refused: `certs` writes the whole file, and would lose what it says.
+    fn read(path: &Path) -> Result<Previous, CliError> {
+        let Ok(text) = std::fs::read_to_string(path) else { return Ok(Previous::default()) };
+        if !text.starts_with(GENERATED) {
+            return Err(CliError::Config(format!(
+                "{}: not written by `sidecar-injector certs`, which would replace it whole; move it away (keeping what \
+                 you need of it: --image, --base, --cert-manager, --revision say the same) or give another --out",
+                path.display()
+            )));
+        }
+        let Ok(overlay) = serde_saphyr::from_str::<serde_json::Value>(&text) else { return Ok(Previous::default()) };
         let image =
             overlay["images"].as_array().into_iter().flatten().find(|i| i["name"] == names::IMAGE).and_then(|i| {
                 let name = i["newName"].as_str().unwrap_or(names::IMAGE);
@@ -522,9 +539,8 @@ impl Previous {
             .and_then(|v| v.trim().parse().ok());
         let components = overlay["components"].as_array().into_iter().flatten();
         let components = components.filter_map(|c| c.as_str().map(str::to_owned)).collect();
-        let written = text.starts_with(GENERATED);
-        let cert_manager = written && overlay["secretGenerator"].is_null();
-        Previous { image, kubernetes_version, components, cert_manager, written }
+        let cert_manager = overlay["secretGenerator"].is_null();
+        Ok(Previous { image, kubernetes_version, components, cert_manager, written: true })
     }
 }
 

@@ -183,6 +183,7 @@ impl Home {
             Some(_) => self.root.parent().and_then(Path::parent).unwrap_or(&self.root),
             None => &self.root,
         };
+        let overlay = if overlay.as_os_str().is_empty() { Path::new(".") } else { overlay };
         text.push_str(&format!(
             "  to list every template file: run `sidecar-injector certs --out {}` again (or edit `files:`)\n",
             overlay.display()
