@@ -85,7 +85,8 @@ pub struct ServeArgs {
     pub max_connection_age: humantime::Duration,
 
     /// Request body bytes held in memory at once, over every connection; a body that does not fit waits up to
-    /// 1s for room, then gets 503 with Retry-After. At least --max-body-bytes.
+    /// 1s for room, then gets 503 with Retry-After. At least twice --max-body-bytes (each body is held twice: the
+    /// buffer parsed and a copy kept for a second review).
     #[arg(long, default_value_t = DEFAULT_MAX_INFLIGHT_BODY_BYTES, env = "SIDECAR_INJECTOR_MAX_INFLIGHT_BODY_BYTES")]
     pub max_inflight_body_bytes: usize,
 

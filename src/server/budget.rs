@@ -21,6 +21,12 @@ use super::telemetry::Metrics;
 /// webhook timeout, so that it can still call another replica.
 pub(crate) const BODY_BUDGET_WAIT: Duration = Duration::from_secs(1);
 
+/// What the budget holds for a body of `bytes`: the buffer the review parses in place (with the parser's padding)
+/// and the copy of the body kept for a second review (the parse changes the buffer).
+pub(crate) fn held_for(bytes: usize) -> usize {
+    bytes.saturating_mul(2).saturating_add(crate::PARSE_PADDING)
+}
+
 /// The budget shared by every connection.
 pub(crate) struct BodyBudget {
     bytes: Semaphore,

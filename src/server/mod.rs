@@ -86,7 +86,7 @@ pub struct ServeConfig {
     /// that the clients' connections spread over replicas added later; zero: never.
     pub max_connection_age: Duration,
     /// Request body bytes held in memory at once over every connection; a body that does not fit waits briefly,
-    /// then gets 503. At least `max_body_bytes` (and the parser's padding).
+    /// then gets 503. At least `max_body_bytes` twice (and the parser's padding): [`budget::held_for`].
     pub max_inflight_body_bytes: usize,
     /// Deadline for one request (body and answer); the API server's `?timeout=` lowers it.
     pub request_timeout: Duration,
@@ -242,11 +242,12 @@ impl Server {
                 "templates are watched for revision {revision:?}, which is not served"
             )));
         }
-        let largest_buffer = config.max_body_bytes.saturating_add(crate::PARSE_PADDING);
+        let largest_buffer = budget::held_for(config.max_body_bytes);
         if config.max_inflight_body_bytes < largest_buffer {
             return Err(ServeError::Limits(format!(
-                "--max-inflight-body-bytes ({}) must hold at least one body of --max-body-bytes ({}) and the \
-                 parser's padding ({}): at least {largest_buffer}",
+                "--max-inflight-body-bytes ({}) must hold at least one body of --max-body-bytes ({}) twice (the \
+                 buffer parsed and the copy kept for a second review) and the parser's padding ({}): at least \
+                 {largest_buffer}",
                 config.max_inflight_body_bytes,
                 config.max_body_bytes,
                 crate::PARSE_PADDING
