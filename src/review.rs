@@ -202,6 +202,10 @@ pub(crate) fn read<'t, 'i>(root: Value<'t, 'i>) -> Result<Review<'t, 'i>, Review
     if uid.is_empty() {
         return Err(bad("request.uid", "empty"));
     }
+    if uid.len() > MAX_UID_BYTES {
+        // The answer echoes it: a client could otherwise make an answer as large as its request.
+        return Err(bad("request.uid", "longer than the API server's UIDs (36 characters)"));
+    }
     let kind = match fields.kind {
         Some(k) if k.as_object().is_some() => GroupVersionKind {
             group: optional_str(k.get("group"), "request.kind.group")?,
@@ -228,6 +232,9 @@ pub(crate) fn read<'t, 'i>(root: Value<'t, 'i>) -> Result<Review<'t, 'i>, Review
         dry_run,
     })
 }
+
+/// The longest `request.uid` accepted: the API server's are UUIDs, 36 characters.
+pub const MAX_UID_BYTES: usize = 36;
 
 /// The members of `request` the engine reads, as found in one walk over it.
 #[derive(Default)]

@@ -674,6 +674,9 @@ fn malformed_requests_get_a_one_line_reason_naming_what_is_wrong() {
         (br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{}}"#.to_vec(), "request.uid is missing"),
         (br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":7}}"#.to_vec(), "request.uid is not a string"),
         (br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":""}}"#.to_vec(), "request.uid is empty"),
+        // Issue 51: the answer echoes the uid; one longer than the API server's is refused before anything.
+        (format!(r#"{{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{{"uid":"{}"}}}}"#, "u".repeat(37)).into_bytes(), "request.uid is longer than the API server's UIDs (36 characters)"),
+        (format!(r#"{{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{{"uid":"{}"}}}}"#, "u".repeat(4 << 20)).into_bytes(), "request.uid is longer"),
         (br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","operation":"CREATE"}}"#.to_vec(), "request.kind is missing"),
         ((0..100_000).map(|_| b'[').collect(), "nesting deeper than 256"),
     ];

@@ -74,6 +74,10 @@ async fn status_against_a_real_api_server() {
     // A bare pod without the sidecar, one opted out, and a Job's pod (at the default --kubernetes-version, 1.29,
     // a Job's pod gets the sidecar as a native sidecar: this one lacks it).
     cluster.must_create(&pods, pod("bare", &json!({"app": "bare"}))).await;
+    // Issue 50: a pod injected with a template the set no longer has (its annotation names it).
+    let mut removed = injected(&current, DEFAULT_NS, &pod("asks-removed", &json!({"app": "gone"})));
+    removed["metadata"]["annotations"]["sidecar-injector.io/template"] = json!("removed");
+    cluster.must_create(&pods, removed).await;
     let mut opted_out = pod("opted-out", &json!({"app": "tool"}));
     opted_out["metadata"]["annotations"] = json!({"sidecar-injector.io/inject": "false"});
     cluster.must_create(&pods, opted_out).await;
@@ -107,6 +111,7 @@ async fn status_against_a_real_api_server() {
         (DEFAULT_NS, "Deployment/web", "web-7d9f-stale", "stale"),
         (DEFAULT_NS, "StatefulSet/db", "db-0", "current"),
         (DEFAULT_NS, "Job/backup", "backup-x2x8q", "missing"),
+        (DEFAULT_NS, "Pod/asks-removed", "asks-removed", "unknown-template"),
         (DEFAULT_NS, "Pod/bare", "bare", "missing"),
         (DEFAULT_NS, "Pod/opted-out", "opted-out", "skipped"),
         (CANARY_NS, "Pod/canary-current", "canary-current", "current"),
@@ -124,8 +129,12 @@ async fn status_against_a_real_api_server() {
     assert_eq!(pod_of("canary-current")["version"], version(&canary));
     assert_eq!(pod_of("web-7d9f-incomplete")["missing"], json!(["label sidecar-injector.io/injected"]));
     assert_eq!(pod_of("opted-out")["reason"], "opted-out");
+    let asks_removed = pod_of("asks-removed");
+    assert_eq!(asks_removed["asksFor"], "removed");
+    assert_eq!(asks_removed["injected"], format!("default {}", version(&current)));
     let summary = &report["summary"];
-    assert_eq!((summary["pods"].as_u64(), summary["namespaces"].as_u64()), (Some(11), Some(2)));
+    assert_eq!((summary["pods"].as_u64(), summary["namespaces"].as_u64()), (Some(12), Some(2)));
+    assert_eq!(summary["unknownTemplate"], 1);
     assert_eq!((summary["workloadsWithDrift"].as_u64(), summary["drift"].as_bool()), (Some(4), Some(true)));
 
     // The same answer from the templates in ConfigMaps, read through the API server as `serve` reads them mounted.
@@ -154,7 +163,10 @@ async fn status_against_a_real_api_server() {
     let (code, table) = status(&kubeconfig, &dirs);
     assert_eq!(code, 1);
     let web_row: Vec<&str> = table.lines().find(|l| l.contains("Deployment/web")).unwrap().split_whitespace().collect();
-    assert_eq!(web_row, [DEFAULT_NS, "default", "Deployment/web", "5", "1", "1", "1", "1", "1", "0"]);
+    assert_eq!(web_row, [DEFAULT_NS, "default", "Deployment/web", "5", "1", "1", "1", "1", "1", "0", "0"]);
+    assert!(table.contains(
+        "unknown template: 1 pod(s) in 1 workload(s) name a template their revision does not have (removed)"
+    ));
     assert!(table.contains(&format!("stale, default {} (now {}): web-7d9f-stale", version(&old), version(&current))));
     assert!(table.contains(
         "not restartable, recreate by hand: Job e2e-status/backup (1 pod(s)), Pod e2e-status/bare (1 pod(s))"
@@ -175,7 +187,7 @@ async fn status_against_a_real_api_server() {
         (opt_in(OFF_NS), opt_in(INJECTOR_NS), opt_in("kube-system")),
         (json!("not-opted-in"), json!("excluded"), json!("excluded"))
     );
-    assert_eq!(all["summary"]["pods"], 12);
+    assert_eq!(all["summary"]["pods"], 13);
 
     // --restart --dry-run names the Deployment and changes nothing.
     let (code, dry) = status(&kubeconfig, &[&dirs[..], &["-o", "json", "--restart", "--dry-run"]].concat());
