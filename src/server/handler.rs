@@ -14,7 +14,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{ALLOW, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode, Version};
 
-use super::budget::BODY_BUDGET_WAIT;
+use super::budget::{BODY_BUDGET_WAIT, held_for};
 use super::conn::{Answering, RequestGuard};
 use super::telemetry::{ErrorReason, RevisionMetrics};
 use super::{Revision, Shared};
@@ -25,6 +25,10 @@ type Answer = Response<Full<Bytes>>;
 /// The body buffer's first capacity when the request announces no length (chunked): a typical pod's review fits,
 /// so most requests read without growing it.
 const UNANNOUNCED_BODY_CAPACITY: usize = 16 * 1024;
+
+/// What the in-flight budget holds for a body before its bytes arrive, whatever its `Content-Length` says: the
+/// reviews the API server sends fit (a pod of 60 KB is a large one); a larger body's share doubles as it arrives.
+const FIRST_BODY_STEP: usize = 64 * 1024;
 
 /// The answer buffer's first capacity: a typical injection's AdmissionReview response (its base64 patch) fits.
 const ANSWER_CAPACITY: usize = 8 * 1024;
@@ -161,18 +165,21 @@ async fn read_and_review(
         return refuse(shared, &Refusal::TooLarge(max));
     }
     let arrived = tokio::time::Instant::now();
-    let expected = if announced > 0 { announced as usize } else { UNANNOUNCED_BODY_CAPACITY };
-    // The buffers' every byte is reserved in the in-flight budget before they are allocated, and released when the
-    // request ends (answered, or dropped by hyper when the client goes away).
-    let Some(mut reserved) = shared.body_budget.reserve(super::budget::held_for(expected), BODY_BUDGET_WAIT).await
-    else {
+    // The budget holds what has arrived, in steps, never what `Content-Length` announces alone: a client that
+    // announces a large body and sends nothing holds one step (issue 51: twenty such connections kept every review
+    // out). The buffers are sized for the announced length at once (one allocation each, no copy as they fill):
+    // their memory is the pages written, which the budget covers. Released when the request ends (answered, or
+    // dropped by hyper when the client goes away).
+    let capacity = if announced > 0 { announced as usize } else { UNANNOUNCED_BODY_CAPACITY };
+    let mut accounted = capacity.min(FIRST_BODY_STEP);
+    let Some(mut reserved) = shared.body_budget.reserve(held_for(accounted), BODY_BUDGET_WAIT).await else {
         return refuse(shared, &Refusal::Overloaded(shared.body_budget.total()));
     };
-    let mut buf = Vec::with_capacity(expected + crate::PARSE_PADDING);
+    let mut buf = Vec::with_capacity(capacity + crate::PARSE_PADDING);
     // The body as received, copied (the first review parses `buf` in place) where a review may be made twice.
     // Copied, not kept as hyper's frames: a frame is a slice of a read buffer, so a body sent a byte at a time
     // would pin a read buffer per byte, counted nowhere (issue 51: 800 MiB from 200 connections).
-    let mut received = Vec::with_capacity(expected);
+    let mut received = Vec::with_capacity(capacity);
     while let Some(frame) = body.frame().await {
         let frame = match frame {
             Ok(frame) => frame,
@@ -183,16 +190,18 @@ async fn read_and_review(
             if needed > max {
                 return refuse(shared, &Refusal::TooLarge(max));
             }
-            if needed > received.capacity() {
-                // A chunked body outgrew its buffers: double them (as `Vec` would), within the limit, once the
+            if needed > accounted {
+                // More has arrived than the budget holds for it: double its share, within the limit, once the
                 // budget has the bytes.
-                let target = needed.max(2 * received.capacity()).min(max);
-                if !reserved
-                    .grow(super::budget::held_for(target).saturating_sub(reserved.bytes()), BODY_BUDGET_WAIT)
-                    .await
-                {
+                let target = needed.max(2 * accounted).min(max);
+                if !reserved.grow(held_for(target).saturating_sub(reserved.bytes()), BODY_BUDGET_WAIT).await {
                     return refuse(shared, &Refusal::Overloaded(shared.body_budget.total()));
                 }
+                accounted = target;
+            }
+            if needed > received.capacity() {
+                // A chunked body outgrew its buffers: double them (as `Vec` would).
+                let target = needed.max(2 * received.capacity()).min(max);
                 received.reserve_exact(target - received.len());
                 buf.reserve_exact(target + crate::PARSE_PADDING - buf.len());
             }
