@@ -223,7 +223,7 @@ pub fn run(args: &CertsArgs) -> Result<(), CliError> {
     // The generators replace the ConfigMaps of the base's namespace, whatever the Service's.
     let templates = Templates::plan(out, &revisions, args.templates_from.as_deref(), names::NAMESPACE)?;
     // Each revision's templates come after the component whose ConfigMap they replace.
-    components.extend(templates.homes.iter().filter_map(|(home, _)| home.component()));
+    components.extend(templates.homes.iter().filter_map(|planned| planned.home.component()));
 
     let (ca_cert, ca_key) = (out.join("ca.crt"), out.join("ca.key"));
     let (service, namespace) = (&args.service, &args.namespace);
@@ -346,16 +346,20 @@ impl Certificates {
 /// The templates of every revision the overlay deploys: their homes, what is to be written to seed new ones,
 /// and the listing of each.
 struct Templates {
-    /// Each home with the files it will hold, by name.
-    homes: Vec<(overlay::Home, Vec<String>)>,
-    /// New directories' files, to write.
-    seeds: Vec<(PathBuf, String)>,
-    /// Where each new directory was seeded from, for the report (`None` for a home that existed).
-    seeded: Vec<Option<String>>,
+    homes: Vec<Planned>,
     /// The default revision's generator entry, for the overlay's kustomization.
     generator: String,
     /// Each revision's component kustomization, to write.
     components: Vec<(PathBuf, String)>,
+}
+
+/// One home as this run leaves it.
+struct Planned {
+    home: overlay::Home,
+    /// The files it will hold, by name.
+    files: Vec<String>,
+    /// For a new directory: where its files come from (for the report) and the files to write, by name.
+    seed: Option<(String, Vec<(String, String)>)>,
 }
 
 impl Templates {
@@ -371,67 +375,53 @@ impl Templates {
                 default.dir().display()
             )));
         }
-        let seed = match from {
-            Some(dir) => overlay::Seed::Dir(dir),
-            None => overlay::Seed::Shipped,
+        let (seed, seeded_from) = match from {
+            Some(dir) => (overlay::Seed::Dir(dir), dir.display().to_string()),
+            None => (overlay::Seed::Shipped, "the shipped templates".to_owned()),
         };
         let default_seed = default.seed(seed)?;
         // A new revision starts as a copy of the default revision's templates, as they will be after this run.
-        let default_files: Vec<(String, String)> = if default_seed.is_empty() {
-            overlay::read_template_files(&default.dir())?
-        } else {
-            let named = default_seed
-                .iter()
-                .filter_map(|(path, source)| Some((path.file_name()?.to_string_lossy().into_owned(), source.clone())));
-            named.collect()
+        let default_files = match &default_seed {
+            Some(files) => files.clone(),
+            None => overlay::read_template_files(&default.dir())?,
         };
-        let mut plan = Templates {
-            homes: Vec::new(),
-            seeds: Vec::new(),
-            seeded: Vec::new(),
-            generator: String::new(),
-            components: Vec::new(),
-        };
+        let mut plan = Templates { homes: Vec::new(), generator: String::new(), components: Vec::new() };
+        let mut default_seed = default_seed.map(|files| (seeded_from, files));
         let homes = std::iter::once(default).chain(revisions.iter().map(|r| overlay::Home::revision(out, r)));
         for home in homes {
-            let seed = if home.revision.is_none() {
-                default_seed.clone()
-            } else {
-                home.seed(overlay::Seed::Files(&default_files))?
+            let seed = match home.revision {
+                None => default_seed.take(),
+                Some(_) => {
+                    let copy = home.seed(overlay::Seed::Files(&default_files))?;
+                    copy.map(|files| (format!("a copy of {}", overlay::TEMPLATES_DIR), files))
+                }
             };
-            let files: Vec<String> = if seed.is_empty() {
+            let files: Vec<String> = match &seed {
+                Some((_, files)) => files.iter().map(|(file, _)| file.clone()).collect(),
                 // An existing directory must hold templates: an empty ConfigMap would stop every replica at start.
-                overlay::read_template_files(&home.dir())?.into_iter().map(|(file, _)| file).collect()
-            } else {
-                let mut files: Vec<String> = (seed.iter())
-                    .filter_map(|(path, _)| Some(path.file_name()?.to_string_lossy().into_owned()))
-                    .collect();
-                files.sort();
-                files
+                None => overlay::read_template_files(&home.dir())?.into_iter().map(|(file, _)| file).collect(),
             };
-            plan.seeded.push((!seed.is_empty()).then(|| match (&home.revision, from) {
-                (Some(_), _) => format!("a copy of {}", overlay::TEMPLATES_DIR),
-                (None, Some(dir)) => dir.display().to_string(),
-                (None, None) => "the shipped templates".to_owned(),
-            }));
-            plan.seeds.extend(seed);
             match home.revision {
                 None => plan.generator = home.generator(namespace, &files),
                 Some(_) => plan
                     .components
                     .push((home.root.join("kustomization.yaml"), home.component_kustomization(namespace, &files))),
             }
-            plan.homes.push((home, files));
+            plan.homes.push(Planned { home, files, seed });
         }
         Ok(plan)
     }
 
     fn write(&self) -> Result<(), CliError> {
-        for (path, source) in self.seeds.iter().chain(&self.components) {
+        let seeds = self.homes.iter().filter_map(|planned| {
+            let (_, files) = planned.seed.as_ref()?;
+            Some(files.iter().map(|(file, source)| (planned.home.dir().join(file), source.clone())))
+        });
+        for (path, source) in seeds.flatten().chain(self.components.iter().cloned()) {
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir).map_err(|e| CliError::Config(format!("{}: {e}", dir.display())))?;
             }
-            write(path, source, false)?;
+            write(&path, &source, false)?;
         }
         Ok(())
     }
@@ -439,10 +429,10 @@ impl Templates {
     /// Says where each revision's templates are and, for a directory the user already had, which shipped
     /// templates differ from it (an upgrade brings new ones, never over the user's).
     fn report(&self, overlay_existed: bool) {
-        for ((home, files), seeded) in self.homes.iter().zip(&self.seeded) {
+        for Planned { home, files, seed } in &self.homes {
             let dir = home.dir();
-            match seeded {
-                Some(from) => {
+            match seed {
+                Some((from, _)) => {
                     eprintln!(
                         "sidecar-injector: seeded {} with {from} ({} files): the templates `kubectl apply -k` deploys \
                          as the ConfigMap {}; edit them there, then `sidecar-injector check` the overlay",

@@ -100,25 +100,25 @@ impl Home {
         Ok(template_files(&self.dir())?.into_iter().map(|(file, _)| file).collect())
     }
 
-    /// The files to write to seed the directory, if it does not exist yet: those of `from`, else the shipped
-    /// templates; nothing when it exists (it is the user's). Read now, written later, so that a run that fails
-    /// writes nothing.
-    pub fn seed(&self, from: Seed<'_>) -> Result<Vec<(PathBuf, String)>, CliError> {
+    /// The files to seed the directory with, by name, sorted, if it does not exist yet: those of `from`;
+    /// `None` when it exists (it is the user's). Read now, written later, so that a run that fails writes nothing.
+    pub fn seed(&self, from: Seed<'_>) -> Result<Option<Vec<(String, String)>>, CliError> {
         let dir = self.dir();
         if dir.exists() {
             if !dir.is_dir() {
                 return Err(CliError::Config(format!("{}: not a directory", dir.display())));
             }
-            return Ok(Vec::new());
+            return Ok(None);
         }
-        let files = match from {
+        let mut files = match from {
             Seed::Shipped => {
                 crate::template::SHIPPED.iter().map(|(file, source)| (file.to_string(), source.to_string())).collect()
             }
             Seed::Dir(source) => read_template_files(source)?,
             Seed::Files(files) => files.to_vec(),
         };
-        Ok(files.into_iter().map(|(file, source)| (dir.join(file), source)).collect())
+        files.sort();
+        Ok(Some(files))
     }
 
     /// The `configMapGenerator` entry that makes its ConfigMap from `files` (in the templates directory).
