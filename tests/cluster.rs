@@ -1239,6 +1239,13 @@ fn shares_after_scaling_out(cluster: &Cluster, max_age: &str, window: Duration) 
     ]);
     wait_for_the_injector_rollout(cluster);
     wait_for(Duration::from_secs(60), "two replicas serving", || (replica_metrics(cluster).len() == 2).then_some(()));
+    // The replaced replicas linger through their preStop sleep and drain: a connection the API server opened to one
+    // of them would end after the scaling, and its next one could go to the replica added last.
+    wait_for(Duration::from_secs(90), "the replaced replicas gone", || {
+        let pods =
+            cluster.json(&["-n", "sidecar-injector", "get", "pods", "-l", "app.kubernetes.io/name=sidecar-injector"]);
+        (pods["items"].as_array().unwrap().len() == 2).then_some(())
+    });
     // The API server's connections are now to these two.
     for round in 0..10 {
         dry_run_pod(cluster, "rollout", &format!("warm-{round}"), "demo").unwrap();

@@ -286,6 +286,9 @@ clusterDomain: cluster.local
 # Our imported images are never collected, and a busy test machine's disk is no reason to evict.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# A pod's ConfigMap volume is refreshed on its sync, every minute by default: the template tests wait for it twice,
+# so the node syncs every 20 s (what a user waits is the default's, docs/operations.md).
+syncFrequency: 20s
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 YAML
   # The runtime: a flag until 1.27 removed it (the endpoint moved to the configuration), and the sandbox image,
