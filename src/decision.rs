@@ -7,7 +7,7 @@
 //! `hostNetwork` pod unless the template allows it; not a pod that carries another template version's sidecar. `dryRun` changes nothing: injection has no side effects.
 
 use crate::pod::PodView;
-use crate::review::Review;
+use crate::review::{Review, ReviewError};
 use crate::settings::Keys;
 use crate::template::Template;
 
@@ -151,8 +151,24 @@ impl SkipReason {
 /// The annotation the kubelet sets on mirror pods.
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
-/// Decides whether this request is a pod to inject into, before choosing a template. `Ok` carries the pod.
-pub(crate) fn decide<'t, 'i>(review: &Review<'t, 'i>, keys: &Keys) -> Result<PodView<'t, 'i>, SkipReason> {
+/// Decides whether this request is a pod to inject into, before choosing a template: the pod, or why it is
+/// skipped; an error for a pod whose echoed values the API server would refuse ([`PodView::beyond_api_limits`]).
+pub(crate) fn decide<'t, 'i>(
+    review: &Review<'t, 'i>,
+    keys: &Keys,
+) -> Result<Result<PodView<'t, 'i>, SkipReason>, ReviewError> {
+    let pod = match skip_or_view(review, keys) {
+        Ok(pod) => pod,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    if let Some((field, limit)) = pod.beyond_api_limits() {
+        return Err(ReviewError::BeyondApiLimit { field, limit });
+    }
+    Ok(Ok(pod))
+}
+
+/// The rules of [`decide`] that skip a request, or the pod to look at.
+fn skip_or_view<'t, 'i>(review: &Review<'t, 'i>, keys: &Keys) -> Result<PodView<'t, 'i>, SkipReason> {
     let kind = review.kind;
     if !(kind.group.is_empty() && kind.version == "v1" && kind.kind == "Pod") {
         return Err(SkipReason::NotAPod);

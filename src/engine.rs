@@ -342,7 +342,7 @@ impl Engine {
         self.run(body, true, |engine, root, work| {
             let review = review::read(root)?;
             let mut outcome = Outcome::new(review.version, true);
-            let pod = decision::decide(&review, &engine.keys);
+            let pod = decision::decide(&review, &engine.keys)?;
             let decision = engine.decide(&pod, work, &mut outcome, Mode::Mutate);
             let patch = match decision {
                 Decision::Allow(verdict) | Decision::Deny { verdict, .. } => {
@@ -422,7 +422,7 @@ impl Engine {
     ) -> Result<Outcome, ReviewError> {
         let review = review::read(root)?;
         let mut outcome = Outcome::new(review.version, trace);
-        let pod = decision::decide(&review, &self.keys);
+        let pod = decision::decide(&review, &self.keys)?;
         let decision = self.decide(&pod, work, &mut outcome, mode);
         self.write(&review, decision, work, out, &mut outcome);
         Ok(outcome)
@@ -445,7 +445,7 @@ impl Engine {
             response::open(out, review.version, review.uid);
         }
         let mut outcome = Outcome::new(review.version, false);
-        let pod = decision::decide(&review, &self.keys);
+        let pod = decision::decide(&review, &self.keys)?;
         if until == Stage::Decide {
             if let Ok(pod) = &pod {
                 // The choice is the stage measured; what it chose is not used.

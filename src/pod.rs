@@ -222,6 +222,43 @@ impl<'t, 'i> PodView<'t, 'i> {
         to_json(self.object)
     }
 
+    /// The first value of the pod that answers may echo (its names in messages and patches; what templates read)
+    /// longer than the API server lets any pod have, with the API's limit. The API server refuses such a pod after
+    /// the mutating webhooks; refused here up front, it cannot make an answer as large as its request.
+    pub(crate) fn beyond_api_limits(&self) -> Option<(&'static str, usize)> {
+        use crate::validation::{
+            DNS1123_LABEL_MAX_LENGTH as LABEL, DNS1123_SUBDOMAIN_MAX_LENGTH as SUBDOMAIN,
+            LABEL_VALUE_MAX_LENGTH as LABEL_VALUE, QUALIFIED_NAME_MAX_LENGTH as KEY,
+            TOTAL_ANNOTATION_SIZE_LIMIT_B as ANNOTATIONS,
+        };
+        let strings = [
+            ("metadata.name", self.name, SUBDOMAIN),
+            ("metadata.generateName", self.generate_name, SUBDOMAIN),
+            ("metadata.namespace", self.namespace, LABEL),
+            ("spec.serviceAccountName", self.service_account_name, SUBDOMAIN),
+        ];
+        if let Some((field, _, limit)) = strings.into_iter().find(|(_, value, limit)| value.len() > *limit) {
+            return Some((field, limit));
+        }
+        for (key, value) in string_entries(self.labels) {
+            if key.len() > KEY {
+                return Some(("metadata.labels (a key)", KEY));
+            }
+            if value.len() > LABEL_VALUE {
+                return Some(("metadata.labels (a value)", LABEL_VALUE));
+            }
+        }
+        if self.annotation_entries().map(|(key, value)| key.len() + value.len()).sum::<usize>() > ANNOTATIONS {
+            return Some(("metadata.annotations (in all)", ANNOTATIONS));
+        }
+        let names = self.container_lists().into_iter().flatten().flat_map(|list| list.iter());
+        let too_long = |c: Value<'_, '_>| c.get("name").and_then(|n| n.into_string()).is_some_and(|n| n.len() > LABEL);
+        if names.into_iter().any(too_long) {
+            return Some(("a container's name", LABEL));
+        }
+        None
+    }
+
     /// How the pod is named in messages: its name, or its generateName followed by `*`.
     pub(crate) fn display_name(&self) -> String {
         match (self.name(), self.generate_name()) {

@@ -55,6 +55,15 @@ pub enum ReviewError {
         /// "missing", "not a string", ...
         problem: &'static str,
     },
+    /// A value of the pod that answers may echo is longer than the API server lets any pod have (it would refuse
+    /// the pod after the mutating webhooks): refused before the pod is looked at further.
+    #[error("the pod's {field} is longer than the API server allows ({limit} bytes); it would refuse the pod")]
+    BeyondApiLimit {
+        /// The field, e.g. `metadata.name`.
+        field: &'static str,
+        /// The API's limit, in bytes.
+        limit: usize,
+    },
 }
 
 impl ReviewError {

@@ -472,6 +472,47 @@ async fn an_http1_peer_not_reading_its_answers_is_cut_at_the_write_timeout() {
     assert!(counter(&metrics, r#"sidecar_injector_connection_errors_total{kind="timeout"}"#) >= 1.0, "{metrics}");
 }
 
+/// Issue 51, item 3: the write timeout is a minimum rate. An HTTP/2 peer that grants its streams a little window
+/// now and then (1 KiB per stream every 500 ms) finishes an answer every half second or so, and each finished
+/// answer used to restart the others' write timeout: it held its connection, and its answers, as long as it
+/// liked. Now the answers it takes must add up to 16 KiB per write timeout, and it is cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_peer_taking_its_answers_a_few_bytes_at_a_time_is_cut_at_the_write_timeout() {
+    let write_timeout = Duration::from_secs(1);
+    let server = start(|c, _| c.write_timeout = write_timeout).await;
+    let (client, connection) = h2_client(&server, 1024).await;
+    let started = Instant::now();
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for _ in 0..4 {
+        let (client, taken) = (client.clone(), taken.clone());
+        tokio::spawn(async move {
+            loop {
+                let mut client = client.clone().ready().await?;
+                let (response, mut send) = client.send_request(h2_post("/mutate", REVIEW.len()), false)?;
+                send.send_data(Bytes::from_static(REVIEW), true)?;
+                let mut body = response.await?.into_body();
+                while let Some(chunk) = body.data().await {
+                    let n = chunk?.len();
+                    taken.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    body.flow_control().release_capacity(n)?;
+                }
+            }
+            #[allow(unreachable_code)]
+            Ok::<_, h2::Error>(())
+        });
+    }
+    let ended = tokio::time::timeout(write_timeout * 8, connection).await;
+    let taken = taken.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(ended.is_ok(), "a peer taking {taken} bytes of answers in {:?} was kept", started.elapsed());
+    eprintln!(
+        "a peer taking 1 KiB per stream every 500 ms: cut after {:?}, having taken {taken} bytes",
+        started.elapsed()
+    );
+    let metrics = admin_get(server.metrics, "/metrics").await.1;
+    assert!(counter(&metrics, r#"sidecar_injector_connection_errors_total{kind="timeout"}"#) >= 1.0, "{metrics}");
+}
+
 /// HTTP/2 at shutdown: the GOAWAY, then the connection's close once its streams are done; what the client still
 /// sends after it (here PINGs, as a client does before it notices) is read, not answered with a reset, and the
 /// connection ends with a clean close.
@@ -577,4 +618,111 @@ async fn a_body_sent_a_byte_at_a_time_holds_its_bytes_not_a_buffer_per_byte() {
     let mut answer = vec![0; 64];
     let n = tls.read(&mut answer).await.unwrap();
     assert!(answer[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer[..n]));
+}
+
+/// Issue 51, item 3: an answer is held until its peer takes it, and a template may echo what the pod carries (here
+/// an annotation of 200 KiB, within the API's limits), so answers are as large as requests. They count in the
+/// memory account until their last byte is sent: HTTP/2 peers that grant no window and keep asking hold at most
+/// the budget in answers (the rest are refused, 503), where each answer used to be held outside any bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_waiting_for_their_peer_count_in_the_memory_account() {
+    // One stream each: a stream refused while its body arrives keeps its unread bytes in the connection's window
+    // until its answer is sent (never, here), which would stall the connection's other bodies.
+    const CONNECTIONS: usize = 24;
+    const BUDGET: usize = 3 * 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let templates = dir.path().join("templates");
+    std::fs::create_dir(&templates).unwrap();
+    std::fs::write(
+        templates.join("echo.yaml"),
+        "pod:\n  spec:\n    containers:\n      - name: echo\n        image: \"echo:1\"\n        env:\n          \
+         - name: NOTE\n            value: \"{{ pod.annotations['example.com/note'] | default('') }}\"\n",
+    )
+    .unwrap();
+    let budget = BUDGET.to_string();
+    let server = Process::spawn_with(
+        dir.path(),
+        &[
+            "--template-dir",
+            templates.to_str().unwrap(),
+            "--default-template",
+            "echo",
+            "--max-body-bytes",
+            "1048576",
+            "--max-inflight-body-bytes",
+            &budget,
+            "--write-timeout",
+            "30s",
+        ],
+    );
+    let running = Running::attach(server.addr, server.metrics, server.ca.clone());
+    let mut review: serde_json::Value = serde_json::from_slice(REVIEW).unwrap();
+    review["request"]["object"]["metadata"]["annotations"] =
+        serde_json::json!({"sidecar-injector.io/inject": "echo", "example.com/note": "a".repeat(200 * 1024)});
+    let review = Bytes::from(serde_json::to_vec(&review).unwrap());
+    // Both workers' parser buffers sized for such a body, before the resident set is taken as the base.
+    let warm = (0..4).map(|_| {
+        let (addr, ca, review) = (running.addr, running.ca_pem.clone(), review.clone());
+        tokio::spawn(async move {
+            let mut conn = Conn::open(addr, &ca, false).await;
+            let mut lengths = Vec::new();
+            for _ in 0..4 {
+                let (status, answer) = conn.review(&review).await;
+                assert_eq!(status, StatusCode::OK);
+                lengths.push(answer.len());
+            }
+            lengths
+        })
+    });
+    let mut answer_len = 0;
+    for lengths in warm.collect::<Vec<_>>() {
+        answer_len = lengths.await.unwrap()[0];
+    }
+    assert!(answer_len > 200 * 1024, "the answer echoes the annotation: {answer_len} bytes");
+    let idle = server.memory_kib("VmRSS");
+
+    let ask = |running: &Running, review: Bytes| {
+        let running = Running::attach(running.addr, running.metrics, running.ca_pem.clone());
+        async move {
+            let (client, connection) = h2_client(&running, 0).await;
+            let mut client = client.ready().await.unwrap();
+            let (response, mut send) = client.send_request(h2_post("/mutate", review.len()), false).unwrap();
+            send.reserve_capacity(review.len());
+            send.send_data(review, true).unwrap();
+            let response = tokio::time::timeout(Duration::from_secs(5), response).await.expect("no headers").unwrap();
+            (response.status(), (client, connection, response, send))
+        }
+    };
+    // The first ones one after another, until the account is full; then the others at once.
+    let mut asked = Vec::new();
+    for _ in 0..CONNECTIONS / 3 {
+        asked.push(ask(&running, review.clone()).await);
+    }
+    let at_once: Vec<_> = (CONNECTIONS / 3..CONNECTIONS).map(|_| tokio::spawn(ask(&running, review.clone()))).collect();
+    for one in at_once {
+        asked.push(one.await.unwrap());
+    }
+    let (mut answered, mut refused, mut held) = (0, 0, Vec::new());
+    for (status, connection) in asked {
+        match status {
+            StatusCode::OK => answered += 1,
+            StatusCode::SERVICE_UNAVAILABLE => refused += 1,
+            other => panic!("{other}"),
+        }
+        held.push(connection);
+    }
+    let metrics = admin_get(running.metrics, "/metrics").await.1;
+    let accounted = counter(&metrics, "sidecar_injector_inflight_body_bytes");
+    let rss = server.memory_kib("VmRSS");
+    let held_kib = rss.saturating_sub(idle);
+    let bound = (BUDGET / 1024) as u64 + CONNECTIONS as u64 * connection_bound_kib(1);
+    eprintln!(
+        "{answered} answers of {} KiB waiting, {refused} refused; accounted {accounted} bytes; {held_kib} KiB held, \
+         bound {bound} KiB",
+        answer_len / 1024
+    );
+    assert!(accounted <= BUDGET as f64 && accounted > 0.0, "the account holds the answers: {accounted}");
+    assert!(refused > 0, "answers beyond the account are refused");
+    assert!(held_kib <= bound, "{held_kib} KiB held, over the bound of {bound} KiB");
+    drop(held);
 }

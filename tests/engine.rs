@@ -687,6 +687,56 @@ fn malformed_requests_get_a_one_line_reason_naming_what_is_wrong() {
     }
 }
 
+/// Issue 51: an answer echoes the pod's names (in messages, in the default-container annotation, in what templates
+/// render). Each value longer than the API server lets a pod have is refused up front, naming the field, and one
+/// at the limit is answered: no client makes an answer as large as its request.
+#[test]
+fn values_an_answer_echoes_beyond_the_apis_limits_are_refused_and_at_the_limit_answered() {
+    let engine = builtin();
+    type SetTo = fn(&mut Value, String);
+    let cases: Vec<(&str, usize, SetTo)> = vec![
+        ("metadata.name", 253, |pod, v| pod["metadata"]["name"] = json!(v)),
+        ("metadata.generateName", 253, |pod, v| pod["metadata"]["generateName"] = json!(v)),
+        ("metadata.namespace", 63, |pod, v| pod["metadata"]["namespace"] = json!(v)),
+        ("spec.serviceAccountName", 253, |pod, v| pod["spec"]["serviceAccountName"] = json!(v)),
+        ("metadata.labels (a key)", 317, |pod, v| pod["metadata"]["labels"][v] = json!("x")),
+        ("metadata.labels (a value)", 63, |pod, v| pod["metadata"]["labels"]["app"] = json!(v)),
+        ("a container's name", 63, |pod, v| pod["spec"]["containers"][0]["name"] = json!(v)),
+        ("a container's name", 63, |pod, v| pod["spec"]["initContainers"][0]["name"] = json!(v)),
+        // The pod's other annotations take 23 bytes ("keep": "me", the inject annotation's key and value).
+        ("metadata.annotations (in all)", 256 * 1024, |pod, v| {
+            let taken: usize = pod["metadata"]["annotations"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| k.len() + v.as_str().unwrap().len())
+                .sum();
+            pod["metadata"]["annotations"]["big"] = json!(v[..v.len() - taken - 3].to_owned())
+        }),
+    ];
+    for (field, limit, set) in cases {
+        for (length, refused) in [(limit, false), (limit + 1, true)] {
+            let mut pod = full_pod();
+            pod["metadata"]["annotations"]["sidecar-injector.io/inject"] = json!("demo");
+            set(&mut pod, "a".repeat(length));
+            for validate in [false, true] {
+                let mut body = serde_json::to_vec(&review(&pod)).unwrap();
+                let mut out = Vec::new();
+                let answered =
+                    if validate { engine.validate(&mut body, &mut out) } else { engine.review(&mut body, &mut out) };
+                match answered {
+                    Err(ReviewError::BeyondApiLimit { field: f, limit: l }) => {
+                        assert!(refused, "{field} of {length} bytes is within the API's limit");
+                        assert_eq!((f, l), (field, limit));
+                    }
+                    Ok(_) => assert!(!refused, "{field} of {length} bytes answered ({} bytes)", out.len()),
+                    Err(e) => panic!("{field} of {length} bytes: {e}"),
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn the_body_is_parsed_where_it_lies_and_keeps_its_length() {
     let engine = builtin();

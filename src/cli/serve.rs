@@ -84,9 +84,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_CONNECTION_AGE.into(), env = "SIDECAR_INJECTOR_MAX_CONNECTION_AGE")]
     pub max_connection_age: humantime::Duration,
 
-    /// Request body bytes held in memory at once, over every connection; a body that does not fit waits up to
-    /// 1s for room, then gets 503 with Retry-After. At least twice --max-body-bytes (each body is held twice: the
-    /// buffer parsed and a copy kept for a second review).
+    /// Request body bytes, and answer bytes until sent, held in memory at once over every connection; a body or
+    /// answer that does not fit waits up to 1s for room, then gets 503 with Retry-After. At least twice
+    /// --max-body-bytes (each body is held twice: the buffer parsed and a copy kept for a second review).
     #[arg(long, default_value_t = DEFAULT_MAX_INFLIGHT_BODY_BYTES, env = "SIDECAR_INJECTOR_MAX_INFLIGHT_BODY_BYTES")]
     pub max_inflight_body_bytes: usize,
 
@@ -102,8 +102,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_H2_MAX_CONCURRENT_STREAMS, env = "SIDECAR_INJECTOR_H2_MAX_CONCURRENT_STREAMS")]
     pub h2_max_concurrent_streams: u32,
 
-    /// A connection whose peer takes none of its answers for this long (a write blocked, or HTTP/2 answers
-    /// waiting for a flow-control window) is closed.
+    /// A connection whose peer takes less than 16 KiB of its answers in this long (writes blocked, or HTTP/2
+    /// answers waiting for a flow-control window) is closed.
     #[arg(long, default_value_t = DEFAULT_WRITE_TIMEOUT.into(), env = "SIDECAR_INJECTOR_WRITE_TIMEOUT")]
     pub write_timeout: humantime::Duration,
 

@@ -115,7 +115,7 @@ fn answer<B>(shared: &Shared, req: &Request<B>) -> Response<Full<Bytes>> {
 }
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
-    let mut response = super::plain_text(body);
+    let mut response = super::plain_text(Full::new(body.into()));
     *response.status_mut() = status;
     response
 }
@@ -143,7 +143,7 @@ mod tests {
             reloader: None,
             refresh: None,
         };
-        let body_budget = super::super::budget::BodyBudget::new(1 << 20, metrics.clone());
+        let body_budget = Arc::new(super::super::budget::BodyBudget::new(1 << 20, metrics.clone()));
         Arc::new(Shared {
             revisions: Box::new([revision]),
             config: ServeConfig::default(),

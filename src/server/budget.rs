@@ -1,7 +1,7 @@
-//! The memory budget of request bodies: the bytes that every request's body buffer holds at once, over all
-//! connections and streams, are at most `--max-inflight-body-bytes`. A request reserves its buffer's capacity
-//! before the buffer is allocated (all of it from `Content-Length`, or step by step as a chunked body grows) and
-//! gives it back when it is answered or dropped.
+//! The memory account of requests: the bytes that every request's body buffers and every answer not yet sent hold
+//! at once, over all connections and streams, are at most `--max-inflight-body-bytes`. A request reserves its
+//! body's bytes as they arrive, turns the reservation into its answer's once reviewed, and gives it back when the
+//! answer's bytes are freed (sent, or dropped with the connection).
 //!
 //! The bytes are a [`Semaphore`]'s permits, taken only with `try_acquire_many`: a request that does not fit waits
 //! for a release (at most [`BODY_BUDGET_WAIT`]) beside the others rather than in the semaphore's queue. The queue is
@@ -9,10 +9,11 @@
 //! (and collect the permits they free); here a small review takes what is free at once, while large ones wait and,
 //! if the budget stays full, are refused with 503.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst, fence};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore, SemaphorePermit};
+use tokio::sync::{Notify, Semaphore};
 
 use super::telemetry::Metrics;
 
@@ -55,21 +56,23 @@ impl BodyBudget {
     }
 
     /// Reserves `bytes`, waiting up to `wait` for them to be free; `None` if they were not (or can never be).
-    pub(crate) async fn reserve(&self, bytes: usize, wait: Duration) -> Option<Reserved<'_>> {
-        let permit = self.take(bytes, wait).await?;
-        Some(Reserved { budget: self, permit: Some(permit) })
+    pub(crate) async fn reserve(self: &Arc<Self>, bytes: usize, wait: Duration) -> Option<Reserved> {
+        self.take(bytes, wait).await.then(|| Reserved { budget: Arc::clone(self), bytes })
     }
 
-    async fn take(&self, bytes: usize, wait: Duration) -> Option<SemaphorePermit<'_>> {
-        let n = u32::try_from(bytes).ok().filter(|_| bytes <= self.total)?;
+    /// Takes `bytes` of the budget (the permits are forgotten: [`BodyBudget::release`] adds them back), waiting up
+    /// to `wait`; `false` if they were not free in time.
+    async fn take(&self, bytes: usize, wait: Duration) -> bool {
+        let Some(n) = u32::try_from(bytes).ok().filter(|_| bytes <= self.total) else { return false };
         let try_take = || {
-            let permit = self.bytes.try_acquire_many(n).ok()?;
+            let Ok(permit) = self.bytes.try_acquire_many(n) else { return false };
+            permit.forget();
             self.metrics.inflight_body_bytes(bytes as f64);
-            Some(permit)
+            true
         };
         // The common case, when the bytes are free: no timer, no waiter list (its lock), one atomic operation.
-        if let Some(permit) = try_take() {
-            return Some(permit);
+        if try_take() {
+            return true;
         }
         let _waiting = Waiting::register(&self.waiting);
         let deadline = tokio::time::Instant::now() + wait;
@@ -78,10 +81,27 @@ impl BodyBudget {
             let released = self.released.notified();
             let mut released = std::pin::pin!(released);
             released.as_mut().enable();
-            if let Some(permit) = try_take() {
-                return Some(permit);
+            if try_take() {
+                return true;
             }
-            tokio::time::timeout_at(deadline, released).await.ok()?;
+            if tokio::time::timeout_at(deadline, released).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Gives back `bytes` taken, waking the requests waiting for room.
+    fn release(&self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        self.bytes.add_permits(bytes);
+        self.metrics.inflight_body_bytes(-(bytes as f64));
+        // Against the waiter's `register`: either it sees these bytes free when it tries after registering, or this
+        // sees it registered and wakes it.
+        fence(SeqCst);
+        if self.waiting.load(SeqCst) > 0 {
+            self.released.notify_waiters();
         }
     }
 }
@@ -103,44 +123,44 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// Bytes of the budget held by one request, released when dropped.
+/// Bytes of the budget held by one request (its body's buffers, then its answer), released when dropped.
 #[must_use = "the bytes are released when this is dropped"]
-pub(crate) struct Reserved<'a> {
-    budget: &'a BodyBudget,
-    permit: Option<SemaphorePermit<'a>>,
+pub(crate) struct Reserved {
+    budget: Arc<BodyBudget>,
+    bytes: usize,
 }
 
-impl Reserved<'_> {
+impl Reserved {
     /// The bytes held.
     pub(crate) fn bytes(&self) -> usize {
-        self.permit.as_ref().map_or(0, |p| p.num_permits())
+        self.bytes
     }
 
     /// Holds `more` bytes besides, waiting up to `wait`; `false` if they were not free in time (what is held
     /// stays held).
     pub(crate) async fn grow(&mut self, more: usize, wait: Duration) -> bool {
-        let Some(extra) = self.budget.take(more, wait).await else { return false };
-        match &mut self.permit {
-            Some(permit) => permit.merge(extra),
-            None => self.permit = Some(extra),
+        if !self.budget.take(more, wait).await {
+            return false;
         }
+        self.bytes += more;
+        true
+    }
+
+    /// Holds exactly `bytes`: gives back what is held beyond them, or waits up to `wait` for the rest; `false` if
+    /// the rest was not free in time (what is held stays held).
+    pub(crate) async fn resize(&mut self, bytes: usize, wait: Duration) -> bool {
+        if bytes > self.bytes {
+            return self.grow(bytes - self.bytes, wait).await;
+        }
+        self.budget.release(self.bytes - bytes);
+        self.bytes = bytes;
         true
     }
 }
 
-impl Drop for Reserved<'_> {
+impl Drop for Reserved {
     fn drop(&mut self) {
-        if let Some(permit) = self.permit.take() {
-            let bytes = permit.num_permits();
-            drop(permit);
-            self.budget.metrics.inflight_body_bytes(-(bytes as f64));
-            // Against the waiter's `register`: either it sees these bytes free when it tries after registering,
-            // or this sees it registered and wakes it.
-            fence(SeqCst);
-            if self.budget.waiting.load(SeqCst) > 0 {
-                self.budget.released.notify_waiters();
-            }
-        }
+        self.budget.release(self.bytes);
     }
 }
 
@@ -150,7 +170,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_small_reservation_passes_a_large_one_that_waits_and_the_large_one_gets_the_bytes_once_free() {
-        let budget = BodyBudget::new(1000, Metrics::new().unwrap());
+        let budget = Arc::new(BodyBudget::new(1000, Metrics::new().unwrap()));
         let held = budget.reserve(600, Duration::ZERO).await.unwrap();
         let large = budget.reserve(900, Duration::from_secs(5));
         let mut large = std::pin::pin!(large);
@@ -167,12 +187,16 @@ mod tests {
 
     #[tokio::test]
     async fn growing_takes_more_and_dropping_releases_it_all() {
-        let budget = BodyBudget::new(1000, Metrics::new().unwrap());
+        let budget = Arc::new(BodyBudget::new(1000, Metrics::new().unwrap()));
         let mut held = budget.reserve(100, Duration::ZERO).await.unwrap();
         assert!(held.grow(400, Duration::ZERO).await);
         assert_eq!(held.bytes(), 500);
         assert!(!held.grow(600, Duration::from_millis(10)).await);
         assert_eq!(held.bytes(), 500, "a failed growth keeps what was held");
+        assert!(held.resize(200, Duration::ZERO).await);
+        assert_eq!((held.bytes(), budget.bytes.available_permits()), (200, 800), "the excess is given back");
+        assert!(held.resize(900, Duration::ZERO).await);
+        assert_eq!(budget.bytes.available_permits(), 100);
         drop(held);
         assert_eq!(budget.bytes.available_permits(), 1000);
     }

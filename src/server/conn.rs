@@ -8,10 +8,11 @@
 //! - **each later HTTP/1.1 request's headers**: within `--header-read-timeout` of their first byte. (hyper's own
 //!   header timeout is off: it starts when the connection turns idle, so it closed every idle keep-alive connection
 //!   after the header timeout, long before a client stops reusing it.)
-//! - **writes**: an answer must be taken by the peer. A write to the socket that stays blocked for
-//!   `--write-timeout`, or answers handed to the connection none of which is sent for that long (an HTTP/2 peer
-//!   that grants no flow-control window), close the connection: a peer that does not read cannot hold a slot,
-//!   nor the answers' memory.
+//! - **writes**: an answer must be taken by the peer. Writes to the socket that stay blocked for `--write-timeout`
+//!   with less than [`MIN_WRITE_PROGRESS`] taken meanwhile (a peer reading a few bytes at a time is a peer not
+//!   reading), or answers handed to the connection none of which is sent for that long (an HTTP/2 peer that
+//!   grants no flow-control window, or a few bytes of it), close the connection: a peer that does not read cannot
+//!   hold a slot, nor the answers' memory.
 //! - **room at the limit**: with every slot taken and a connection waiting, the oldest idle keep-alive connection
 //!   is asked to close ([`Activity::evict`]).
 //! - **after the last answer**: a connection that ends after answering is half-closed and what the peer still
@@ -43,6 +44,10 @@ use tokio::time::Instant;
 
 use super::telemetry::{ConnectionError, Metrics};
 
+/// While writes are blocked, the peer must take this many bytes within `--write-timeout` (a minimum rate of 16 KiB
+/// per write timeout, 1.6 KiB/s by default): one TLS record's worth, far below any real client's pace.
+pub(crate) const MIN_WRITE_PROGRESS: usize = 16 * 1024;
+
 /// Where the server is in its life, as each connection sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Stage {
@@ -73,10 +78,16 @@ pub(crate) struct Activity {
     head_since: AtomicU64,
     /// Answers handed to hyper and not yet all sent (HTTP/2: waiting for the peer's flow-control window).
     answers: AtomicUsize,
-    /// While answers are waiting: since when none has been sent (the first handed over, or the last one sent).
+    /// While answers are waiting: since when less than [`MIN_WRITE_PROGRESS`] of answers has been sent (from the
+    /// first handed over, or since the answers sent last made that much).
     answer_since: AtomicU64,
-    /// Since when a write to the peer has been blocked (its socket full), while it is.
+    /// Bytes of the answers sent since `answer_since`.
+    answer_progress: AtomicUsize,
+    /// Since when writes to the peer have been blocked (its socket full) with less than [`MIN_WRITE_PROGRESS`]
+    /// taken since, while they are.
     blocked_since: AtomicU64,
+    /// Bytes written since `blocked_since`.
+    progress: AtomicUsize,
     /// Asked to close if idle, to make room for a new connection at the limit.
     evict: Notify,
     /// HTTP/1.1: bytes read while no request is in progress start the next request's header deadline.
@@ -93,7 +104,9 @@ impl Activity {
             head_since: AtomicU64::new(0),
             answers: AtomicUsize::new(0),
             answer_since: AtomicU64::new(0),
+            answer_progress: AtomicUsize::new(0),
             blocked_since: AtomicU64::new(0),
+            progress: AtomicUsize::new(0),
             evict: Notify::new(),
             h1,
         })
@@ -125,11 +138,23 @@ impl Activity {
 
     fn write_blocked(&self) {
         if self.blocked_since.load(Relaxed) == 0 {
+            self.progress.store(0, Relaxed);
             self.blocked_since.store(self.stamp(), Relaxed);
         }
     }
 
-    fn write_done(&self) {
+    /// `bytes` written while writes may be blocked: only [`MIN_WRITE_PROGRESS`] of them together end the block (a
+    /// peer reading a few bytes at a time does not restart the write timeout each time).
+    fn wrote(&self, bytes: usize) {
+        if self.blocked_since.load(Relaxed) != 0
+            && self.progress.fetch_add(bytes, Relaxed) + bytes >= MIN_WRITE_PROGRESS
+        {
+            self.blocked_since.store(0, Relaxed);
+        }
+    }
+
+    /// Everything written has gone to the socket: nothing is blocked.
+    fn flushed(&self) {
         if self.blocked_since.load(Relaxed) != 0 {
             self.blocked_since.store(0, Relaxed);
         }
@@ -210,14 +235,15 @@ impl RequestGuard {
         self.0.age()
     }
 
-    /// The request's answer is handed to hyper: the request stays in progress until the answer is sent (the
-    /// returned guard dropped with the answer's body), within the write timeout.
-    pub(crate) fn answering(self) -> Answering {
+    /// The request's answer, of `bytes`, is handed to hyper: the request stays in progress until the answer is
+    /// sent (the returned guard dropped with the answer's body), within the write timeout.
+    pub(crate) fn answering(self, bytes: usize) -> Answering {
         let activity = &self.0;
         if activity.answers.fetch_add(1, Relaxed) == 0 {
+            activity.answer_progress.store(0, Relaxed);
             activity.answer_since.store(activity.stamp(), Relaxed);
         }
-        Answering(self)
+        Answering { request: self, bytes }
     }
 }
 
@@ -230,14 +256,21 @@ impl Drop for RequestGuard {
     }
 }
 
-/// An answer handed to hyper and not yet sent, and its request, until dropped.
-pub(crate) struct Answering(RequestGuard);
+/// An answer handed to hyper and not yet sent (its size), and its request, until dropped.
+pub(crate) struct Answering {
+    request: RequestGuard,
+    bytes: usize,
+}
 
 impl Drop for Answering {
     fn drop(&mut self) {
-        let activity = &(self.0).0;
-        // One sent while others wait: the peer is reading, the others' write timeout starts again.
-        if activity.answers.fetch_sub(1, Relaxed) > 1 {
+        let activity = &self.request.0;
+        // Sent while others wait: once the answers sent make [`MIN_WRITE_PROGRESS`], the peer is reading and the
+        // others' write timeout starts again (a peer taking a small answer now and then is not reading).
+        if activity.answers.fetch_sub(1, Relaxed) > 1
+            && activity.answer_progress.fetch_add(self.bytes, Relaxed) + self.bytes >= MIN_WRITE_PROGRESS
+        {
+            activity.answer_progress.store(0, Relaxed);
             activity.answer_since.store(activity.stamp(), Relaxed);
         }
     }
@@ -291,10 +324,20 @@ impl<T> Watched<T> {
     }
 
     /// A write's result, noted: pending means the peer's socket is full.
-    fn wrote<R>(&self, result: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
+    fn wrote(&self, result: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
         match &result {
             Poll::Pending => self.activity.write_blocked(),
-            Poll::Ready(_) => self.activity.write_done(),
+            Poll::Ready(Ok(bytes)) => self.activity.wrote(*bytes),
+            Poll::Ready(Err(_)) => self.activity.flushed(),
+        }
+        result
+    }
+
+    /// A flush's (or shutdown's) result, noted: done, nothing waits to be written.
+    fn flushed(&self, result: Poll<io::Result<()>>) -> Poll<io::Result<()>> {
+        match &result {
+            Poll::Pending => self.activity.write_blocked(),
+            Poll::Ready(_) => self.activity.flushed(),
         }
         result
     }
@@ -341,12 +384,12 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let result = self.inner().poll_flush(cx);
-        self.wrote(result)
+        self.flushed(result)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let result = self.inner().poll_shutdown(cx);
-        self.wrote(result)
+        self.flushed(result)
     }
 }
 
@@ -609,17 +652,20 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn answers_not_taken_and_blocked_writes_expire_at_the_write_timeout_and_progress_restarts_it() {
+    async fn answers_not_taken_and_blocked_writes_expire_at_the_write_timeout_and_only_progress_restarts_it() {
         let write = Duration::from_secs(10);
         let timeouts = Timeouts { idle: Duration::from_secs(100), header: Duration::from_secs(5), write };
         let activity = Activity::new(false);
         let check = || activity.next_check(Instant::now(), &timeouts);
-        let first = activity.request_started().answering();
+        let first = activity.request_started().answering(MIN_WRITE_PROGRESS);
         let waiting = Instant::now();
-        let second = activity.request_started().answering();
+        let second = activity.request_started().answering(100);
+        let third = activity.request_started().answering(100);
         assert_eq!(check(), Check::At(waiting + write), "the answers' deadline, to the tick");
         tokio::time::advance(Duration::from_secs(6)).await;
-        drop(first); // one taken: the peer reads, the other's deadline starts again
+        drop(third); // a small one taken: not enough to count as reading
+        assert_eq!(check(), Check::At(waiting + write));
+        drop(first); // a large one taken: the peer reads, the other's deadline starts again
         let taken = Instant::now();
         assert_eq!(check(), Check::At(taken + write));
         assert_eq!(activity.idle_since(), None, "an answer waiting is work in progress");
@@ -634,7 +680,9 @@ mod tests {
         tokio::time::advance(Duration::from_secs(3)).await;
         activity.write_blocked(); // still blocked: the deadline stays
         assert_eq!(check(), Check::At(blocked + write));
-        activity.write_done();
+        activity.wrote(MIN_WRITE_PROGRESS - 1); // a few bytes taken: still blocked
+        assert_eq!(check(), Check::At(blocked + write));
+        activity.wrote(1);
         tokio::time::advance(write).await;
         assert_eq!(check(), Check::At(Instant::now() + write), "unblocked in time");
         activity.write_blocked();

@@ -48,11 +48,11 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// traffic at all (kubernetes#75791); the manifests set it.
 pub const DEFAULT_MAX_CONNECTION_AGE: Duration = Duration::ZERO;
 
-/// `--max-inflight-body-bytes`: request body bytes held in memory at once, over every connection and stream
-/// (32 MiB: eight bodies of the largest size, or thousands of typical 6 KiB reviews). With the shipped pod's
-/// 384 MiB limit: about 22 MiB idle, this budget, the engine's working memory for the reviews being processed (one
-/// per worker, up to ~65 MiB each) and 256 connections each holding all it may (~373 KiB) and the admin listener add up to about 280 MiB;
-/// the arithmetic is in docs/operations.md.
+/// `--max-inflight-body-bytes`: request body bytes, and answer bytes until sent, held in memory at once over every
+/// connection and stream (32 MiB: eight bodies of the largest size, or thousands of typical 6 KiB reviews). With
+/// the shipped pod's 384 MiB limit: about 22 MiB idle, this budget, the engine's working memory for the reviews
+/// being processed (one per worker, up to ~65 MiB each), 256 connections each holding all it may (~501 KiB with
+/// their kernel buffers) and the admin listener add up to about 312 MiB; the arithmetic is in docs/operations.md.
 pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 32 * 1024 * 1024;
 
 /// `--request-timeout`: the deadline of one request (the API server's `?timeout=` lowers it).
@@ -68,8 +68,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 /// The API server speaks HTTP/1.1 to webhooks; an HTTP/2 client beyond this queues its requests.
 pub const DEFAULT_H2_MAX_CONCURRENT_STREAMS: u32 = 8;
 
-/// `--write-timeout`: a connection whose peer takes none of its answers for this long is closed: a write to its
-/// socket blocked (it does not read), or answers waiting for an HTTP/2 flow-control window it does not grant. Such a
+/// `--write-timeout`: a connection whose peer takes less than 16 KiB of its answers in this long is closed: writes
+/// to its socket blocked (it does not read, or a few bytes at a time), or answers waiting for an HTTP/2
+/// flow-control window it does not grant (or a little at a time). Such a
 /// peer would otherwise hold a connection slot, and the memory of the answers, for ever. Longer than any honest
 /// pause: the API server reads an answer as soon as it arrives, and gives up on the call after at most 30 s.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -84,6 +85,12 @@ pub const LINGER_TIME: Duration = Duration::from_secs(2);
 /// it costs no memory. Not a flag.
 pub const LINGER_BYTES: usize = 16 * 1024 * 1024;
 
+/// The kernel's receive and send buffers of each webhook connection (`SO_RCVBUF`, `SO_SNDBUF`, set on the listener
+/// and inherited by every connection; the kernel doubles each for its bookkeeping). Without them Linux grows a
+/// connection's buffers to several MiB (`tcp_rmem`, `tcp_wmem`), memory a cgroup v2 limit counts against the pod:
+/// peers that send and do not read held about 1 GiB that way. 32 KiB still carries a 4 MiB body in tens of
+/// milliseconds inside a cluster. Not a flag: docs/operations.md counts both per connection.
+pub const SOCKET_BUFFER: u32 = 32 * 1024;
 /// HTTP/1.1: hyper's read buffer (a request's headers must fit: the API server's are under 1 KiB) and the size past
 /// which it stops buffering answers to write. hyper's default, ~400 KiB, let every connection sending large headers
 /// hold that much. Not a flag: the memory arithmetic of docs/operations.md counts two per connection.

@@ -9,18 +9,18 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{ALLOW, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode, Version};
 
-use super::budget::{BODY_BUDGET_WAIT, held_for};
+use super::budget::{BODY_BUDGET_WAIT, Reserved, held_for};
 use super::conn::{Answering, RequestGuard};
 use super::telemetry::{ErrorReason, RevisionMetrics};
 use super::{Revision, Shared};
 use crate::{Outcome, ReviewError, Verdict};
 
-type Answer = Response<Full<Bytes>>;
+type Answer = Response<Content>;
 
 /// The body buffer's first capacity when the request announces no length (chunked): a typical pod's review fits,
 /// so most requests read without growing it.
@@ -33,31 +33,67 @@ const FIRST_BODY_STEP: usize = 64 * 1024;
 /// The answer buffer's first capacity: a typical injection's AdmissionReview response (its base64 patch) fits.
 const ANSWER_CAPACITY: usize = 8 * 1024;
 
-/// The body of an answer as hyper sends it: the bytes, and what must live until they are sent.
+/// The most of an answer handed to hyper at once. hyper takes the next piece only when the last is written
+/// (HTTP/1.1: its write buffer has room; HTTP/2: the stream has window), so an answer the peer does not read waits
+/// here, in the memory account, rather than whole in hyper's or h2's buffers.
+const ANSWER_PIECE: usize = 16 * 1024;
+
+/// An answer larger than this gives back the room its buffer grew beyond it before it waits to be sent.
+const LARGE_ANSWER: usize = 64 * 1024;
+
+/// The body of an answer as hyper sends it: the bytes not yet handed over, and what must live until they are sent.
 pub(crate) struct AnswerBody {
-    bytes: Full<Bytes>,
+    rest: Bytes,
     /// The request's body, dropped only once the answer is sent: over HTTP/2 dropping an unfinished request body
     /// resets its stream, and before the answer is sent that reset (CANCEL) replaces the answer (an early 413 or
     /// 408); after, it is the RST_STREAM(NO_ERROR) that tells the client to stop sending and keep the answer.
     _request: Incoming,
-    /// The request stays in progress on its connection until its answer is sent (the write timeout).
-    _answering: Answering,
 }
 
 impl Body for AnswerBody {
     type Data = Bytes;
     type Error = Infallible;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Pin::new(&mut self.bytes).poll_frame(cx)
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.rest.is_empty() {
+            return Poll::Ready(None);
+        }
+        let piece = self.rest.len().min(ANSWER_PIECE);
+        Poll::Ready(Some(Ok(Frame::data(self.rest.split_to(piece)))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.bytes.is_end_stream()
+        self.rest.is_empty()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.bytes.size_hint()
+        SizeHint::with_exact(self.rest.len() as u64)
+    }
+}
+
+/// An answer's bytes, and the share of the memory account they hold (a review's answer; a refusal holds none).
+pub(crate) struct Content {
+    bytes: Vec<u8>,
+    _reserved: Option<Reserved>,
+}
+
+impl Content {
+    fn unaccounted(bytes: Vec<u8>) -> Content {
+        Content { bytes, _reserved: None }
+    }
+}
+
+/// An answer handed to hyper: freed with the last piece of it (sent, or dropped with the connection), wherever
+/// hyper or h2 keeps the pieces, which releases its share of the memory account and ends its request on the
+/// connection (the write timeout's view of it).
+struct Sending {
+    content: Content,
+    _answering: Answering,
+}
+
+impl AsRef<[u8]> for Sending {
+    fn as_ref(&self) -> &[u8] {
+        &self.content.bytes
     }
 }
 
@@ -83,8 +119,11 @@ pub(crate) async fn handle(
         answer.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
     }
     shared.metrics.duration(start.elapsed());
-    let answering = request.answering();
-    Ok(answer.map(|bytes| AnswerBody { bytes, _request: body, _answering: answering }))
+    let answering = request.answering(answer.body().bytes.len());
+    Ok(answer.map(|content| {
+        let rest = Bytes::from_owner(Sending { content, _answering: answering });
+        AnswerBody { rest, _request: body }
+    }))
 }
 
 /// The three webhooks a server answers, for each revision.
@@ -253,10 +292,20 @@ async fn read_and_review(
             }
         }
     }
+    // The body's buffers go, and the account holds the answer instead, until it is sent (an answer larger than
+    // what the body held waits for room, as a body does).
+    drop((buf, received));
+    if out.capacity() > LARGE_ANSWER && out.capacity() > out.len() + out.len() / 4 {
+        // A large answer grew by doubling: up to half its buffer is room, held as long as the answer waits.
+        out.shrink_to_fit();
+    }
+    if !reserved.resize(out.capacity(), BODY_BUDGET_WAIT).await {
+        return refuse(shared, &Refusal::Overloaded(shared.body_budget.total()));
+    }
     match reviewed {
         Ok(Ok(outcome)) => {
             record(&revision.metrics, endpoint, &outcome);
-            let mut answer = Response::new(Full::new(Bytes::from(out)));
+            let mut answer = Response::new(Content { bytes: out, _reserved: Some(reserved) });
             answer.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             answer
         }
@@ -366,8 +415,8 @@ enum Refusal {
     /// No answer within the request's deadline.
     #[error("request timeout: no answer within {}", humantime::format_duration(*.0))]
     Timeout(Duration),
-    /// The in-flight body budget (its size) had no room for this body in time: 503 with `Retry-After`.
-    #[error("service unavailable: request bodies in progress fill the memory budget ({0} bytes); retry")]
+    /// The memory account (its size) had no room for this body or answer in time: 503 with `Retry-After`.
+    #[error("service unavailable: requests in progress (bodies and answers) fill the memory budget ({0} bytes); retry")]
     Overloaded(usize),
     /// The pod's combination of templates was assembled and, every time, replaced (by a reload, or by more
     /// combinations than a set keeps) before the review could use it: 503 with `Retry-After`.
@@ -408,7 +457,7 @@ fn refuse(shared: &Shared, refusal: &Refusal) -> Answer {
     let status = refusal.status();
     shared.metrics.error(refusal.reason());
     tracing::debug!(status = status.as_u16(), message = %refusal, "refused");
-    let mut answer = super::plain_text(format!("{refusal}\n"));
+    let mut answer = super::plain_text(format!("{refusal}\n").into_bytes()).map(Content::unaccounted);
     *answer.status_mut() = status;
     match refusal {
         Refusal::Method => drop(answer.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"))),

@@ -169,8 +169,8 @@ pub(crate) struct Shared {
     pub metrics: telemetry::Metrics,
     /// Set when shutdown begins: `/readyz` answers 503 from then on.
     pub shutting_down: AtomicBool,
-    /// The memory budget of request bodies in progress.
-    pub body_budget: budget::BodyBudget,
+    /// The memory account of requests in progress: their bodies, then their answers until sent.
+    pub body_budget: Arc<budget::BodyBudget>,
 }
 
 /// One revision: a template set served at `<path>/<name>` and `<validate-path>/<name>`, reloaded on its own.
@@ -189,8 +189,8 @@ pub(crate) struct Revision {
 }
 
 /// A `200` with `body` as plain UTF-8 text: every answer of ours that is not a review (a refusal, a probe).
-pub(crate) fn plain_text(body: impl Into<bytes::Bytes>) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
-    let mut answer = hyper::Response::new(http_body_util::Full::new(body.into()));
+pub(crate) fn plain_text<B>(body: B) -> hyper::Response<B> {
+    let mut answer = hyper::Response::new(body);
     let content_type = hyper::header::HeaderValue::from_static("text/plain; charset=utf-8");
     answer.headers_mut().insert(hyper::header::CONTENT_TYPE, content_type);
     answer
@@ -255,11 +255,11 @@ impl Server {
         }
         let metrics = telemetry::Metrics::new().map_err(ServeError::Metrics)?;
         let tls = tls::Tls::load(&config, metrics.clone())?;
-        let bind = |addr: SocketAddr| async move {
-            TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })
-        };
-        let listener = bind(config.listen).await?;
-        let admin = bind(config.metrics_listen).await?;
+        let listener =
+            bind_webhook(config.listen).map_err(|source| ServeError::Bind { addr: config.listen, source })?;
+        let admin = TcpListener::bind(config.metrics_listen)
+            .await
+            .map_err(|source| ServeError::Bind { addr: config.metrics_listen, source })?;
         let revisions = engines
             .into_iter()
             .zip(names)
@@ -283,7 +283,7 @@ impl Server {
                 Revision { name, engine, templates, metrics: revision_metrics, reloader, refresh }
             })
             .collect();
-        let body_budget = budget::BodyBudget::new(config.max_inflight_body_bytes, metrics.clone());
+        let body_budget = Arc::new(budget::BodyBudget::new(config.max_inflight_body_bytes, metrics.clone()));
         let shutting_down = AtomicBool::new(false);
         let shared = Arc::new(Shared { revisions, config, metrics, shutting_down, body_budget });
         Ok(Server { shared, listener, admin, tls })
@@ -386,6 +386,17 @@ impl Server {
         upkeep.abort();
         error_log.abort();
     }
+}
+
+/// The webhook listener, with the kernel buffers of its connections bounded ([`defaults::SOCKET_BUFFER`]); as
+/// `TcpListener::bind` otherwise (address reuse, a backlog of 1024).
+fn bind_webhook(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.set_recv_buffer_size(defaults::SOCKET_BUFFER)?;
+    socket.set_send_buffer_size(defaults::SOCKET_BUFFER)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 /// Bytes read from a connection's socket at once: a full TLS record (16 KiB of data and its overhead).

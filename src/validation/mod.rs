@@ -26,7 +26,10 @@ pub use fields::{Account, POD_FIELDS};
 pub use version::{KubeVersion, VersionError};
 
 /// The most bytes a pod's annotations may hold, keys and values together.
-pub(crate) use names::TOTAL_ANNOTATION_SIZE_LIMIT_B;
+pub(crate) use names::{
+    DNS1123_LABEL_MAX_LENGTH, DNS1123_SUBDOMAIN_MAX_LENGTH, LABEL_VALUE_MAX_LENGTH, QUALIFIED_NAME_MAX_LENGTH,
+    TOTAL_ANNOTATION_SIZE_LIMIT_B,
+};
 pub(crate) use pod_wide::annotation_copied_into_a_field;
 
 /// The problems the API server would report for `pod` (a Pod's JSON: `metadata` and `spec`), if Kubernetes

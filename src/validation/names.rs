@@ -12,6 +12,8 @@ pub(crate) const DNS1123_LABEL_MAX_LENGTH: usize = 63;
 pub(crate) const DNS1123_SUBDOMAIN_MAX_LENGTH: usize = 253;
 /// The longest label value, and the longest name part of a qualified name.
 pub(crate) const LABEL_VALUE_MAX_LENGTH: usize = 63;
+/// The longest qualified name (a label or annotation key): a DNS subdomain prefix, '/', and a name part.
+pub(crate) const QUALIFIED_NAME_MAX_LENGTH: usize = DNS1123_SUBDOMAIN_MAX_LENGTH + 1 + LABEL_VALUE_MAX_LENGTH;
 /// The most bytes an object's annotations may hold, keys and values together (`TotalAnnotationSizeLimitB`).
 pub(crate) const TOTAL_ANNOTATION_SIZE_LIMIT_B: usize = 256 * 1024;
 /// The longest port name (an IANA service name, RFC 6335).
