@@ -726,3 +726,58 @@ async fn answers_waiting_for_their_peer_count_in_the_memory_account() {
     assert!(held_kib <= bound, "{held_kib} KiB held, over the bound of {bound} KiB");
     drop(held);
 }
+
+/// Issue 51, item 6: connection slots cannot be held by connections that make no progress. With every slot taken by
+/// silent TCP connections (reopened as soon as they close) and HTTP/2 connections whose answers wait for a window
+/// never granted, a legitimate client used to wait for the header timeout (or the write timeout) of the ones ahead
+/// of it; now the one stalled longest is cut to make room, and the review is answered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_making_no_progress_lose_their_slots_to_a_newcomer() {
+    const SLOTS: usize = 8;
+    let server = start(|c, _| {
+        c.max_connections = SLOTS;
+        c.header_read_timeout = Duration::from_secs(10);
+        c.write_timeout = Duration::from_secs(30);
+    })
+    .await;
+    // Half the slots: HTTP/2 connections with answers waiting for a window they never grant.
+    let mut stalled = Vec::new();
+    for _ in 0..SLOTS / 2 {
+        let (client, connection) = h2_client(&server, 0).await;
+        let mut client = client.ready().await.unwrap();
+        let (response, mut send) = client.send_request(h2_post("/mutate", REVIEW.len()), false).unwrap();
+        send.send_data(Bytes::from_static(REVIEW), true).unwrap();
+        let response = tokio::time::timeout(Duration::from_secs(2), response).await.expect("no headers").unwrap();
+        stalled.push((client, connection, response, send));
+    }
+    // The other half, and more: silent TCP connections, each reopened as soon as the server closes it.
+    let addr = server.addr;
+    let silent = tokio::spawn(async move {
+        let mut open: Vec<tokio::net::TcpStream> = Vec::new();
+        loop {
+            open.retain(|tcp| {
+                let mut byte = [0; 1];
+                matches!(tcp.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            });
+            while open.len() < SLOTS {
+                open.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let started = Instant::now();
+    let review = async {
+        let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
+        conn.review(REVIEW).await.0
+    };
+    let status = tokio::time::timeout(Duration::from_secs(5), review).await.expect("a review was kept out");
+    let waited = started.elapsed();
+    silent.abort();
+    eprintln!("a review beside {SLOTS} slots held by stalled connections: answered after {waited:?}");
+    assert_eq!(status, StatusCode::OK);
+    assert!(waited < Duration::from_secs(2), "a review waited {waited:?} for a slot");
+    let metrics = admin_get(server.metrics, "/metrics").await.1;
+    assert!(counter(&metrics, r#"sidecar_injector_connection_errors_total{kind="evicted"}"#) >= 1.0, "{metrics}");
+    drop(stalled);
+}

@@ -14,7 +14,8 @@
 //!   grants no flow-control window, or a few bytes of it), close the connection: a peer that does not read cannot
 //!   hold a slot, nor the answers' memory.
 //! - **room at the limit**: with every slot taken and a connection waiting, the oldest idle keep-alive connection
-//!   is asked to close ([`Activity::evict`]).
+//!   is asked to close ([`Activity::evict`]); with none idle, the one that has made no progress the longest (no
+//!   first request yet, or answers the peer does not take) is cut ([`Activity::cut`]).
 //! - **after the last answer**: a connection that ends after answering is half-closed and what the peer still
 //!   sends is read and dropped ([`linger`], bounded in bytes and time) before the socket is closed. Closing a socket
 //!   with unread bytes sends a reset, and a reset can destroy the answer on its way (an early 413 or 408 whose
@@ -90,8 +91,12 @@ pub(crate) struct Activity {
     progress: AtomicUsize,
     /// Asked to close if idle, to make room for a new connection at the limit.
     evict: Notify,
-    /// HTTP/1.1: bytes read while no request is in progress start the next request's header deadline.
-    h1: bool,
+    /// Asked to close at once if it still makes no progress ([`Activity::stalled_since`]), to make room for a new
+    /// connection at the limit.
+    cut: Notify,
+    /// HTTP/1.1: bytes read while no request is in progress start the next request's header deadline. Known once
+    /// the TLS handshake has chosen the protocol.
+    h1: AtomicBool,
 }
 
 impl Activity {
@@ -108,7 +113,8 @@ impl Activity {
             blocked_since: AtomicU64::new(0),
             progress: AtomicUsize::new(0),
             evict: Notify::new(),
-            h1,
+            cut: Notify::new(),
+            h1: AtomicBool::new(h1),
         })
     }
 
@@ -131,7 +137,7 @@ impl Activity {
     }
 
     fn bytes_read(&self) {
-        if self.h1 && self.active.load(Relaxed) == 0 && self.head_since.load(Relaxed) == 0 {
+        if self.h1.load(Relaxed) && self.active.load(Relaxed) == 0 && self.head_since.load(Relaxed) == 0 {
             self.head_since.store(self.stamp(), Relaxed);
         }
     }
@@ -182,6 +188,34 @@ impl Activity {
         self.evict.notify_one();
     }
 
+    /// The protocol the TLS handshake chose.
+    pub(crate) fn set_h1(&self, h1: bool) {
+        self.h1.store(h1, Relaxed);
+    }
+
+    /// Since when the connection has made no progress, if it makes none: accepted and still without its first
+    /// request (a silent client, or a handshake that does not end), or past it with its writes blocked or its
+    /// answers waiting, the peer taking less than [`MIN_WRITE_PROGRESS`] of them since. Such a connection holds a
+    /// slot for nothing; at the limit, the one stalled longest is cut to make room ([`Activity::cut`]).
+    pub(crate) fn stalled_since(&self) -> Option<Instant> {
+        if !self.has_started() {
+            return Some(self.epoch);
+        }
+        let blocked = self.instant(self.blocked_since.load(Relaxed));
+        let waiting = if self.answers.load(Relaxed) > 0 { self.instant(self.answer_since.load(Relaxed)) } else { None };
+        blocked.into_iter().chain(waiting).min()
+    }
+
+    /// Asks the connection to close at once if it is still stalled when its driver looks (at once).
+    pub(crate) fn cut(&self) {
+        self.cut.notify_one();
+    }
+
+    /// Waits until the connection is asked to close at once ([`Activity::cut`]).
+    pub(crate) async fn cut_asked(&self) {
+        self.cut.notified().await;
+    }
+
     /// For a connection past its first request: the deadline that has passed, or when to look again. No deadline
     /// can fall due before that: a request in progress has none, and whatever starts after `now` (the end of a
     /// request, the first byte of the next one's headers) has its deadline at least a timeout after `now`.
@@ -192,7 +226,7 @@ impl Activity {
         };
         let Timeouts { idle: idle_timeout, header: header_timeout, write: write_timeout } = *timeouts;
         let mut soonest_new = idle_timeout.min(write_timeout);
-        if self.h1 {
+        if self.h1.load(Relaxed) {
             soonest_new = soonest_new.min(header_timeout);
         }
         let later = now + soonest_new;
@@ -498,6 +532,11 @@ where
                     break;
                 }
             }
+            () = activity.cut.notified() => {
+                if cut(activity, metrics, peer) {
+                    return Ended::Cut;
+                }
+            }
             () = look.as_mut() => {
                 if activity.has_started() {
                     break;
@@ -559,6 +598,11 @@ where
             result = conn.as_mut() => return ended(result),
             changed = stage.changed(), if stage_known && !closing => stage_known = changed.is_ok(),
             () = activity.evict.notified(), if !closing => closing = evict(conn.as_mut(), activity, peer),
+            () = activity.cut.notified() => {
+                if cut(activity, metrics, peer) {
+                    return Ended::Cut;
+                }
+            }
             () = tokio::time::sleep_until(look_again) => {}
         }
     }
@@ -572,6 +616,17 @@ fn evict<C: GracefulConnection>(conn: Pin<&mut C>, activity: &Activity, peer: st
     }
     tracing::debug!(%peer, "the oldest idle connection, closed to make room at the connection limit");
     conn.graceful_shutdown();
+    true
+}
+
+/// Whether a connection chosen to be cut to make room at the connection limit still makes no progress (it may have
+/// since it was chosen); if so it is counted (`kind="evicted"`) and is to be closed at once.
+pub(crate) fn cut(activity: &Activity, metrics: &Metrics, peer: std::net::SocketAddr) -> bool {
+    if activity.stalled_since().is_none() {
+        return false;
+    }
+    metrics.connection_error(ConnectionError::Evicted);
+    tracing::debug!(%peer, "stalled the longest, cut to make room at the connection limit");
     true
 }
 

@@ -58,10 +58,10 @@ pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 32 * 1024 * 1024;
 /// `--request-timeout`: the deadline of one request (the API server's `?timeout=` lowers it).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `--max-connections`: connections served at once. Each can hold up to ~370 KiB (its TLS and protocol buffers,
+/// `--max-connections`: connections served at once. Each can hold up to ~500 KiB (its kernel, TLS and protocol buffers,
 /// and over HTTP/2 its streams' state and answers), so this and the stream limit below are what keep the worst case
 /// inside the pod's memory limit (docs/operations.md). The API server keeps at most a few dozen connections to a
-/// webhook; at the limit, the oldest idle connection makes room for a new one.
+/// webhook; at the limit, the oldest idle connection (or the one stalled longest) makes room for a new one.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
 /// `--h2-max-concurrent-streams`: concurrent streams per HTTP/2 connection (~20 KiB each while its answer waits).

@@ -399,6 +399,13 @@ fn bind_webhook(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(1024)
 }
 
+/// How long a connection must have made no progress before it may be cut to make room at the limit: far longer
+/// than a real client takes for its TLS handshake and first request (milliseconds), or leaves an answer unread.
+const STALLED_FOR_ROOM: Duration = Duration::from_secs(1);
+
+/// While a connection waits for a slot, how often room is looked for again (a connection may have stalled since).
+const ROOM_RETRY: Duration = Duration::from_millis(250);
+
 /// Bytes read from a connection's socket at once: a full TLS record (16 KiB of data and its overhead).
 const READ_AHEAD: usize = 16 * 1024 + 512;
 
@@ -410,7 +417,7 @@ struct Connections {
     h2: auto::Builder<TokioExecutor>,
     /// The server's stage, which every connection watches (holding a receiver until it ends).
     stage: watch::Sender<conn::Stage>,
-    /// The connections past their TLS handshake, to find the oldest idle one.
+    /// The connections being served, to make room at the limit.
     open: Arc<OpenConnections>,
 }
 
@@ -421,8 +428,8 @@ struct Waiting {
     until: tokio::time::Instant,
 }
 
-/// The connections being served (past the TLS handshake), each by its [`conn::Activity`]. Touched when a
-/// connection starts and ends, and at the connection limit; never by a request.
+/// The connections being served (from the accept), each by its [`conn::Activity`]. Touched when a connection
+/// starts and ends, and at the connection limit; never by a request.
 #[derive(Default)]
 struct OpenConnections {
     next: std::sync::atomic::AtomicU64,
@@ -437,11 +444,26 @@ impl OpenConnections {
         Registered { open: self.clone(), id }
     }
 
-    /// The connection idle the longest, if one is.
-    fn oldest_idle(&self) -> Option<Arc<conn::Activity>> {
+    /// Makes room for a connection waiting at the limit: asks the connection idle the longest to close (gracefully),
+    /// or, with none idle, cuts the one that has made no progress the longest, if for [`STALLED_FOR_ROOM`] at
+    /// least (no first request yet, or answers its peer does not take). A client that opens connections and says
+    /// nothing, or stops reading, so loses its slots to newcomers rather than keeping them out.
+    fn make_room(&self) {
         let all = self.all.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let oldest = all.values().filter_map(|a| Some((a.idle_since()?, a))).min_by_key(|(since, _)| *since);
-        oldest.map(|(_, activity)| activity.clone())
+        let idle = all.values().filter_map(|a| Some((a.idle_since()?, a))).min_by_key(|(since, _)| *since);
+        if let Some((_, activity)) = idle {
+            activity.evict();
+            return;
+        }
+        let stalled_before = tokio::time::Instant::now().checked_sub(STALLED_FOR_ROOM);
+        let stalled = all
+            .values()
+            .filter_map(|a| Some((a.stalled_since()?, a)))
+            .filter(|(since, _)| stalled_before.is_some_and(|before| *since <= before))
+            .min_by_key(|(since, _)| *since);
+        if let Some((_, activity)) = stalled {
+            activity.cut();
+        }
     }
 }
 
@@ -474,11 +496,16 @@ impl Connections {
         let mut stop = std::pin::pin!(stop);
         loop {
             if let Some(first) = waiting.take() {
-                let permit = tokio::select! {
-                    permit = tokio::time::timeout_at(first.until, permits.clone().acquire_owned()) => permit.ok(),
-                    () = &mut stop => {
-                        *waiting = Some(first);
-                        return true;
+                let acquire = tokio::time::timeout_at(first.until, permits.clone().acquire_owned());
+                let mut acquire = std::pin::pin!(acquire);
+                let permit = loop {
+                    tokio::select! {
+                        permit = &mut acquire => break permit.ok(),
+                        () = tokio::time::sleep(ROOM_RETRY) => self.open.make_room(),
+                        () = &mut stop => {
+                            *waiting = Some(first);
+                            return true;
+                        }
                     }
                 };
                 self.serve_waiting(first, permit);
@@ -497,9 +524,7 @@ impl Connections {
                         Err(_) => return false,
                     },
                     (tcp, peer) = accept_next("webhook", || listener.accept()) => {
-                        if let Some(oldest) = self.open.oldest_idle() {
-                            oldest.evict();
-                        }
+                        self.open.make_room();
                         let until = tokio::time::Instant::now() + self.shared.config.header_read_timeout;
                         *waiting = Some(Waiting { tcp, peer, until });
                         continue;
@@ -542,7 +567,17 @@ impl Connections {
         let first_request_by = tokio::time::Instant::now() + shared.config.header_read_timeout;
         tokio::spawn(async move {
             let _permit = permit;
-            let handshake = tokio::time::timeout_at(first_request_by, acceptor.accept(tcp)).await;
+            // Registered from the accept: a connection that never finishes its handshake holds a slot too.
+            let activity = conn::Activity::new(true);
+            let registered = open.register(activity.clone());
+            let handshake = tokio::select! {
+                handshake = tokio::time::timeout_at(first_request_by, acceptor.accept(tcp)) => handshake,
+                () = activity.cut_asked() => {
+                    // Asked before its first request, so still stalled: cut.
+                    let _ = conn::cut(&activity, &shared.metrics, peer);
+                    return;
+                }
+            };
             let stream = match handshake {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => {
@@ -560,8 +595,7 @@ impl Connections {
             };
             shared.metrics.handshake_done();
             let is_h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-            let activity = conn::Activity::new(!is_h2);
-            let registered = open.register(activity.clone());
+            activity.set_h1(!is_h2);
             let (give_back, mut given_back) = tokio::sync::oneshot::channel();
             let io = TokioIo::new(conn::Watched::new(stream, activity.clone(), give_back));
             let service = {

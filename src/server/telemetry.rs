@@ -68,15 +68,19 @@ pub(crate) enum ConnectionError {
     Http2,
     /// The transport failed under the connection (reset by the peer, closed mid-request).
     Io,
+    /// Cut to make room at the connection limit: it had made no progress the longest (no first request yet, or
+    /// answers its peer did not take).
+    Evicted,
 }
 
 impl ConnectionError {
-    const ALL: [ConnectionError; 5] = [
+    const ALL: [ConnectionError; 6] = [
         ConnectionError::TlsHandshake,
         ConnectionError::Timeout,
         ConnectionError::Http1,
         ConnectionError::Http2,
         ConnectionError::Io,
+        ConnectionError::Evicted,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -86,6 +90,7 @@ impl ConnectionError {
             ConnectionError::Http1 => "http1",
             ConnectionError::Http2 => "http2",
             ConnectionError::Io => "io",
+            ConnectionError::Evicted => "evicted",
         }
     }
 }
