@@ -781,3 +781,49 @@ async fn connections_making_no_progress_lose_their_slots_to_a_newcomer() {
     assert!(counter(&metrics, r#"sidecar_injector_connection_errors_total{kind="evicted"}"#) >= 1.0, "{metrics}");
     drop(stalled);
 }
+
+/// Issue 51, item 4: `/preview` of a large workload costs what `/mutate` of the same body costs, not several times
+/// more: a Deployment of 4 MiB of numbers in its pod template took 657 MiB to preview (each value expanded into a
+/// document and a pod review of its own), against 100 MiB to review as a pod. Its template is now counted on the
+/// tape and, over the preview's limit, not expanded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previewing_a_large_workload_costs_no_more_than_reviewing_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Process::spawn_with(dir.path(), &["--workers", "1"]);
+    let running = Running::attach(server.addr, server.metrics, server.ca.clone());
+    let numbers = vec![1; 1024 * 1024];
+    let review = |kind: serde_json::Value, object: serde_json::Value| {
+        let review = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "kind": kind, "operation": "CREATE", "namespace": "shop", "object": object},
+        });
+        serde_json::to_vec(&review).unwrap()
+    };
+    let template = serde_json::json!({
+        "metadata": {"labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "web", "image": "web:1"}], "numbers": numbers},
+    });
+    let pod = review(
+        serde_json::json!({"group": "", "version": "v1", "kind": "Pod"}),
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": template["metadata"], "spec": template["spec"]}),
+    );
+    let deployment = review(
+        serde_json::json!({"group": "apps", "version": "v1", "kind": "Deployment"}),
+        serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template}}),
+    );
+    let mut conn = Conn::open(running.addr, &running.ca_pem, false).await;
+    let before = server.memory_kib("VmHWM");
+    let (status, _) = conn.send(post("/mutate", "application/json", &pod)).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let reviewed = server.memory_kib("VmHWM");
+    let (status, answer) = conn.send(post("/preview", "application/json", &deployment)).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let previewed = server.memory_kib("VmHWM");
+    eprintln!(
+        "{} KiB bodies: /mutate took the peak from {before} to {reviewed} KiB, /preview to {previewed} KiB",
+        pod.len() / 1024
+    );
+    assert!(String::from_utf8_lossy(&answer).contains("not previewed"), "{}", String::from_utf8_lossy(&answer));
+    assert!(previewed <= reviewed + 16 * 1024, "the preview took {} KiB more", previewed - reviewed);
+}

@@ -218,6 +218,34 @@ fn what_is_not_a_users_new_pod_template_is_not_previewed() {
     assert_eq!(outcome.verdict, Verdict::Previewed { templates: 1, unknown_template: true });
 }
 
+/// Issue 51, item 4: a preview expands the pod template several times in memory (a Deployment of 1 MiB of numbers
+/// held 230 MiB), so a template of more values than a preview expands is admitted with a warning that says so,
+/// not previewed; one of ten thousand values is previewed as any other.
+#[test]
+fn a_pod_template_too_large_to_expand_is_admitted_with_a_warning_not_previewed() {
+    let engine = builtin();
+    let with_values = |n: usize| {
+        let mut spec = app();
+        spec["containers"][0]["args"] = json!(vec!["a"; n]);
+        workload_review(
+            "apps",
+            "Deployment",
+            "CREATE",
+            &deployment(json!({"sidecar-injector.io/template": "nope"}), spec),
+            None,
+        )
+    };
+    let (outcome, _) = preview(&engine, &with_values(10_000));
+    assert_eq!(outcome.verdict, Verdict::Previewed { templates: 1, unknown_template: true });
+    let (outcome, _) = preview(&engine, &with_values(40_000));
+    assert_eq!(outcome.verdict, Verdict::Previewed { templates: 0, unknown_template: false });
+    assert_eq!(
+        outcome.warnings,
+        ["Deployment shop/web: not previewed by the sidecar injector: its pod template has more than 32768 values, \
+          more than a preview expands"]
+    );
+}
+
 #[test]
 fn a_v1beta1_review_is_answered_in_v1beta1_and_a_broken_one_is_an_error() {
     let mut review = workload_review("apps", "Deployment", "CREATE", &deployment(json!({}), app()), None);
