@@ -827,3 +827,40 @@ async fn previewing_a_large_workload_costs_no_more_than_reviewing_it() {
     assert!(String::from_utf8_lossy(&answer).contains("not previewed"), "{}", String::from_utf8_lossy(&answer));
     assert!(previewed <= reviewed + 16 * 1024, "the preview took {} KiB more", previewed - reviewed);
 }
+
+/// Issue 51, item 5: the engine's row of docs/operations.md's memory table, run: two reviews of the worst shape
+/// (a list of numbers, the most values per byte) in flight at once on two workers raise the server's peak by at
+/// most the row's 22 bytes per body byte each, beside their bodies' buffers (twice each, in the budget's row).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_reviews_of_the_worst_shape_stay_within_the_engines_row() {
+    /// docs/operations.md: "at most ~22 bytes per body byte".
+    const ENGINE_BYTES_PER_BODY_BYTE: u64 = 22;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Process::spawn_with(dir.path(), &["--workers", "2"]);
+    let running = Running::attach(server.addr, server.metrics, server.ca.clone());
+    let mut review: serde_json::Value = serde_json::from_slice(REVIEW).unwrap();
+    review["request"]["object"]["spec"]["numbers"] = serde_json::json!(vec![1; 1024 * 1024]);
+    let body = Bytes::from(serde_json::to_vec(&review).unwrap());
+    let mut conns = Vec::new();
+    for _ in 0..2 {
+        let mut conn = Conn::open(running.addr, &running.ca_pem, false).await;
+        assert_eq!(conn.review(REVIEW).await.0, StatusCode::OK);
+        conns.push(conn);
+    }
+    let before = server.memory_kib("VmHWM").max(server.memory_kib("VmRSS"));
+    let reviews = conns.into_iter().map(|mut conn| {
+        let body = body.clone();
+        tokio::spawn(async move { conn.send(post("/mutate", "application/json", &body)).await.unwrap().0 })
+    });
+    for review in reviews.collect::<Vec<_>>() {
+        assert_eq!(review.await.unwrap(), StatusCode::OK);
+    }
+    let peak = server.memory_kib("VmHWM");
+    let body_kib = body.len() as u64 / 1024;
+    let bound = 2 * (ENGINE_BYTES_PER_BODY_BYTE * body_kib + 2 * body_kib);
+    eprintln!(
+        "two reviews of {body_kib} KiB of numbers at once: the peak rose {} KiB, bound {bound} KiB",
+        peak - before
+    );
+    assert!(peak - before <= bound, "the peak rose {} KiB, over {bound} KiB", peak - before);
+}

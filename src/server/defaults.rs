@@ -51,8 +51,8 @@ pub const DEFAULT_MAX_CONNECTION_AGE: Duration = Duration::ZERO;
 /// `--max-inflight-body-bytes`: request body bytes, and answer bytes until sent, held in memory at once over every
 /// connection and stream (32 MiB: eight bodies of the largest size, or thousands of typical 6 KiB reviews). With
 /// the shipped pod's 448 MiB limit: about 22 MiB idle, this budget, the engine's working memory for the reviews
-/// being processed (one per worker, up to ~82 MiB each), 256 connections each holding all it may (~501 KiB with
-/// their kernel buffers) and the admin listener add up to about 346 MiB; the arithmetic is in docs/operations.md.
+/// being processed (one per worker, up to ~88 MiB each), 256 connections each holding all it may (~501 KiB with
+/// their kernel buffers) and the admin listener add up to about 358 MiB; the arithmetic is in docs/operations.md.
 pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 32 * 1024 * 1024;
 
 /// `--request-timeout`: the deadline of one request (the API server's `?timeout=` lowers it).
