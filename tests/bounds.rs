@@ -631,35 +631,8 @@ async fn answers_waiting_for_their_peer_count_in_the_memory_account() {
     const CONNECTIONS: usize = 24;
     const BUDGET: usize = 3 * 1024 * 1024;
     let dir = tempfile::tempdir().unwrap();
-    let templates = dir.path().join("templates");
-    std::fs::create_dir(&templates).unwrap();
-    std::fs::write(
-        templates.join("echo.yaml"),
-        "pod:\n  spec:\n    containers:\n      - name: echo\n        image: \"echo:1\"\n        env:\n          \
-         - name: NOTE\n            value: \"{{ pod.annotations['example.com/note'] | default('') }}\"\n",
-    )
-    .unwrap();
-    let budget = BUDGET.to_string();
-    let server = Process::spawn_with(
-        dir.path(),
-        &[
-            "--template-dir",
-            templates.to_str().unwrap(),
-            "--default-template",
-            "echo",
-            "--max-body-bytes",
-            "1048576",
-            "--max-inflight-body-bytes",
-            &budget,
-            "--write-timeout",
-            "30s",
-        ],
-    );
+    let (server, review) = echo_server(dir.path(), BUDGET);
     let running = Running::attach(server.addr, server.metrics, server.ca.clone());
-    let mut review: serde_json::Value = serde_json::from_slice(REVIEW).unwrap();
-    review["request"]["object"]["metadata"]["annotations"] =
-        serde_json::json!({"sidecar-injector.io/inject": "echo", "example.com/note": "a".repeat(200 * 1024)});
-    let review = Bytes::from(serde_json::to_vec(&review).unwrap());
     // Both workers' parser buffers sized for such a body, before the resident set is taken as the base.
     let warm = (0..4).map(|_| {
         let (addr, ca, review) = (running.addr, running.ca_pem.clone(), review.clone());
@@ -863,4 +836,79 @@ async fn two_reviews_of_the_worst_shape_stay_within_the_engines_row() {
         peak - before
     );
     assert!(peak - before <= bound, "the peak rose {} KiB, over {bound} KiB", peak - before);
+}
+
+/// A server process whose template echoes a pod annotation into its sidecar, with a memory account of `budget`
+/// bytes, and a review whose answer is about 270 KiB (an annotation of 200 KiB, within the API's limits).
+fn echo_server(dir: &std::path::Path, budget: usize) -> (Process, Bytes) {
+    let templates = dir.join("templates");
+    std::fs::create_dir(&templates).unwrap();
+    std::fs::write(
+        templates.join("echo.yaml"),
+        "pod:\n  spec:\n    containers:\n      - name: echo\n        image: \"echo:1\"\n        env:\n          \
+         - name: NOTE\n            value: \"{{ pod.annotations['example.com/note'] | default('') }}\"\n",
+    )
+    .unwrap();
+    let budget = budget.to_string();
+    let args = ["--template-dir", templates.to_str().unwrap(), "--default-template", "echo", "--max-body-bytes"];
+    let server = Process::spawn_with(
+        dir,
+        &[&args[..], &["1048576", "--max-inflight-body-bytes", &budget, "--write-timeout", "30s"]].concat(),
+    );
+    let mut review: serde_json::Value = serde_json::from_slice(REVIEW).unwrap();
+    review["request"]["object"]["metadata"]["annotations"] =
+        serde_json::json!({"sidecar-injector.io/inject": "echo", "example.com/note": "a".repeat(200 * 1024)});
+    (server, Bytes::from(serde_json::to_vec(&review).unwrap()))
+}
+
+/// An HTTP/2 connection that asks for `review` on one stream and grants no window: its answer waits, holding its
+/// share of the memory account. The status, and what must be kept for the answer to keep waiting.
+async fn ask_and_never_read(running: &Running, review: Bytes) -> (StatusCode, Box<dyn std::any::Any + Send>) {
+    let (client, connection) = h2_client(running, 0).await;
+    let mut client = client.ready().await.unwrap();
+    let (response, mut send) = client.send_request(h2_post("/mutate", review.len()), false).unwrap();
+    send.reserve_capacity(review.len());
+    send.send_data(review, true).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(5), response).await.expect("no headers").unwrap();
+    (response.status(), Box::new((client, connection, response, send)))
+}
+
+/// Issue 51: answers count in the account, so peers that ask and never read could fill it with answers and keep
+/// reviews out (each waiting 1 s for room, then 503). When a request must wait for room, the connection whose
+/// answers have waited longest (1 s at least) is cut, and its answers' share goes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_nobody_reads_give_their_room_in_the_account_to_a_review() {
+    // An account of ten answers and 4 KiB.
+    let answer = {
+        let dir = tempfile::tempdir().unwrap();
+        let (server, review) = echo_server(dir.path(), 4 * 1024 * 1024);
+        let running = Running::attach(server.addr, server.metrics, server.ca.clone());
+        Conn::open(running.addr, &running.ca_pem, false).await.review(&review).await.1.len()
+    };
+    let budget = 10 * answer + 4096;
+    let dir = tempfile::tempdir().unwrap();
+    let (server, review) = echo_server(dir.path(), budget);
+    let running = Running::attach(server.addr, server.metrics, server.ca.clone());
+    // Nine answers nobody reads, asked within a second: the room left is less than one more such review holds
+    // while its body arrives (its buffers, twice, in steps: 512 KiB for 210 KB).
+    let mut held = Vec::new();
+    for _ in 0..9 {
+        let (status, kept) = ask_and_never_read(&running, review.clone()).await;
+        assert_eq!(status, StatusCode::OK);
+        held.push(kept);
+    }
+    let accounted = counter(&admin_get(running.metrics, "/metrics").await.1, "sidecar_injector_inflight_body_bytes");
+    assert_eq!(accounted, (9 * answer) as f64, "the account holds the answers");
+    let full = (accounted / 1024.0) as u64;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let started = Instant::now();
+    let mut conn = Conn::open(running.addr, &running.ca_pem, false).await;
+    let (status, _) = conn.review(&review).await;
+    let waited = started.elapsed();
+    eprintln!("answers nobody reads held {full} KiB of the account; a review then: {status} after {waited:?}");
+    assert_eq!(status, StatusCode::OK, "a review kept out of the account by answers nobody reads");
+    assert!(waited < Duration::from_millis(800), "it waited {waited:?}");
+    let metrics = admin_get(running.metrics, "/metrics").await.1;
+    assert!(counter(&metrics, r#"sidecar_injector_connection_errors_total{kind="evicted"}"#) >= 1.0, "{metrics}");
+    drop(held);
 }

@@ -20,6 +20,7 @@ const BASE: &str = "manifests/base";
 const CERT_MANAGER: &str = "manifests/cert-manager";
 const AVAILABILITY_FIRST: &str = "manifests/availability-first";
 const REVISION_CANARY: &str = "manifests/revision-canary";
+const WEBHOOKS_FROM_KONNECTIVITY: &str = "manifests/webhooks-from-konnectivity";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -572,6 +573,27 @@ fn kustomize_builds_the_base_and_the_overlays() {
         container["env"].as_array().unwrap().iter().any(|e| e["name"] == "SIDECAR_INJECTOR_WORKERS"),
         "the env list is merged"
     );
+
+    // The konnectivity component: port 8443 from the agents in kube-system only, the metrics rule kept.
+    let component = root().join(WEBHOOKS_FROM_KONNECTIVITY);
+    let text = std::fs::read_to_string(&kustomization).unwrap();
+    let text = text.replace(
+        "components:\n",
+        &format!("components:\n  - {}\n", pathdiff::diff_paths(&component, out.path()).unwrap().display()),
+    );
+    std::fs::write(&kustomization, text).unwrap();
+    let narrowed = build(out.path());
+    let policy = narrowed.iter().find(|o| o["kind"] == "NetworkPolicy").unwrap();
+    let webhooks = &policy["spec"]["ingress"][0];
+    assert_eq!(webhooks["ports"][0]["port"], 8443);
+    let sources = webhooks["from"].as_array().expect("8443 from named sources");
+    assert_eq!(sources.len(), 2);
+    for source in sources {
+        assert_eq!(source["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "kube-system");
+        let labels = source["podSelector"]["matchLabels"].as_object().unwrap();
+        assert!(labels.values().all(|v| v == "konnectivity-agent") && labels.len() == 1, "{source}");
+    }
+    assert_eq!(policy["spec"]["ingress"][1]["ports"][0]["port"], 9090, "the metrics rule is kept");
 }
 
 fn kubectl() -> Option<PathBuf> {

@@ -150,6 +150,7 @@ mod tests {
             metrics,
             shutting_down: AtomicBool::new(false),
             body_budget,
+            open: Default::default(),
         })
     }
 

@@ -28,6 +28,9 @@ pub(crate) fn held_for(bytes: usize) -> usize {
     bytes.saturating_mul(2).saturating_add(crate::PARSE_PADDING)
 }
 
+/// While a request waits for room, how often room is asked for again ([`BodyBudget::making_room`]).
+const ROOM_RETRY: Duration = Duration::from_millis(250);
+
 /// The budget shared by every connection.
 pub(crate) struct BodyBudget {
     bytes: Semaphore,
@@ -36,6 +39,8 @@ pub(crate) struct BodyBudget {
     waiting: AtomicUsize,
     total: usize,
     metrics: Metrics,
+    /// Asked for room when a request must wait (the server cuts a connection whose answers its peer does not take).
+    make_room: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl BodyBudget {
@@ -47,7 +52,13 @@ impl BodyBudget {
             waiting: AtomicUsize::new(0),
             total,
             metrics,
+            make_room: None,
         }
+    }
+
+    /// With `make_room` called when a request must wait for bytes, and every [`ROOM_RETRY`] while it waits.
+    pub(crate) fn making_room(self, make_room: impl Fn() + Send + Sync + 'static) -> BodyBudget {
+        BodyBudget { make_room: Some(Box::new(make_room)), ..self }
     }
 
     /// The budget, in bytes.
@@ -76,6 +87,7 @@ impl BodyBudget {
         }
         let _waiting = Waiting::register(&self.waiting);
         let deadline = tokio::time::Instant::now() + wait;
+        let mut ask_for_room = tokio::time::Instant::now();
         loop {
             // Registered before trying, so that a release between the try and the wait is not missed.
             let released = self.released.notified();
@@ -84,7 +96,14 @@ impl BodyBudget {
             if try_take() {
                 return true;
             }
-            if tokio::time::timeout_at(deadline, released).await.is_err() {
+            if let Some(make_room) = &self.make_room
+                && tokio::time::Instant::now() >= ask_for_room
+            {
+                make_room();
+                ask_for_room = tokio::time::Instant::now() + ROOM_RETRY;
+            }
+            let until = if self.make_room.is_some() { deadline.min(ask_for_room) } else { deadline };
+            if tokio::time::timeout_at(until, released).await.is_err() && until == deadline {
                 return false;
             }
         }

@@ -201,6 +201,14 @@ impl Activity {
         if !self.has_started() {
             return Some(self.epoch);
         }
+        self.answers_stalled_since()
+    }
+
+    /// Since when the peer has taken less than [`MIN_WRITE_PROGRESS`] of the answers waiting for it (its writes
+    /// blocked, or its HTTP/2 answers waiting for a window), if some are: answers that hold their share of the
+    /// memory account for nothing. When the account is full, the connection whose answers have waited longest is
+    /// cut to make room ([`Activity::cut`]).
+    pub(crate) fn answers_stalled_since(&self) -> Option<Instant> {
         let blocked = self.instant(self.blocked_since.load(Relaxed));
         let waiting = if self.answers.load(Relaxed) > 0 { self.instant(self.answer_since.load(Relaxed)) } else { None };
         blocked.into_iter().chain(waiting).min()

@@ -171,6 +171,8 @@ pub(crate) struct Shared {
     pub shutting_down: AtomicBool,
     /// The memory account of requests in progress: their bodies, then their answers until sent.
     pub body_budget: Arc<budget::BodyBudget>,
+    /// The connections being served, to make room at the connection limit and in the memory account.
+    pub open: Arc<OpenConnections>,
 }
 
 /// One revision: a template set served at `<path>/<name>` and `<validate-path>/<name>`, reloaded on its own.
@@ -283,9 +285,12 @@ impl Server {
                 Revision { name, engine, templates, metrics: revision_metrics, reloader, refresh }
             })
             .collect();
-        let body_budget = Arc::new(budget::BodyBudget::new(config.max_inflight_body_bytes, metrics.clone()));
-        let shutting_down = AtomicBool::new(false);
-        let shared = Arc::new(Shared { revisions, config, metrics, shutting_down, body_budget });
+        let open = Arc::new(OpenConnections::default());
+        let room = Arc::clone(&open);
+        let body_budget = budget::BodyBudget::new(config.max_inflight_body_bytes, metrics.clone())
+            .making_room(move || room.make_room_in_the_account());
+        let (body_budget, shutting_down) = (Arc::new(body_budget), AtomicBool::new(false));
+        let shared = Arc::new(Shared { revisions, config, metrics, shutting_down, body_budget, open });
         Ok(Server { shared, listener, admin, tls })
     }
 
@@ -343,7 +348,7 @@ impl Server {
 
         let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
         let (stage, _) = watch::channel(conn::Stage::Serving);
-        let open = Arc::new(OpenConnections::default());
+        let open = shared.open.clone();
         let connections = Connections { shared: shared.clone(), acceptor: tls.acceptor(), h1, h2, stage, open };
         tracing::info!(
             listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -431,7 +436,7 @@ struct Waiting {
 /// The connections being served (from the accept), each by its [`conn::Activity`]. Touched when a connection
 /// starts and ends, and at the connection limit; never by a request.
 #[derive(Default)]
-struct OpenConnections {
+pub(crate) struct OpenConnections {
     next: std::sync::atomic::AtomicU64,
     all: std::sync::Mutex<std::collections::HashMap<u64, Arc<conn::Activity>>>,
 }
@@ -459,6 +464,22 @@ impl OpenConnections {
         let stalled = all
             .values()
             .filter_map(|a| Some((a.stalled_since()?, a)))
+            .filter(|(since, _)| stalled_before.is_some_and(|before| *since <= before))
+            .min_by_key(|(since, _)| *since);
+        if let Some((_, activity)) = stalled {
+            activity.cut();
+        }
+    }
+
+    /// Makes room in the memory account for a request waiting for it: cuts the connection whose answers have
+    /// waited for their peer the longest, if for [`STALLED_FOR_ROOM`] at least. Its answers, and their share of the
+    /// account, go with it. A peer that asks and does not read so cannot keep reviews out of the account.
+    fn make_room_in_the_account(&self) {
+        let all = self.all.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stalled_before = tokio::time::Instant::now().checked_sub(STALLED_FOR_ROOM);
+        let stalled = all
+            .values()
+            .filter_map(|a| Some((a.answers_stalled_since()?, a)))
             .filter(|(since, _)| stalled_before.is_some_and(|before| *since <= before))
             .min_by_key(|(since, _)| *since);
         if let Some((_, activity)) = stalled {
