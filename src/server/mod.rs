@@ -450,41 +450,39 @@ impl OpenConnections {
     }
 
     /// Makes room for a connection waiting at the limit: asks the connection idle the longest to close (gracefully),
-    /// or, with none idle, cuts the one that has made no progress the longest, if for [`STALLED_FOR_ROOM`] at
-    /// least (no first request yet, or answers its peer does not take). A client that opens connections and says
-    /// nothing, or stops reading, so loses its slots to newcomers rather than keeping them out.
+    /// or, with none idle, cuts the one that has made no progress the longest (no first request yet, or answers its
+    /// peer does not take). A client that opens connections and says nothing, or stops reading, so loses its slots
+    /// to newcomers rather than keeping them out.
     fn make_room(&self) {
         let all = self.all.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let idle = all.values().filter_map(|a| Some((a.idle_since()?, a))).min_by_key(|(since, _)| *since);
-        if let Some((_, activity)) = idle {
-            activity.evict();
-            return;
-        }
-        let stalled_before = tokio::time::Instant::now().checked_sub(STALLED_FOR_ROOM);
-        let stalled = all
-            .values()
-            .filter_map(|a| Some((a.stalled_since()?, a)))
-            .filter(|(since, _)| stalled_before.is_some_and(|before| *since <= before))
-            .min_by_key(|(since, _)| *since);
-        if let Some((_, activity)) = stalled {
-            activity.cut();
+        match idle {
+            Some((_, activity)) => activity.evict(),
+            None => cut_the_longest_stalled(all.values(), conn::Activity::stalled_since),
         }
     }
 
     /// Makes room in the memory account for a request waiting for it: cuts the connection whose answers have
-    /// waited for their peer the longest, if for [`STALLED_FOR_ROOM`] at least. Its answers, and their share of the
-    /// account, go with it. A peer that asks and does not read so cannot keep reviews out of the account.
+    /// waited for their peer the longest. Its answers, and their share of the account, go with it. A peer that asks
+    /// and does not read so cannot keep reviews out of the account.
     fn make_room_in_the_account(&self) {
         let all = self.all.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let stalled_before = tokio::time::Instant::now().checked_sub(STALLED_FOR_ROOM);
-        let stalled = all
-            .values()
-            .filter_map(|a| Some((a.answers_stalled_since()?, a)))
-            .filter(|(since, _)| stalled_before.is_some_and(|before| *since <= before))
-            .min_by_key(|(since, _)| *since);
-        if let Some((_, activity)) = stalled {
-            activity.cut();
-        }
+        cut_the_longest_stalled(all.values(), conn::Activity::answers_stalled_since);
+    }
+}
+
+/// Cuts the connection of `connections` stalled the longest by `stalled_since`, if for [`STALLED_FOR_ROOM`] at least.
+fn cut_the_longest_stalled<'a>(
+    connections: impl Iterator<Item = &'a Arc<conn::Activity>>,
+    stalled_since: impl Fn(&conn::Activity) -> Option<tokio::time::Instant>,
+) {
+    let Some(stalled_before) = tokio::time::Instant::now().checked_sub(STALLED_FOR_ROOM) else { return };
+    let longest = connections
+        .filter_map(|a| Some((stalled_since(a)?, a)))
+        .filter(|(since, _)| *since <= stalled_before)
+        .min_by_key(|(since, _)| *since);
+    if let Some((_, activity)) = longest {
+        activity.cut();
     }
 }
 
