@@ -20,6 +20,8 @@ pub(crate) struct PodView<'t, 'i> {
     /// `metadata.labels` and `metadata.annotations`, when they are objects.
     labels: Option<Value<'t, 'i>>,
     annotations: Option<Value<'t, 'i>>,
+    /// The annotations' keys and values, in bytes (what the API server's total limit counts).
+    annotation_bytes: usize,
     /// `spec.serviceAccountName`, or its deprecated alias `spec.serviceAccount`, or "default".
     service_account_name: &'i str,
     host_network: bool,
@@ -47,6 +49,7 @@ impl<'t, 'i> PodView<'t, 'i> {
             namespace: "",
             labels: None,
             annotations: None,
+            annotation_bytes: 0,
             service_account_name: "default",
             host_network: false,
             sets_pod_resources: false,
@@ -73,7 +76,9 @@ impl<'t, 'i> PodView<'t, 'i> {
                 "labels" => pod.labels = value.as_object().map(|_| value),
                 "annotations" => {
                     pod.annotations = value.as_object().map(|_| value);
-                    pod.judged_whole |= annotations_judged_whole(value);
+                    let (legacy, bytes) = read_annotations(value);
+                    pod.annotation_bytes = bytes;
+                    pod.judged_whole |= legacy || bytes > LARGE_ANNOTATIONS;
                 }
                 "ownerReferences" => {
                     pod.runs_to_completion |= value.as_array().is_some_and(|owners| owners.iter().any(is_job))
@@ -248,7 +253,7 @@ impl<'t, 'i> PodView<'t, 'i> {
                 return Some(("metadata.labels (a value)", LABEL_VALUE));
             }
         }
-        if self.annotation_entries().map(|(key, value)| key.len() + value.len()).sum::<usize>() > ANNOTATIONS {
+        if self.annotation_bytes > ANNOTATIONS {
             return Some(("metadata.annotations (in all)", ANNOTATIONS));
         }
         let names = self.container_lists().into_iter().flatten().flat_map(|list| list.iter());
@@ -311,17 +316,15 @@ fn is_job(owner: Value<'_, '_>) -> bool {
 /// close to it are judged whole): half the limit.
 const LARGE_ANNOTATIONS: usize = crate::validation::TOTAL_ANNOTATION_SIZE_LIMIT_B / 2;
 
-/// Do the pod's annotations hold what the pod-wide rules read: a legacy seccomp or AppArmor annotation, or
-/// more than [`LARGE_ANNOTATIONS`] bytes?
-fn annotations_judged_whole(annotations: Value<'_, '_>) -> bool {
-    let mut bytes = 0;
+/// What the pod's annotations hold for the rules: whether one is a legacy seccomp or AppArmor annotation (the
+/// pod-wide rules read those), and their keys' and values' bytes.
+fn read_annotations(annotations: Value<'_, '_>) -> (bool, usize) {
+    let (mut legacy, mut bytes) = (false, 0);
     for (key, value) in string_entries(Some(annotations)) {
-        if legacy_security_annotation(key).is_some() {
-            return true;
-        }
+        legacy |= legacy_security_annotation(key).is_some();
         bytes += key.len() + value.len();
     }
-    bytes > LARGE_ANNOTATIONS
+    (legacy, bytes)
 }
 
 /// The entries of a string-to-string map on the tape (an object, or none) whose value is a string, in the pod's

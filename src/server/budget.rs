@@ -28,9 +28,6 @@ pub(crate) fn held_for(bytes: usize) -> usize {
     bytes.saturating_mul(2).saturating_add(crate::PARSE_PADDING)
 }
 
-/// While a request waits for room, how often room is asked for again ([`BodyBudget::making_room`]).
-const ROOM_RETRY: Duration = Duration::from_millis(250);
-
 /// The budget shared by every connection.
 pub(crate) struct BodyBudget {
     bytes: Semaphore,
@@ -39,8 +36,9 @@ pub(crate) struct BodyBudget {
     waiting: AtomicUsize,
     total: usize,
     metrics: Metrics,
-    /// Asked for room when a request must wait (the server cuts a connection whose answers its peer does not take).
-    make_room: Option<Box<dyn Fn() + Send + Sync>>,
+    /// Asked for room when a request must wait (the server cuts a connection whose answers its peer does not take);
+    /// nothing unless [`BodyBudget::making_room`] says.
+    make_room: Box<dyn Fn() + Send + Sync>,
 }
 
 impl BodyBudget {
@@ -52,13 +50,13 @@ impl BodyBudget {
             waiting: AtomicUsize::new(0),
             total,
             metrics,
-            make_room: None,
+            make_room: Box::new(|| {}),
         }
     }
 
-    /// With `make_room` called when a request must wait for bytes, and every [`ROOM_RETRY`] while it waits.
+    /// With `make_room` called when a request must wait for bytes, and every [`super::ROOM_RETRY`] while it waits.
     pub(crate) fn making_room(self, make_room: impl Fn() + Send + Sync + 'static) -> BodyBudget {
-        BodyBudget { make_room: Some(Box::new(make_room)), ..self }
+        BodyBudget { make_room: Box::new(make_room), ..self }
     }
 
     /// The budget, in bytes.
@@ -96,13 +94,11 @@ impl BodyBudget {
             if try_take() {
                 return true;
             }
-            if let Some(make_room) = &self.make_room
-                && tokio::time::Instant::now() >= ask_for_room
-            {
-                make_room();
-                ask_for_room = tokio::time::Instant::now() + ROOM_RETRY;
+            if tokio::time::Instant::now() >= ask_for_room {
+                (self.make_room)();
+                ask_for_room = tokio::time::Instant::now() + super::ROOM_RETRY;
             }
-            let until = if self.make_room.is_some() { deadline.min(ask_for_room) } else { deadline };
+            let until = deadline.min(ask_for_room);
             if tokio::time::timeout_at(until, released).await.is_err() && until == deadline {
                 return false;
             }
@@ -151,13 +147,14 @@ pub(crate) struct Reserved {
 
 impl Reserved {
     /// The bytes held.
-    pub(crate) fn bytes(&self) -> usize {
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Holds `more` bytes besides, waiting up to `wait`; `false` if they were not free in time (what is held
     /// stays held).
-    pub(crate) async fn grow(&mut self, more: usize, wait: Duration) -> bool {
+    async fn grow(&mut self, more: usize, wait: Duration) -> bool {
         if !self.budget.take(more, wait).await {
             return false;
         }

@@ -233,7 +233,7 @@ async fn read_and_review(
                 // More has arrived than the budget holds for it: double its share, within the limit, once the
                 // budget has the bytes.
                 let target = needed.max(2 * accounted).min(max);
-                if !reserved.grow(held_for(target).saturating_sub(reserved.bytes()), BODY_BUDGET_WAIT).await {
+                if !reserved.resize(held_for(target), BODY_BUDGET_WAIT).await {
                     return refuse(shared, &Refusal::Overloaded(shared.body_budget.total()));
                 }
                 accounted = target;

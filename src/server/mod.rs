@@ -348,8 +348,7 @@ impl Server {
 
         let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
         let (stage, _) = watch::channel(conn::Stage::Serving);
-        let open = shared.open.clone();
-        let connections = Connections { shared: shared.clone(), acceptor: tls.acceptor(), h1, h2, stage, open };
+        let connections = Connections { shared: shared.clone(), acceptor: tls.acceptor(), h1, h2, stage };
         tracing::info!(
             listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             metrics = %admin_addr,
@@ -408,7 +407,8 @@ fn bind_webhook(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// than a real client takes for its TLS handshake and first request (milliseconds), or leaves an answer unread.
 const STALLED_FOR_ROOM: Duration = Duration::from_secs(1);
 
-/// While a connection waits for a slot, how often room is looked for again (a connection may have stalled since).
+/// While a connection waits for a slot, or a request for room in the memory account, how often room is looked for
+/// again (a connection may have stalled since).
 const ROOM_RETRY: Duration = Duration::from_millis(250);
 
 /// Bytes read from a connection's socket at once: a full TLS record (16 KiB of data and its overhead).
@@ -422,8 +422,6 @@ struct Connections {
     h2: auto::Builder<TokioExecutor>,
     /// The server's stage, which every connection watches (holding a receiver until it ends).
     stage: watch::Sender<conn::Stage>,
-    /// The connections being served, to make room at the limit.
-    open: Arc<OpenConnections>,
 }
 
 /// A connection accepted with every slot taken, waiting for one until `until`.
@@ -434,7 +432,8 @@ struct Waiting {
 }
 
 /// The connections being served (from the accept), each by its [`conn::Activity`]. Touched when a connection
-/// starts and ends, and at the connection limit; never by a request.
+/// starts and ends, at the connection limit, and by a request only when it must wait for room in the memory
+/// account.
 #[derive(Default)]
 pub(crate) struct OpenConnections {
     next: std::sync::atomic::AtomicU64,
@@ -520,7 +519,7 @@ impl Connections {
                 let permit = loop {
                     tokio::select! {
                         permit = &mut acquire => break permit.ok(),
-                        () = tokio::time::sleep(ROOM_RETRY) => self.open.make_room(),
+                        () = tokio::time::sleep(ROOM_RETRY) => self.shared.open.make_room(),
                         () = &mut stop => {
                             *waiting = Some(first);
                             return true;
@@ -543,7 +542,7 @@ impl Connections {
                         Err(_) => return false,
                     },
                     (tcp, peer) = accept_next("webhook", || listener.accept()) => {
-                        self.open.make_room();
+                        self.shared.open.make_room();
                         let until = tokio::time::Instant::now() + self.shared.config.header_read_timeout;
                         *waiting = Some(Waiting { tcp, peer, until });
                         continue;
@@ -581,7 +580,7 @@ impl Connections {
         // buffer as large as a TLS record takes a whole request in one (the writes pass straight through).
         let tcp = tokio::io::BufReader::with_capacity(READ_AHEAD, tcp);
         let (shared, acceptor, stage) = (self.shared.clone(), self.acceptor.clone(), self.stage.subscribe());
-        let open = self.open.clone();
+        let open = self.shared.open.clone();
         let (h1, h2) = (self.h1.clone(), self.h2.clone());
         let first_request_by = tokio::time::Instant::now() + shared.config.header_read_timeout;
         tokio::spawn(async move {
