@@ -912,3 +912,52 @@ async fn answers_nobody_reads_give_their_room_in_the_account_to_a_review() {
     assert!(counter(&metrics, r#"sidecar_injector_connection_errors_total{kind="evicted"}"#) >= 1.0, "{metrics}");
     drop(held);
 }
+
+/// Large bodies arriving together grow their shares of the account in steps as their bytes come; once the account
+/// is full of steps, each waits for room another holds. They used to wait out the second together and all be
+/// refused (503); the oldest now goes first, the younger ones giving up their shares to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_arriving_together_do_not_hold_each_other_out_of_the_account() {
+    const CLIENTS: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    // Each body, half sent (105 KB), holds twice 128 KiB; whole, twice its 210 KB. The account holds eight halves
+    // and 100 KiB (at least what the largest body may hold, twice 1 MiB): none of the eight can grow to the whole.
+    let budget = CLIENTS * (2 * 128 * 1024 + 64) + 100 * 1024;
+    let (server, review) = echo_server(dir.path(), budget);
+    let running = Running::attach(server.addr, server.metrics, server.ca.clone());
+    let half = review.len() / 2;
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let mut tls = tls_connect(running.addr, client_config(&running.ca_pem, b"http/1.1", None)).await.unwrap();
+        tls.write_all(h1_head(review.len()).as_bytes()).await.unwrap();
+        tls.write_all(&review[..half]).await.unwrap();
+        tls.flush().await.unwrap();
+        clients.push(tls);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let sending: Vec<_> = clients
+        .into_iter()
+        .map(|mut tls| {
+            let rest = review.slice(half..);
+            tokio::spawn(async move {
+                tls.write_all(&rest).await.unwrap();
+                tls.flush().await.unwrap();
+                let mut answer = vec![0; 64];
+                let n = tokio::time::timeout(Duration::from_secs(5), tls.read(&mut answer)).await.unwrap().unwrap();
+                (String::from_utf8_lossy(&answer[..n]).to_string(), started.elapsed())
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for answer in sending {
+        answers.push(answer.await.unwrap());
+    }
+    eprintln!("{CLIENTS} large bodies arriving together: {answers:?}");
+    let answered = answers.iter().filter(|(a, _)| a.starts_with("HTTP/1.1 200")).count();
+    // The youngest gives way, one every quarter second, until the oldest fits: one or two, not all.
+    assert!(answered >= CLIENTS - 2, "{} of {CLIENTS} bodies were refused: {answers:?}", CLIENTS - answered);
+    let first = answers.iter().filter(|(a, _)| a.starts_with("HTTP/1.1 200")).map(|(_, t)| *t).min().unwrap();
+    assert!(first < Duration::from_millis(900), "the first answer took {first:?}");
+}

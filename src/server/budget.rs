@@ -8,9 +8,16 @@
 //! first-come first-served, so a large body waiting at its head would hold back every small review behind it
 //! (and collect the permits they free); here a small review takes what is free at once, while large ones wait and,
 //! if the budget stays full, are refused with 503.
+//!
+//! Bodies grow their share in steps as they arrive, so large bodies arriving together can fill the budget with
+//! steps, each waiting for room another holds: none would finish, all would be refused after the wait. The oldest
+//! waiting request goes first: once it has waited [`YIELD_AFTER`], the other waiting requests leave the bytes
+//! released to it, and the youngest request that holds a share gives it up (503), one every [`YIELD_AFTER`], until
+//! the oldest fits, rather than every one of them waiting out the second.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst, fence};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst, fence};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
@@ -21,6 +28,9 @@ use super::telemetry::Metrics;
 /// `Retry-After`): long enough to ride out a burst of large bodies, short next to the API server's 3 s to 10 s
 /// webhook timeout, so that it can still call another replica.
 pub(crate) const BODY_BUDGET_WAIT: Duration = Duration::from_secs(1);
+
+/// How long the oldest waiting request waits before younger ones waiting to grow give their shares up to it.
+const YIELD_AFTER: Duration = super::ROOM_RETRY;
 
 /// What the budget holds for a body of `bytes`: the buffer the review parses in place (with the parser's padding)
 /// and the copy of the body kept for a second review (the parse changes the buffer).
@@ -34,6 +44,11 @@ pub(crate) struct BodyBudget {
     released: Notify,
     /// Requests waiting for bytes: a release wakes them only if there are any (the wake takes a lock).
     waiting: AtomicUsize,
+    /// The requests waiting, in their order of arrival. Touched only by a request that must wait, never by one
+    /// the budget has room for.
+    queue: Mutex<Queue>,
+    /// The place in the order of arrival of the next reservation.
+    next_arrival: AtomicU64,
     total: usize,
     metrics: Metrics,
     /// Asked for room when a request must wait (the server cuts a connection whose answers its peer does not take);
@@ -48,6 +63,8 @@ impl BodyBudget {
             bytes: Semaphore::new(total),
             released: Notify::new(),
             waiting: AtomicUsize::new(0),
+            queue: Mutex::new(Queue { waiting: BTreeMap::new(), gave_way: None }),
+            next_arrival: AtomicU64::new(0),
             total,
             metrics,
             make_room: Box::new(|| {}),
@@ -66,12 +83,15 @@ impl BodyBudget {
 
     /// Reserves `bytes`, waiting up to `wait` for them to be free; `None` if they were not (or can never be).
     pub(crate) async fn reserve(self: &Arc<Self>, bytes: usize, wait: Duration) -> Option<Reserved> {
-        self.take(bytes, wait).await.then(|| Reserved { budget: Arc::clone(self), bytes })
+        let arrival = self.next_arrival.fetch_add(1, Relaxed);
+        let taken = self.take(bytes, wait, Holder { arrival, holds: 0 }).await;
+        taken.then(|| Reserved { budget: Arc::clone(self), bytes, arrival })
     }
 
-    /// Takes `bytes` of the budget (the permits are forgotten: [`BodyBudget::release`] adds them back), waiting up
-    /// to `wait`; `false` if they were not free in time.
-    async fn take(&self, bytes: usize, wait: Duration) -> bool {
+    /// Takes `bytes` of the budget (the permits are forgotten: [`BodyBudget::release`] adds them back) for
+    /// `holder`, waiting up to `wait`; `false` if they were not free in time, or if `holder` gave its share up to
+    /// an older request.
+    async fn take(&self, bytes: usize, wait: Duration, holder: Holder) -> bool {
         let Some(n) = u32::try_from(bytes).ok().filter(|_| bytes <= self.total) else { return false };
         let try_take = || {
             let Ok(permit) = self.bytes.try_acquire_many(n) else { return false };
@@ -83,7 +103,7 @@ impl BodyBudget {
         if try_take() {
             return true;
         }
-        let _waiting = Waiting::register(&self.waiting);
+        let _waiting = Waiting::register(self, &holder);
         let deadline = tokio::time::Instant::now() + wait;
         let mut ask_for_room = tokio::time::Instant::now();
         loop {
@@ -91,8 +111,11 @@ impl BodyBudget {
             let released = self.released.notified();
             let mut released = std::pin::pin!(released);
             released.as_mut().enable();
-            if try_take() {
+            if self.may_take(holder.arrival) && try_take() {
                 return true;
+            }
+            if self.gives_way(holder.arrival) {
+                return false;
             }
             if tokio::time::Instant::now() >= ask_for_room {
                 (self.make_room)();
@@ -103,6 +126,31 @@ impl BodyBudget {
                 return false;
             }
         }
+    }
+
+    /// The waiting requests; a panic while the queue was held left it whole (each use is one map operation).
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// May the waiting request that arrived at `arrival` take bytes released? Unless an older one has waited
+    /// [`YIELD_AFTER`]: then they are its.
+    fn may_take(&self, arrival: u64) -> bool {
+        self.queue().overdue().is_none_or(|oldest| oldest == arrival)
+    }
+
+    /// Does the waiting request that arrived at `arrival` give its share up? When it is the youngest waiting
+    /// request that holds one, an older one has waited [`YIELD_AFTER`], and no other request gave way within it.
+    fn gives_way(&self, arrival: u64) -> bool {
+        let mut queue = self.queue();
+        let youngest_holding = queue.waiting.iter().rev().find(|(_, waiter)| waiter.holds).map(|(&a, _)| a);
+        let gives_way = youngest_holding == Some(arrival)
+            && queue.overdue().is_some_and(|oldest| oldest < arrival)
+            && queue.gave_way.is_none_or(|at| at.elapsed() >= YIELD_AFTER);
+        if gives_way {
+            queue.gave_way = Some(tokio::time::Instant::now());
+        }
+        gives_way
     }
 
     /// Gives back `bytes` taken, waking the requests waiting for room.
@@ -121,20 +169,52 @@ impl BodyBudget {
     }
 }
 
-/// A request counted in [`BodyBudget::waiting`] until dropped.
-struct Waiting<'a>(&'a AtomicUsize);
+/// Who asks for bytes: its place in the order of arrival, and how many bytes it holds already.
+struct Holder {
+    arrival: u64,
+    holds: usize,
+}
+
+/// The requests waiting for bytes, and when one last gave its share up.
+struct Queue {
+    waiting: BTreeMap<u64, Waiter>,
+    gave_way: Option<tokio::time::Instant>,
+}
+
+impl Queue {
+    /// The oldest waiting request, if it has waited [`YIELD_AFTER`] or more.
+    fn overdue(&self) -> Option<u64> {
+        let (&oldest, waiter) = self.waiting.first_key_value()?;
+        (waiter.since.elapsed() >= YIELD_AFTER).then_some(oldest)
+    }
+}
+
+/// A waiting request: since when, and whether it holds a share of the budget it could give up.
+struct Waiter {
+    since: tokio::time::Instant,
+    holds: bool,
+}
+
+/// A request counted in [`BodyBudget::waiting`] and listed in [`BodyBudget::queue`] until dropped.
+struct Waiting<'a> {
+    budget: &'a BodyBudget,
+    arrival: u64,
+}
 
 impl<'a> Waiting<'a> {
-    fn register(waiting: &'a AtomicUsize) -> Waiting<'a> {
-        waiting.fetch_add(1, SeqCst);
+    fn register(budget: &'a BodyBudget, holder: &Holder) -> Waiting<'a> {
+        let waiter = Waiter { since: tokio::time::Instant::now(), holds: holder.holds > 0 };
+        budget.queue().waiting.insert(holder.arrival, waiter);
+        budget.waiting.fetch_add(1, SeqCst);
         fence(SeqCst);
-        Waiting(waiting)
+        Waiting { budget, arrival: holder.arrival }
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, SeqCst);
+        self.budget.waiting.fetch_sub(1, SeqCst);
+        self.budget.queue().waiting.remove(&self.arrival);
     }
 }
 
@@ -143,6 +223,8 @@ impl Drop for Waiting<'_> {
 pub(crate) struct Reserved {
     budget: Arc<BodyBudget>,
     bytes: usize,
+    /// Its place in the order of arrival: the oldest waiting request goes first.
+    arrival: u64,
 }
 
 impl Reserved {
@@ -152,10 +234,11 @@ impl Reserved {
         self.bytes
     }
 
-    /// Holds `more` bytes besides, waiting up to `wait`; `false` if they were not free in time (what is held
-    /// stays held).
+    /// Holds `more` bytes besides, waiting up to `wait`; `false` if they were not free in time or an older
+    /// request waits for them (what is held stays held, for the caller to drop).
     async fn grow(&mut self, more: usize, wait: Duration) -> bool {
-        if !self.budget.take(more, wait).await {
+        let holder = Holder { arrival: self.arrival, holds: self.bytes };
+        if !self.budget.take(more, wait, holder).await {
             return false;
         }
         self.bytes += more;
@@ -163,7 +246,7 @@ impl Reserved {
     }
 
     /// Holds exactly `bytes`: gives back what is held beyond them, or waits up to `wait` for the rest; `false` if
-    /// the rest was not free in time (what is held stays held).
+    /// the rest was not free in time or an older request waits for it (what is held stays held).
     pub(crate) async fn resize(&mut self, bytes: usize, wait: Duration) -> bool {
         if bytes > self.bytes {
             return self.grow(bytes - self.bytes, wait).await;
@@ -215,6 +298,35 @@ mod tests {
         assert_eq!(budget.bytes.available_permits(), 100);
         drop(held);
         assert_eq!(budget.bytes.available_permits(), 1000);
+    }
+
+    #[tokio::test]
+    async fn requests_growing_into_a_full_budget_give_their_shares_up_to_the_oldest() {
+        let budget = Arc::new(BodyBudget::new(1000, Metrics::new().unwrap()));
+        let mut older = budget.reserve(400, Duration::ZERO).await.unwrap();
+        let mut younger = budget.reserve(400, Duration::ZERO).await.unwrap();
+        let started = tokio::time::Instant::now();
+        let wait = Duration::from_secs(5);
+        // Each needs 400 more, and only 200 are free: neither fits unless one gives up what it holds.
+        let (older_grew, younger_grew) = tokio::join!(older.resize(800, wait), async {
+            let grew = younger.resize(800, wait).await;
+            assert!(!grew, "the younger request does not take its 400 more");
+            drop(younger);
+            grew
+        });
+        assert!(older_grew && !younger_grew);
+        assert_eq!(older.bytes(), 800);
+        let waited = started.elapsed();
+        assert!(waited >= YIELD_AFTER && waited < wait / 2, "the older request waited {waited:?}");
+        // A request that holds nothing yet waits: it has no share to give up.
+        let newcomer = tokio::spawn({
+            let budget = Arc::clone(&budget);
+            async move { budget.reserve(300, 2 * YIELD_AFTER).await }
+        });
+        tokio::time::sleep(YIELD_AFTER / 2).await;
+        assert!(older.resize(900, Duration::ZERO).await, "100 were free");
+        drop(older);
+        assert!(newcomer.await.unwrap().is_some(), "the newcomer got room once it was freed");
     }
 
     /// Polls a future once.

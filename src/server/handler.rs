@@ -230,9 +230,9 @@ async fn read_and_review(
                 return refuse(shared, &Refusal::TooLarge(max));
             }
             if needed > accounted {
-                // More has arrived than the budget holds for it: double its share, within the limit, once the
-                // budget has the bytes.
-                let target = needed.max(2 * accounted).min(max);
+                // More has arrived than the budget holds for it: double its share, within the limit (the
+                // announced length, which hyper holds the body to), once the budget has the bytes.
+                let target = needed.max(2 * accounted).min(if announced > 0 { capacity } else { max });
                 if !reserved.resize(held_for(target), BODY_BUDGET_WAIT).await {
                     return refuse(shared, &Refusal::Overloaded(shared.body_budget.total()));
                 }
