@@ -23,7 +23,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
-use sidecar_injector::{Engine, Settings, Stage, TemplateSet, Verdict};
+use sidecar_injector_core::{Engine, Settings, Stage, TemplateSet, Verdict};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -116,7 +116,7 @@ fn stamp_decimal(buf: &mut [u8], at: usize, n: u32) {
 /// The built-in template, its sidecar's CPU request read from the pod's `example.com/cpu` annotation.
 fn judged_values_engine() -> Engine {
     let settings = Settings::default();
-    let source = sidecar_injector::template::BUILTIN_SOURCE;
+    let source = sidecar_injector_core::template::BUILTIN_SOURCE;
     let edited = source.replace(
         r#"requests: { cpu: "{{ values.proxyCPU }}""#,
         r#"requests: { cpu: "{{ pod.annotations['example.com/cpu'] | default(values.proxyCPU) }}""#,
@@ -292,7 +292,7 @@ fn stages(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(body.len() as u64));
         // What every stage below pays before the engine runs: the body copied into the parse buffer, stamped and
         // padded as the engine pads it. The parse itself is in place, so this is the one copy.
-        let mut buf = Vec::with_capacity(body.len() + sidecar_injector::PARSE_PADDING);
+        let mut buf = Vec::with_capacity(body.len() + sidecar_injector_core::PARSE_PADDING);
         let mut n = 0u32;
         group.bench_with_input(BenchmarkId::new("0-copy", body.len()), &body, |b, body| {
             b.iter(|| {
@@ -300,7 +300,7 @@ fn stages(c: &mut Criterion) {
                 buf.extend_from_slice(body);
                 n = n.wrapping_add(1);
                 stamp(&mut buf, digits, n);
-                buf.resize(body.len() + sidecar_injector::PARSE_PADDING, b' ');
+                buf.resize(body.len() + sidecar_injector_core::PARSE_PADDING, b' ');
                 black_box(&mut buf);
             })
         });

@@ -1,63 +1,19 @@
 //! sidecar-injector: a Kubernetes mutating admission webhook that injects a templated sidecar into Pods.
 //!
-//! A request flows through these stages, one module each:
+//! This package is the process around the core ([`sidecar_injector_core`], re-exported as [`core`]), which
+//! answers a review with no I/O:
 //!
-//! 1. [`review`]: bytes to review, a zero-copy view of the `AdmissionReview` over a simd-json tape;
-//! 2. [`decision`]: inject or skip, with a bounded reason;
-//! 3. `merge` (with [`template`]): the add-only merge of the compiled template into the pod, written by
-//!    `patch` as a minimal JSON Patch of `add` operations;
-//! 4. `response`: the `AdmissionReview` response bytes, the patch in base64.
-//!
-//! The engine injects from a [`TemplateSet`]: the templates of a directory (or one file), compiled together into
-//! one immutable snapshot. The server holds the engine in an `ArcSwap` that `server::reload` replaces whole when
-//! the directory changes, so a request sees one set from start to end.
-//!
-//! [`Engine`] runs them for one request, bytes in, bytes out:
-//!
-//! ```
-//! use sidecar_injector::{Engine, Settings, TemplateSet, Verdict};
-//!
-//! let settings = Settings::default();
-//! let engine = Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings);
-//! let mut body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
-//!     "uid":"42","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","namespace":"shop",
-//!     "object":{"metadata":{"name":"web"},"spec":{"containers":[{"name":"web","image":"nginx"}]}}}}"#.to_vec();
-//! let mut response = Vec::new();
-//! let outcome = engine.review(&mut body, &mut response).unwrap();
-//! assert!(matches!(outcome.verdict, Verdict::Injected { .. }));
-//! assert_eq!(outcome.template.unwrap().name, "default");
-//! ```
+//! - [`server`]: the HTTPS service (hyper over rustls), the memory account and connection bounds, the template
+//!   reloads, the metrics;
+//! - [`cli`]: the command line (`serve`, `check`, `inject`, `review`, `certs`, `status`);
+//! - [`status`]: the cluster survey behind `status` (read through the caller's kubeconfig);
+//! - [`pki`]: the certificates `certs` and the development server issue.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod cli;
-pub mod decision;
-mod engine;
-mod json;
-mod merge;
-mod missing;
-pub mod offline;
-mod patch;
-pub mod pki;
-mod pod;
-mod pod_api;
-pub mod pod_security;
-pub(crate) mod preview;
-mod response;
-pub mod review;
-pub mod server;
-pub mod settings;
-pub mod status;
-mod suggest;
-pub mod template;
-pub mod template_set;
-mod uninject;
-pub mod validation;
-pub mod workload;
+pub use sidecar_injector_core as core;
 
-pub use decision::SkipReason;
-pub use engine::{Engine, Mode, Outcome, PARSE_PADDING, Stage, Trace, Verdict};
-pub use review::{ApiVersion, ReviewError};
-pub use settings::{Policy, Settings, Validation};
-pub use template::{Hold, JobPolicy, Stamp, Template, TemplateError, TemplateId};
-pub use template_set::{SelectError, Selection, SetSources, TemplateSet};
+pub mod cli;
+pub mod pki;
+pub mod server;
+pub mod status;

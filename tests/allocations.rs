@@ -4,7 +4,7 @@
 //! for the render. Both held by mistake once: a `Vec::iter` under simd-json's
 //! prelude resolved to its `Array` trait's boxed iterator, five allocations a review in the merge.
 
-use sidecar_injector::{Engine, Settings, TemplateSet, Verdict};
+use sidecar_injector_core::{Engine, Settings, TemplateSet, Verdict};
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
@@ -16,7 +16,7 @@ fn review(name: &str, app: &str) -> Vec<u8> {
     assert!(recorded.contains(named) && recorded.contains(labelled), "the recorded pod is named and labelled demo");
     let renamed = recorded.replacen(named, &format!(r#""name":"{name}","creationTimestamp""#), 1);
     let renamed = renamed.replacen(labelled, &format!(r#""labels":{{"app":"{app}"}}"#), 1);
-    let mut body = Vec::with_capacity(renamed.len() + sidecar_injector::PARSE_PADDING);
+    let mut body = Vec::with_capacity(renamed.len() + sidecar_injector_core::PARSE_PADDING);
     body.extend_from_slice(renamed.as_bytes());
     body
 }

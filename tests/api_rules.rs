@@ -1,13 +1,13 @@
 //! Never a pod the API server refuses (issue 20): the findings that each answered 200 with a pod the API server
 //! refuses, or said nothing, kept as regression tests. The rules themselves are tested one by one in
-//! `src/validation/tests.rs`, and against a real API server in tests/e2e.rs.
+//! `core/src/validation/tests.rs`, and against a real API server in tests/e2e.rs.
 
 mod common;
 
 use common::{answer, apply, builtin, review, run};
 use serde_json::{Value, json};
-use sidecar_injector::validation::{KubeVersion, validate_pod};
-use sidecar_injector::{Settings, TemplateError, TemplateSet, Verdict};
+use sidecar_injector_core::validation::{KubeVersion, validate_pod};
+use sidecar_injector_core::{Settings, TemplateError, TemplateSet, Verdict};
 
 fn pod_with_annotations(annotations: Value) -> Value {
     json!({
@@ -79,7 +79,7 @@ fn an_override_above_the_limit_it_meets_is_refused_and_one_with_its_limit_is_not
 
 /// The built-in template with one line changed.
 fn builtin_with(from: &str, to: &str) -> String {
-    let source = sidecar_injector::template::BUILTIN_SOURCE;
+    let source = sidecar_injector_core::template::BUILTIN_SOURCE;
     assert!(source.contains(from), "{from}");
     source.replacen(from, to, 1)
 }
@@ -210,7 +210,7 @@ fn a_per_pod_value_the_api_server_would_refuse_follows_on_error() {
     pod["metadata"]["name"] = json!(long);
 
     let (outcome, response, patch) = answer(&common::engine_from(&template("deny")), &review(&pod));
-    assert!(matches!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::RenderFailed)), "{outcome:?}");
+    assert!(matches!(outcome.verdict, Verdict::Denied(sidecar_injector_core::SkipReason::RenderFailed)), "{outcome:?}");
     assert!(patch.is_none());
     let message = response["response"]["status"]["message"].as_str().unwrap();
     assert!(
@@ -224,7 +224,10 @@ fn a_per_pod_value_the_api_server_would_refuse_follows_on_error() {
     );
 
     let (outcome, _, patch) = answer(&common::engine_from(&template("allow")), &review(&pod));
-    assert!(matches!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::RenderFailed)), "{outcome:?}");
+    assert!(
+        matches!(outcome.verdict, Verdict::Skipped(sidecar_injector_core::SkipReason::RenderFailed)),
+        "{outcome:?}"
+    );
     assert!(patch.is_none() && outcome.warnings[0].contains("admitted without the sidecar"), "{outcome:?}");
 
     // A short name passes, and pays only the check of its one leaf.
@@ -324,7 +327,7 @@ fn template_fields_the_validator_did_not_judge_are_refused_at_their_line() {
 #[test]
 fn an_image_with_whitespace_from_a_values_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("default.yaml"), sidecar_injector::template::BUILTIN_SOURCE).unwrap();
+    std::fs::write(dir.path().join("default.yaml"), sidecar_injector_core::template::BUILTIN_SOURCE).unwrap();
     std::fs::write(dir.path().join("values.yaml"), "proxyImage: \" ghcr.io/sidecar-injector/proxy:1.4.2\"\n").unwrap();
     let output = run(&["check", dir.path().to_str().unwrap()], "");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -372,7 +375,7 @@ fn a_sidecar_host_port_the_pod_already_uses_follows_on_error() {
     pod["spec"]["containers"][0]["ports"] = json!([{"containerPort": 5353, "hostPort": 53, "protocol": "UDP"}]);
 
     let (outcome, _, patch) = answer(&common::engine_from(&template("allow")), &review(&pod));
-    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::PodConflict), "{outcome:?}");
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector_core::SkipReason::PodConflict), "{outcome:?}");
     assert!(patch.is_none());
     assert!(
         outcome.warnings[0].contains("admitted without the sidecar")
@@ -382,7 +385,7 @@ fn a_sidecar_host_port_the_pod_already_uses_follows_on_error() {
     );
 
     let (outcome, response, _) = answer(&common::engine_from(&template("deny")), &review(&pod));
-    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::PodConflict));
+    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector_core::SkipReason::PodConflict));
     assert!(response["response"]["status"]["message"].as_str().unwrap().contains("UDP//53"), "{response}");
 
     // Another protocol, another address or another port is no clash: injected, and valid.
@@ -438,7 +441,7 @@ fn values_rendered_from_the_pod_are_judged_before_the_answer() {
     for (annotation, value, expected) in cases {
         let pod = pod_with_annotations(json!({annotation: value}));
         let (outcome, _, patch) = answer(&allow, &review(&pod));
-        assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::RenderFailed), "{annotation}");
+        assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector_core::SkipReason::RenderFailed), "{annotation}");
         assert!(patch.is_none());
         assert!(
             outcome.warnings.len() == 1
@@ -448,7 +451,7 @@ fn values_rendered_from_the_pod_are_judged_before_the_answer() {
             outcome.warnings
         );
         let (outcome, response, _) = answer(&deny, &review(&pod));
-        assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::RenderFailed), "{annotation}");
+        assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector_core::SkipReason::RenderFailed), "{annotation}");
         assert!(response["response"]["status"]["message"].as_str().unwrap().contains(expected), "{response}");
     }
     // Values within the rules are injected, and the pod is one the API server accepts.
@@ -465,5 +468,5 @@ fn values_rendered_from_the_pod_are_judged_before_the_answer() {
     assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
     let bad = pod_with_annotations(json!({"example.com/probe-port": "99999"}));
     let (outcome, _, _) = answer(&deny, &review(&bad));
-    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::RenderFailed));
+    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector_core::SkipReason::RenderFailed));
 }

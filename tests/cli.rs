@@ -395,14 +395,14 @@ fn certs_for_an_older_cluster_patches_out_what_it_lacks() {
     let output = run(&["certs", "--out", oldest.to_str().unwrap(), "--base", base, "--kubernetes-version", "1.19"], "");
     assert_eq!(code(&output), 0, "{}", String::from_utf8_lossy(&output.stderr));
     let kustomization = std::fs::read_to_string(oldest.join("kustomization.yaml")).unwrap();
-    let kustomization = &sidecar_injector::offline::read_documents(&kustomization).unwrap()[0];
+    let kustomization = &sidecar_injector_core::offline::read_documents(&kustomization).unwrap()[0];
     let deployment_text = std::fs::read_to_string(format!("{base}/deployment.yaml")).unwrap();
-    let mut deployment = sidecar_injector::offline::read_documents(&deployment_text).unwrap().remove(0);
+    let mut deployment = sidecar_injector_core::offline::read_documents(&deployment_text).unwrap().remove(0);
     for patch in kustomization["patches"].as_array().unwrap() {
         if patch["target"]["kind"] != "Deployment" {
             continue;
         }
-        let ops = sidecar_injector::offline::read_documents(patch["patch"].as_str().unwrap()).unwrap().remove(0);
+        let ops = sidecar_injector_core::offline::read_documents(patch["patch"].as_str().unwrap()).unwrap().remove(0);
         let ops: json_patch::Patch = serde_json::from_value(ops).unwrap();
         json_patch::patch(&mut deployment, &ops).unwrap_or_else(|e| panic!("{e}: {}", patch["patch"]));
     }

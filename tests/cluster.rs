@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::{kubectl_get_args, kustomized_objects};
 use serde_json::Value;
-use sidecar_injector::validation::KubeVersion;
+use sidecar_injector_core::validation::KubeVersion;
 
 mod common;
 

@@ -30,7 +30,7 @@ use http_body_util::Full;
 use hyper::{Method, Request};
 use serde_json::{Value, json};
 use sidecar_injector::pki::Authority;
-use sidecar_injector::validation::KubeVersion;
+use sidecar_injector_core::validation::KubeVersion;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/apiserver.sh");
 
@@ -195,7 +195,7 @@ fn configuration_with(file: &str, component: Option<&str>, url: &str, ca_pem: &s
     let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
     let read = |dir: &str| {
         let text = std::fs::read_to_string(manifests.join(dir).join(file)).unwrap();
-        sidecar_injector::offline::read_documents(&text).unwrap().remove(0)
+        sidecar_injector_core::offline::read_documents(&text).unwrap().remove(0)
     };
     let mut configuration = read("base");
     if let Some(component) = component {
@@ -798,7 +798,7 @@ async fn jobs_and_cpu_quotas_against_a_real_api_server() {
     let work = tempfile::tempdir().unwrap();
     let templates = work.path().join("templates");
     std::fs::create_dir(&templates).unwrap();
-    let builtin = sidecar_injector::template::BUILTIN_SOURCE;
+    let builtin = sidecar_injector_core::template::BUILTIN_SOURCE;
     std::fs::write(templates.join("default.yaml"), builtin).unwrap();
     std::fs::write(templates.join("skip-jobs.yaml"), format!("jobs: skip\n{builtin}")).unwrap();
     let version = format!("--kubernetes-version={}", cluster.version);
@@ -877,7 +877,7 @@ fn proxy_and_revision(pod: &Value) -> (String, String) {
     let proxy = pod["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == "proxy");
     let image = proxy.map(|c| c["image"].as_str().unwrap().to_owned()).unwrap_or_default();
     let stamp = pod["metadata"]["annotations"]["sidecar-injector.io/status"].as_str().unwrap_or_default();
-    let revision = sidecar_injector::Stamp::parse(stamp).map(|s| s.revision().to_owned()).unwrap_or_default();
+    let revision = sidecar_injector_core::Stamp::parse(stamp).map(|s| s.revision().to_owned()).unwrap_or_default();
     (image, revision)
 }
 
@@ -888,7 +888,7 @@ fn proxy_and_revision(pod: &Value) -> (String, String) {
 async fn revisions_against_a_real_api_server() {
     let cluster = Cluster::start();
     let work = tempfile::tempdir().unwrap();
-    let builtin = sidecar_injector::template::BUILTIN_SOURCE;
+    let builtin = sidecar_injector_core::template::BUILTIN_SOURCE;
     let (stable, canary) = (work.path().join("stable"), work.path().join("canary"));
     for (dir, image) in [(&stable, "proxy:1.4.2"), (&canary, "proxy:1.5.0-rc1")] {
         std::fs::create_dir(dir).unwrap();

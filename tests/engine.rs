@@ -4,13 +4,13 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use sidecar_injector::{ApiVersion, ReviewError, SkipReason, Verdict};
+use sidecar_injector_core::{ApiVersion, ReviewError, SkipReason, Verdict};
 
 const SMALL: &str = r#"
 pod:
   metadata:
     labels: { injected: "yes" }
-    # `~` would be escaped too (src/json.rs), but the API server refuses it in an annotation key.
+    # `~` would be escaped too (core/src/json.rs), but the API server refuses it in an annotation key.
     annotations: { "example.com/a.b": v }
   spec:
     initContainers:
@@ -26,7 +26,7 @@ pod:
       seccompProfile: { type: RuntimeDefault }
 "#;
 
-fn small() -> sidecar_injector::Engine {
+fn small() -> sidecar_injector_core::Engine {
     engine_from(SMALL)
 }
 
@@ -42,7 +42,7 @@ fn full_pod() -> Value {
     })
 }
 
-fn status(engine: &sidecar_injector::Engine) -> String {
+fn status(engine: &sidecar_injector_core::Engine) -> String {
     engine.template().status().to_owned()
 }
 
@@ -539,7 +539,7 @@ fn injected_local_volumes_are_named_for_the_cluster_autoscaler_beside_the_pods_o
     assert!(matches!(validation(&engine, &pod), Verdict::Incomplete { missing: 1, .. }));
 }
 
-fn small_without_volumes() -> sidecar_injector::Engine {
+fn small_without_volumes() -> sidecar_injector_core::Engine {
     engine_from("pod:\n  spec:\n    containers: [{ name: side, image: \"side:1\" }]\n")
 }
 
@@ -554,7 +554,7 @@ containerDefaults:
 "#;
 
 /// The names of the pod's containers that got the defaults (the env var `MESH`).
-fn reached(engine: &sidecar_injector::Engine, pod: &Value) -> Vec<String> {
+fn reached(engine: &sidecar_injector_core::Engine, pod: &Value) -> Vec<String> {
     let patched = apply(pod, &patch_for(engine, pod).unwrap());
     let containers = patched["spec"]["containers"].as_array().unwrap();
     let has_mesh = |c: &&Value| c["env"].as_array().is_some_and(|e| e.iter().any(|v| v["name"] == "MESH"));
@@ -582,7 +582,7 @@ fn container_defaults_reach_the_containers_the_template_or_the_pod_names() {
         check_properties(&limited, &annotated);
     }
     // A setting that is not a list of names is refused at its line.
-    let error = sidecar_injector::TemplateSet::from_source(
+    let error = sidecar_injector_core::TemplateSet::from_source(
         "t",
         "t.yaml",
         &format!("{DEFAULTS_FOR}containerDefaultsFor: web\n"),
@@ -749,7 +749,7 @@ fn the_body_is_parsed_where_it_lies_and_keeps_its_length() {
         out
     };
     // With the padding reserved, as the server reserves it, the body is not moved to parse it.
-    let mut roomy = Vec::with_capacity(request.len() + sidecar_injector::PARSE_PADDING);
+    let mut roomy = Vec::with_capacity(request.len() + sidecar_injector_core::PARSE_PADDING);
     roomy.extend_from_slice(&request);
     let at = roomy.as_ptr();
     let from_roomy = answer_to(&mut roomy);
@@ -774,7 +774,7 @@ fn reasonable_nesting_is_accepted() {
 
 #[test]
 fn review_until_stops_at_each_stage_and_the_last_one_is_the_whole_review() {
-    use sidecar_injector::Stage;
+    use sidecar_injector_core::Stage;
     let body = recorded_review();
     let engine = builtin();
     let mut whole = Vec::new();
@@ -805,7 +805,7 @@ fn review_until_stops_at_each_stage_and_the_last_one_is_the_whole_review() {
 /// pod's name and the patch itself.
 #[test]
 fn the_outcome_states_what_the_response_says() {
-    use sidecar_injector::Mode;
+    use sidecar_injector_core::Mode;
     let engine = builtin();
     let pod = json!({"metadata": {"name": "web"}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}});
     let (outcome, response, patch) = answer(&engine, &review(&pod));

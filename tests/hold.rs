@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use sidecar_injector::validation::KubeVersion;
-use sidecar_injector::{Engine, Hold, SetSources, Settings, TemplateSet};
+use sidecar_injector_core::validation::KubeVersion;
+use sidecar_injector_core::{Engine, Hold, SetSources, Settings, TemplateSet};
 
 /// Two sidecars (the second one's `lifecycle` has a `preStop` too), an init container of the template's own, and
 /// container defaults, which address the pod's containers by index while the sidecars are inserted in front.

@@ -194,7 +194,7 @@ spec:
 "#;
 
 fn documents(text: &[u8]) -> Vec<Value> {
-    sidecar_injector::offline::read_documents(std::str::from_utf8(text).unwrap()).unwrap()
+    sidecar_injector_core::offline::read_documents(std::str::from_utf8(text).unwrap()).unwrap()
 }
 
 /// The pod template of a workload (the object itself for a Pod).

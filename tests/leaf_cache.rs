@@ -21,7 +21,7 @@ use std::fmt;
 
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
-use sidecar_injector::{Engine, Outcome, PARSE_PADDING, Settings, TemplateSet};
+use sidecar_injector_core::{Engine, Outcome, PARSE_PADDING, Settings, TemplateSet};
 
 /// The templates under test, each reading the pod in a few ways (and each loaded by `engine`, which fails the
 /// test if it does not load). Env values and annotations must be strings, so leaves that print another type
@@ -252,7 +252,7 @@ fn engine(name: &str) -> Engine {
 fn decoy(name: &str) -> Engine {
     let settings = Settings::default();
     let source = match name {
-        "builtin" => sidecar_injector::template::BUILTIN_SOURCE,
+        "builtin" => sidecar_injector_core::template::BUILTIN_SOURCE,
         _ => source(name),
     };
     let twin = source.replace("value: \"", "value: \"decoy-");

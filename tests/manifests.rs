@@ -13,8 +13,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use serde_json::Value;
-use sidecar_injector::cli::certs::names;
-use sidecar_injector::decision::OPT_OUT_VALUES;
+use sidecar_injector::cli::names;
+use sidecar_injector_core::decision::OPT_OUT_VALUES;
 
 const BASE: &str = "manifests/base";
 const CERT_MANAGER: &str = "manifests/cert-manager";
@@ -29,7 +29,7 @@ fn root() -> PathBuf {
 /// The YAML documents of a file, read as kubectl reads them.
 fn documents(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    sidecar_injector::offline::read_documents(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    sidecar_injector_core::offline::read_documents(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Every object of a kustomization directory, with the file it came from.
@@ -491,7 +491,7 @@ fn kustomize_builds_the_base_and_the_overlays() {
             dir.display(),
             String::from_utf8_lossy(&output.stderr)
         );
-        sidecar_injector::offline::read_documents(std::str::from_utf8(&output.stdout).unwrap()).unwrap()
+        sidecar_injector_core::offline::read_documents(std::str::from_utf8(&output.stdout).unwrap()).unwrap()
     };
     let base = build(&root().join(BASE));
     assert_eq!(base.len(), objects(BASE).len());

@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 
 use common::run;
-use sidecar_injector::template::SHIPPED;
+use sidecar_injector_core::template::SHIPPED;
 
 const BASE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/base");
 
@@ -32,7 +32,7 @@ fn certs(out: &Path, extra: &[&str]) -> String {
 /// The files a kustomization's template generator lists, in order.
 fn listed(kustomization: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(kustomization).unwrap();
-    let document = &sidecar_injector::offline::read_documents(&text).unwrap()[0];
+    let document = &sidecar_injector_core::offline::read_documents(&text).unwrap()[0];
     let generator = &document["configMapGenerator"][0];
     assert_eq!(generator["behavior"], "replace", "it replaces the shipped ConfigMap: {text}");
     assert_eq!(generator["options"]["disableNameSuffixHash"], true, "the name the Deployment mounts: {text}");

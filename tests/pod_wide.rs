@@ -8,8 +8,8 @@ mod common;
 
 use common::{answer, apply, check_properties, review, validation};
 use serde_json::{Value, json};
-use sidecar_injector::validation::{KubeVersion, validate_pod};
-use sidecar_injector::{Engine, Settings, SkipReason, TemplateSet, Verdict};
+use sidecar_injector_core::validation::{KubeVersion, validate_pod};
+use sidecar_injector_core::{Engine, Settings, SkipReason, TemplateSet, Verdict};
 
 fn engine_at(source: &str, minor: u32) -> Result<Engine, String> {
     let settings = Settings { kubernetes_version: KubeVersion::new(minor), ..Settings::default() };

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use sidecar_injector::{Engine, Outcome, Settings, TemplateSet, Verdict};
+use sidecar_injector_core::{Engine, Outcome, Settings, TemplateSet, Verdict};
 
 /// A workload review (`kind` in `group`, `operation`) around `object`.
 fn workload_review(group: &str, kind: &str, operation: &str, object: &Value, old: Option<&Value>) -> Value {
@@ -92,7 +92,7 @@ fn a_pod_template_naming_an_unknown_template_is_warned_about_with_the_workload_a
 
 #[test]
 fn under_the_deny_policy_the_warning_says_the_pods_would_be_refused() {
-    let settings = Settings { on_unknown_template: sidecar_injector::Policy::Deny, ..Settings::default() };
+    let settings = Settings { on_unknown_template: sidecar_injector_core::Policy::Deny, ..Settings::default() };
     let engine = Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings);
     let object = deployment(json!({"sidecar-injector.io/template": "nope"}), app());
     let (outcome, _) = preview(&engine, &workload_review("apps", "Deployment", "CREATE", &object, None));
@@ -164,7 +164,7 @@ fn cronjobs_and_jobs_are_previewed_through_their_own_template_paths() {
     assert_eq!(templates(&outcome), 1);
     // On a Kubernetes without native sidecars, a Job's pods go without the sidecar: said once, with the cause.
     let settings =
-        Settings { kubernetes_version: sidecar_injector::validation::KubeVersion::new(28), ..Settings::default() };
+        Settings { kubernetes_version: sidecar_injector_core::validation::KubeVersion::new(28), ..Settings::default() };
     let old = Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings);
     let (outcome, _) = preview(&old, &workload_review("batch", "Job", "CREATE", &job, None));
     assert_eq!(outcome.warnings.len(), 1, "{:?}", outcome.warnings);
@@ -272,7 +272,7 @@ fn the_preview_says_what_inject_would_do_to_the_same_manifest() {
         (deployment(json!({"sidecar-injector.io/template": "nope"}), app()), true),
     ] {
         let mut document = object.clone();
-        let reports = sidecar_injector::offline::inject_document(&engine, &mut document, "shop").unwrap();
+        let reports = sidecar_injector_core::offline::inject_document(&engine, &mut document, "shop").unwrap();
         let injected = matches!(reports[0].verdict, Verdict::Injected { .. });
         let (outcome, _) = preview(&engine, &workload_review("apps", "Deployment", "CREATE", &object, None));
         assert_eq!(!outcome.warnings.is_empty(), warned, "{:?}", outcome.warnings);

@@ -8,8 +8,8 @@ mod common;
 use common::*;
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
-use sidecar_injector::validation::KubeVersion;
-use sidecar_injector::{Engine, Settings, TemplateSet};
+use sidecar_injector_core::validation::KubeVersion;
+use sidecar_injector_core::{Engine, Settings, TemplateSet};
 
 /// Templates the properties are checked against: the shipped ones and one heavy on defaults; the one that holds
 /// the app until its sidecar is ready in both its shapes (a native sidecar, and below 1.29 first in the list).

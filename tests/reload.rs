@@ -14,7 +14,7 @@ use common::server::*;
 use hyper::StatusCode;
 use serde_json::Value;
 use sidecar_injector::server::reload::TemplateWatch;
-use sidecar_injector::{Engine, Settings, TemplateSet};
+use sidecar_injector_core::{Engine, Settings, TemplateSet};
 
 const REVIEW: &[u8] = include_bytes!("data/pod-create.json");
 
@@ -27,7 +27,7 @@ fn template(tag: &str) -> String {
 
 /// The version (hash) the set of one `default.yaml` holding `source` serves.
 fn version(source: &str) -> String {
-    TemplateSet::from_source("default", "default.yaml", source, &sidecar_injector::Settings::default())
+    TemplateSet::from_source("default", "default.yaml", source, &sidecar_injector_core::Settings::default())
         .unwrap()
         .default_template()
         .hash()
@@ -258,7 +258,7 @@ async fn broken_edits_are_refused_the_last_good_set_serves_and_a_later_good_edit
     assert!(!body.contains("refused") && body.contains("generation 2"), "{body}");
     let (_, metrics) = admin_get(server.metrics, "/metrics").await;
     assert_eq!(counter(&metrics, r#"sidecar_injector_template_last_reload_success{revision="default"}"#), 1.0);
-    let hash = TemplateSet::load_dir(&volume.root, "default", &sidecar_injector::Settings::default())
+    let hash = TemplateSet::load_dir(&volume.root, "default", &sidecar_injector_core::Settings::default())
         .unwrap()
         .hash()
         .to_owned();
@@ -295,7 +295,7 @@ fn stamped_revision(body: &[u8]) -> String {
     let patch: Value = serde_json::from_slice(&patch).unwrap();
     let annotations = patch.as_array().unwrap().iter().find(|op| op["path"] == "/metadata/annotations").unwrap();
     let stamp = annotations["value"]["sidecar-injector.io/status"].as_str().unwrap();
-    sidecar_injector::Stamp::parse(stamp).unwrap().revision().to_owned()
+    sidecar_injector_core::Stamp::parse(stamp).unwrap().revision().to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -395,7 +395,7 @@ fn injected_template(body: &[u8]) -> Option<String> {
         Some("/metadata/annotations/sidecar-injector.io~1status") => op["value"].as_str(),
         _ => None,
     })?;
-    Some(sidecar_injector::Stamp::parse(stamp).unwrap().template)
+    Some(sidecar_injector_core::Stamp::parse(stamp).unwrap().template)
 }
 
 /// The ConfigMap behind a volume, as the API server has it (ahead of the volume after an edit), and how often it
@@ -415,9 +415,9 @@ impl FakeConfigMap {
         self.reads.load(Ordering::SeqCst)
     }
 
-    fn source(&self) -> sidecar_injector::server::refresh::TemplateSource {
+    fn source(&self) -> sidecar_injector::server::source::TemplateSource {
         let this = self.clone();
-        sidecar_injector::server::refresh::TemplateSource::from_fn("ConfigMap test/templates".into(), move || {
+        sidecar_injector::server::source::TemplateSource::from_fn("ConfigMap test/templates".into(), move || {
             this.reads.fetch_add(1, Ordering::SeqCst);
             let data = this.data.lock().unwrap().clone();
             Box::pin(async move { Ok(data) })

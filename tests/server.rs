@@ -405,20 +405,20 @@ async fn preview_admits_workloads_with_warnings_and_counts_them() {
 /// a workload's preview alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_combination_first_asked_for_is_assembled_off_the_request_path_and_answered() {
-    let settings = sidecar_injector::Settings::default();
+    let settings = sidecar_injector_core::Settings::default();
     let extra = "pod:\n  spec:\n    containers:\n      - name: extra\n        image: extra:1\n";
-    let sources = sidecar_injector::SetSources {
+    let sources = sidecar_injector_core::SetSources {
         origin: "test".into(),
         templates: vec![
-            ("default".into(), "default.yaml".into(), sidecar_injector::template::BUILTIN_SOURCE.into()),
+            ("default".into(), "default.yaml".into(), sidecar_injector_core::template::BUILTIN_SOURCE.into()),
             ("extra".into(), "extra.yaml".into(), extra.into()),
         ],
         values: None,
         ignored: Vec::new(),
     };
-    let mut set = sidecar_injector::TemplateSet::compile(sources, "default", &settings).unwrap();
+    let mut set = sidecar_injector_core::TemplateSet::compile(sources, "default", &settings).unwrap();
     set.defer_combinations();
-    let engine = Arc::new(arc_swap::ArcSwap::from_pointee(sidecar_injector::Engine::new(set, &settings)));
+    let engine = Arc::new(arc_swap::ArcSwap::from_pointee(sidecar_injector_core::Engine::new(set, &settings)));
     let server = start_with(engine, |_, _| {}).await;
     let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
     let pod = serde_json::json!({

@@ -5,7 +5,7 @@ mod common;
 
 use common::{answer, apply, review};
 use serde_json::{Value, json};
-use sidecar_injector::{Engine, Policy, SetSources, Settings, TemplateError, TemplateSet, Verdict};
+use sidecar_injector_core::{Engine, Policy, SetSources, Settings, TemplateError, TemplateSet, Verdict};
 
 const MESH: &str = r#"
 values:
@@ -116,7 +116,7 @@ fn a_pod_can_combine_templates_in_order_and_the_result_is_idempotent() {
     assert_eq!(apply(&asked, &again.unwrap()), injected);
     let (outcome, _, none) = answer(&engine, &review(&injected));
     assert_eq!(none, None, "injecting the combination into its own output adds nothing");
-    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::AlreadyInjected));
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector_core::SkipReason::AlreadyInjected));
     // Another order is another template version, and the pod is left alone with a warning.
     let reordered = {
         let mut p = injected.clone();
@@ -174,7 +174,7 @@ fn a_deferring_set_leaves_combinations_to_its_caller_and_a_reload_carries_them()
     assert_eq!(clashing.set().assemble_pending(), 1);
     let (outcome, _, patch) = answer(&clashing, &review(&asked));
     assert_eq!(patch, None);
-    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::CombinationRefused), "{outcome:?}");
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector_core::SkipReason::CombinationRefused), "{outcome:?}");
     assert!(outcome.warnings[0].contains("cannot be combined"), "{:?}", outcome.warnings);
 }
 
@@ -184,14 +184,14 @@ fn an_unknown_template_is_reported_and_the_pod_admitted_or_denied_by_policy() {
     let (outcome, response, patch) = answer(&engine(Settings::default()), &review(&asked));
     assert_eq!(patch, None);
     assert_eq!(response["response"]["allowed"], true);
-    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::UnknownTemplate));
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector_core::SkipReason::UnknownTemplate));
     let warning = response["response"]["warnings"][0].as_str().unwrap();
     assert!(warning.contains("no template named mesh-v2 (known: agent, default)"), "{warning}");
     assert!(response["response"].get("auditAnnotations").is_none());
 
     let strict = Settings { on_unknown_template: Policy::Deny, ..Settings::default() };
     let (outcome, response, _) = answer(&engine(strict), &review(&asked));
-    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::UnknownTemplate));
+    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector_core::SkipReason::UnknownTemplate));
     assert_eq!(response["response"]["allowed"], false);
     assert_eq!(response["response"]["status"]["code"], 400);
     assert!(response["response"]["status"]["message"].as_str().unwrap().contains("mesh-v2"));
@@ -205,7 +205,7 @@ fn a_render_failure_follows_the_templates_policy_then_the_servers() {
         "spec": {"containers": [{"name": "web", "image": "nginx"}]}
     });
     let (outcome, response, _) = answer(&engine(Settings::default()), &review(&unlabelled));
-    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::RenderFailed));
+    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector_core::SkipReason::RenderFailed));
     let message = response["response"]["status"]["message"].as_str().unwrap();
     assert!(message.contains("template agent field pod.spec.containers[1].args[0] failed to render"), "{message}");
     assert_eq!(response["response"]["auditAnnotations"]["template"], "agent");
@@ -219,10 +219,10 @@ fn a_render_failure_follows_the_templates_policy_then_the_servers() {
     };
     let bare = json!({"metadata": {"name": "x"}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}});
     let (outcome, response, _) = answer(&set(Policy::Allow), &review(&bare));
-    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::RenderFailed));
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector_core::SkipReason::RenderFailed));
     assert!(response["response"]["warnings"][0].as_str().unwrap().contains("admitted without the sidecar"));
     let (outcome, _, _) = answer(&set(Policy::Deny), &review(&bare));
-    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::RenderFailed));
+    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector_core::SkipReason::RenderFailed));
 }
 
 #[test]
@@ -270,7 +270,7 @@ fn a_set_without_its_default_template_or_with_broken_files_is_refused_naming_eve
     match TemplateSet::compile(
         broken,
         "default",
-        &sidecar_injector::Settings { annotation_prefix: "p/".into(), ..Default::default() },
+        &sidecar_injector_core::Settings { annotation_prefix: "p/".into(), ..Default::default() },
     )
     .unwrap_err()
     {
@@ -333,7 +333,7 @@ pod:
     let (outcome, response, patch) = answer(&engine, &review(&pod(json!({"sidecar-injector.io/template": "native"}))));
     assert_eq!(patch, None);
     assert_eq!(response["response"]["allowed"], true);
-    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::TemplateUnavailable));
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector_core::SkipReason::TemplateUnavailable));
     let warning = response["response"]["warnings"][0].as_str().unwrap();
     assert!(
         warning.contains("template `native` needs Kubernetes 1.29 (its minKubernetesVersion)")
@@ -342,10 +342,10 @@ pod:
     );
     // In a combination too.
     let (outcome, ..) = answer(&engine, &review(&pod(json!({"sidecar-injector.io/template": "default,native"}))));
-    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector::SkipReason::TemplateUnavailable));
+    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector_core::SkipReason::TemplateUnavailable));
     // `onError: deny` refuses.
     let (outcome, response, _) = answer(&engine, &review(&pod(json!({"sidecar-injector.io/template": "strict"}))));
-    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector::SkipReason::TemplateUnavailable));
+    assert_eq!(outcome.verdict, Verdict::Denied(sidecar_injector_core::SkipReason::TemplateUnavailable));
     assert_eq!(response["response"]["allowed"], false);
     // Pods that name no template still get the default.
     let (_, _, patch) = answer(&engine, &review(&pod(json!({}))));

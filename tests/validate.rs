@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use sidecar_injector::{Engine, Outcome, Settings, SkipReason, TemplateSet, Validation, Verdict};
+use sidecar_injector_core::{Engine, Outcome, Settings, SkipReason, TemplateSet, Validation, Verdict};
 
 /// The engine's validation answer: outcome and response JSON.
 fn validate(engine: &Engine, pod: &Value) -> (Outcome, Value) {
@@ -141,16 +141,21 @@ fn a_templates_own_policy_wins_and_the_strictest_part_of_a_combination_decides()
     assert!(
         std::panic::catch_unwind(|| {
             let bad = "validation: maybe\npod: {}\n";
-            sidecar_injector::TemplateSet::from_source("bad", "bad.yaml", bad, &sidecar_injector::Settings::default())
-                .unwrap()
+            sidecar_injector_core::TemplateSet::from_source(
+                "bad",
+                "bad.yaml",
+                bad,
+                &sidecar_injector_core::Settings::default(),
+            )
+            .unwrap()
         })
         .is_err()
     );
-    let error = sidecar_injector::TemplateSet::from_source(
+    let error = sidecar_injector_core::TemplateSet::from_source(
         "bad",
         "bad.yaml",
         "pod: {}\nvalidation: maybe\n",
-        &sidecar_injector::Settings { annotation_prefix: "p/".into(), ..Default::default() },
+        &sidecar_injector_core::Settings { annotation_prefix: "p/".into(), ..Default::default() },
     )
     .unwrap_err();
     assert!(
@@ -230,7 +235,7 @@ fn a_template_that_just_arrived_does_not_refuse_pods_no_replica_injected() {
     let settings = Settings::default();
     let default = TemplateSet::builtin(&settings).unwrap();
     let compile = |templates: &[(&str, &str)]| {
-        let sources = sidecar_injector::SetSources {
+        let sources = sidecar_injector_core::SetSources {
             origin: "test".into(),
             templates: templates.iter().map(|(n, s)| (n.to_string(), format!("{n}.yaml"), s.to_string())).collect(),
             values: None,
@@ -239,7 +244,7 @@ fn a_template_that_just_arrived_does_not_refuse_pods_no_replica_injected() {
         Engine::new(TemplateSet::compile(sources, "default", &settings).unwrap(), &settings)
     };
     let agent = "pod:\n  spec:\n    containers:\n      - {name: agent, image: \"agent:1\"}\n";
-    let source = sidecar_injector::template::BUILTIN_SOURCE;
+    let source = sidecar_injector_core::template::BUILTIN_SOURCE;
     let before = Engine::new(default, &settings);
     let asks = {
         let mut pod = app_pod();

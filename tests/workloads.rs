@@ -4,10 +4,10 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use sidecar_injector::offline::{inject_document, read_documents};
-use sidecar_injector::pod_security::Level;
-use sidecar_injector::validation::KubeVersion;
-use sidecar_injector::{Engine, Settings, SkipReason, TemplateSet, Verdict};
+use sidecar_injector_core::offline::{inject_document, read_documents};
+use sidecar_injector_core::pod_security::Level;
+use sidecar_injector_core::validation::KubeVersion;
+use sidecar_injector_core::{Engine, Settings, SkipReason, TemplateSet, Verdict};
 
 /// A pod as the Job controller creates it: owned by its Job.
 fn job_pod(owner_api_version: &str) -> Value {
@@ -41,7 +41,7 @@ fn engine_at(source: Option<&str>, minor: u32) -> Engine {
 
 /// The built-in template with a top-level setting added.
 fn builtin_with(setting: &str) -> String {
-    format!("{setting}\n{}", sidecar_injector::template::BUILTIN_SOURCE)
+    format!("{setting}\n{}", sidecar_injector_core::template::BUILTIN_SOURCE)
 }
 
 fn restart_policy<'a>(pod: &'a Value, list: &str, name: &str) -> Option<&'a str> {
@@ -307,7 +307,7 @@ fn a_jobs_native_sidecar_needs_no_default_container() {
 /// The Pod Security level of `template`'s injected pods, and the fields that keep them from `next`.
 fn pod_security(source: &str, next: Level) -> (Level, Vec<String>) {
     let set = TemplateSet::from_source("t", "t.yaml", source, &Settings::default()).unwrap();
-    let report = sidecar_injector::template_set::pod_security(set.default_template()).unwrap();
+    let report = sidecar_injector_core::template_set::pod_security(set.default_template()).unwrap();
     let fields = report.breaking(next).flat_map(|v| v.fields.iter().map(|f| format!("{}: {f}", v.check))).collect();
     (report.level(), fields)
 }
@@ -382,7 +382,7 @@ fn a_pod_whose_pod_level_resources_cannot_hold_the_sidecar_is_admitted_without_i
     let roomy = pod_with_pod_resources("50m", json!({"requests": {"cpu": "100m"}, "limits": {"cpu": "2"}}));
     let injected = apply(&roomy, &patch_for(&engine, &roomy).expect("it fits"));
     assert_eq!(names(&injected, "containers"), ["backup", "proxy"]);
-    assert!(sidecar_injector::validation::validate_pod(&injected, KubeVersion::new(34)).is_empty());
+    assert!(sidecar_injector_core::validation::validate_pod(&injected, KubeVersion::new(34)).is_empty());
 
     // 80m cannot hold 50m + 50m: the API server would refuse the injected pod, so it is not injected.
     let crowded = pod_with_pod_resources("50m", json!({"requests": {"cpu": "80m"}}));

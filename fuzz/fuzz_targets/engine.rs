@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use sidecar_injector::{Engine, Settings, TemplateSet, Verdict};
+use sidecar_injector_core::{Engine, Settings, TemplateSet, Verdict};
 
 static ENGINE: LazyLock<Engine> = LazyLock::new(|| {
     let settings = Settings::default();

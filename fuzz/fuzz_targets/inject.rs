@@ -5,8 +5,8 @@
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use sidecar_injector::offline::{inject_document, read_documents};
-use sidecar_injector::{Engine, Settings, TemplateSet};
+use sidecar_injector_core::offline::{inject_document, read_documents};
+use sidecar_injector_core::{Engine, Settings, TemplateSet};
 
 static ENGINE: LazyLock<Engine> = LazyLock::new(|| {
     let settings = Settings::default();

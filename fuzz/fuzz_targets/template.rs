@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sidecar_injector::{Settings, TemplateSet};
+use sidecar_injector_core::{Settings, TemplateSet};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(source) = std::str::from_utf8(data) else { return };

@@ -16,7 +16,9 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::check::FixedAnswers;
-use crate::stack_floor::BODY_HEADER;
+
+/// The request header naming the body sent (its index, from 0), when there is more than one.
+pub const BODY_HEADER: &str = "x-loadtest-body";
 
 /// A webhook URL, resolved, with the TLS settings to reach it.
 pub struct Target {

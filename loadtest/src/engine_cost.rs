@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use sidecar_injector::PARSE_PADDING;
+use sidecar_injector_core::PARSE_PADDING;
 
 use crate::bodies::{Body, UID_LEN};
 
@@ -46,7 +46,7 @@ pub fn per_review(bodies: &[Body], duration: Duration, cpus: Option<Vec<usize>>)
     };
     let thread = std::thread::spawn(move || -> Result<EngineCost, String> {
         if let Some(cpus) = cpus {
-            crate::run::pin_to(&cpus)?;
+            crate::cpu::pin_to(&cpus)?;
         }
         let engine = crate::stack_floor::answering_engine()?;
         let longest = bodies.iter().map(Vec::len).max().unwrap_or(0);
@@ -63,7 +63,7 @@ pub fn per_review(bodies: &[Body], duration: Duration, cpus: Option<Vec<usize>>)
         // Each review timed on its own too, in tenths of a microsecond, for the percentiles; reading the clock
         // twice costs tens of nanoseconds, inside the CPU time measured.
         let mut times = crate::stats::histogram();
-        let (started, cpu_before) = (Instant::now(), thread_cpu()?);
+        let (started, cpu_before) = (Instant::now(), crate::cpu::thread_cpu()?);
         let mut reviews = 0u64;
         while started.elapsed() < duration {
             for body in &bodies {
@@ -73,7 +73,7 @@ pub fn per_review(bodies: &[Body], duration: Duration, cpus: Option<Vec<usize>>)
             }
             reviews += bodies.len() as u64;
         }
-        let cpu = thread_cpu()? - cpu_before;
+        let cpu = crate::cpu::thread_cpu()? - cpu_before;
         let percentile = |q: f64| times.value_at_quantile(q) as f64 / 10.0;
         Ok(EngineCost {
             cpu_us: cpu.as_secs_f64() * 1e6 / reviews.max(1) as f64,
@@ -82,13 +82,6 @@ pub fn per_review(bodies: &[Body], duration: Duration, cpus: Option<Vec<usize>>)
         })
     });
     thread.join().map_err(|_| "the engine's thread panicked".to_owned())?
-}
-
-/// The calling thread's CPU time so far (the kernel's count, in nanoseconds).
-pub(crate) fn thread_cpu() -> Result<Duration, String> {
-    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map_err(|e| format!("the thread's CPU clock: {e}"))?;
-    Ok(Duration::from(now))
 }
 
 #[cfg(test)]

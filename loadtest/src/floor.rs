@@ -44,7 +44,7 @@ pub fn measure(args: &FloorArgs, placement: Option<&Placement>) -> Result<Histog
     let echo_cpus = placement.map(|p| p.echo.clone());
     let echo = std::thread::spawn(move || -> Result<(), String> {
         if let Some(cpus) = echo_cpus {
-            crate::run::pin_to(&cpus)?;
+            crate::cpu::pin_to(&cpus)?;
         }
         let (mut socket, _) = listener.accept().map_err(io)?;
         socket.set_nodelay(true).map_err(io)?;
@@ -57,7 +57,7 @@ pub fn measure(args: &FloorArgs, placement: Option<&Placement>) -> Result<Histog
     });
     if let Some(placement) = placement {
         // Before the pacer starts, so that it runs beside the client, as in the harness.
-        crate::run::pin_to(&placement.client)?;
+        crate::cpu::pin_to(&placement.client)?;
     }
     let mut socket = TcpStream::connect(address).map_err(io)?;
     socket.set_nodelay(true).map_err(io)?;
@@ -79,7 +79,7 @@ pub fn measure(args: &FloorArgs, placement: Option<&Placement>) -> Result<Histog
 /// Runs `loadtest floor` and prints its percentiles.
 pub fn run(args: &FloorArgs) -> Result<(), String> {
     // As the harness pins a server it starts: on the first CPU, the client on the rest, when there are two.
-    let allowed = crate::run::allowed_cpus()?;
+    let allowed = crate::cpu::allowed_cpus()?;
     let placement = (allowed.len() >= 2).then(|| Placement { echo: vec![allowed[0]], client: allowed[1..].to_vec() });
     let latencies = measure(args, placement.as_ref())?;
     let q = |quantile: f64| latencies.value_at_quantile(quantile);

@@ -20,6 +20,7 @@ mod benchplot;
 mod bodies;
 mod check;
 mod client;
+mod cpu;
 mod drive;
 mod engine_cost;
 mod floor;

@@ -15,6 +15,7 @@ use crate::RunArgs;
 use crate::bodies::{self, human_bytes};
 use crate::check::FixedAnswers;
 use crate::client::{self, Target};
+use crate::cpu;
 use crate::drive::{Phase, Pool, Shared};
 use crate::report::{Accounting, OverFloor, Ratios, Report, ServerFigures, SweepStep, TargetReport};
 use crate::server::{Kind, Launched, Probe};
@@ -70,13 +71,13 @@ fn pinning(args: &RunArgs) -> Result<(Option<String>, Option<Vec<usize>>), Strin
     if args.no_pin || (!starts && args.client_cpus.is_none()) {
         return Ok((None, None));
     }
-    let allowed = allowed_cpus()?;
+    let allowed = cpu::allowed_cpus()?;
     let (server, client) = match (&args.server_cpus, &args.client_cpus) {
         (None, None) if allowed.len() < 2 => return Ok((None, None)),
         (None, None) => (Some(allowed[0].to_string()), allowed[1..].to_vec()),
-        (server, Some(client)) => (server.clone(), cpu_list(client)?),
+        (server, Some(client)) => (server.clone(), cpu::cpu_list(client)?),
         (Some(server), None) => {
-            let taken = cpu_list(server)?;
+            let taken = cpu::cpu_list(server)?;
             (Some(server.clone()), allowed.iter().copied().filter(|c| !taken.contains(c)).collect())
         }
     };
@@ -84,39 +85,8 @@ fn pinning(args: &RunArgs) -> Result<(Option<String>, Option<Vec<usize>>), Strin
         return Err("no CPU is left for the harness; give --client-cpus".into());
     }
     // Pinning the main thread before the runtime starts pins every thread the harness creates.
-    pin_to(&client)?;
+    cpu::pin_to(&client)?;
     Ok((server, Some(client)))
-}
-
-/// The CPUs this process may run on.
-pub(crate) fn allowed_cpus() -> Result<Vec<usize>, String> {
-    use nix::sched::{CpuSet, sched_getaffinity};
-    let allowed =
-        sched_getaffinity(nix::unistd::Pid::from_raw(0)).map_err(|e| format!("cannot read the CPU affinity: {e}"))?;
-    Ok((0..CpuSet::count()).filter(|&c| allowed.is_set(c).unwrap_or(false)).collect())
-}
-
-/// Pins the calling thread, and the threads it creates from then on, to `cpus`.
-pub(crate) fn pin_to(cpus: &[usize]) -> Result<(), String> {
-    let mut set = nix::sched::CpuSet::new();
-    for &cpu in cpus {
-        set.set(cpu).map_err(|e| format!("CPU {cpu}: {e}"))?;
-    }
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
-        .map_err(|e| format!("cannot pin to CPUs {cpus:?}: {e}"))
-}
-
-/// A `taskset` CPU list: `1`, `0,2`, `2-3`.
-fn cpu_list(list: &str) -> Result<Vec<usize>, String> {
-    let bad = || format!("{list:?}: expected a CPU list such as 1, 0,2 or 2-3");
-    let mut cpus = Vec::new();
-    for part in list.split(',') {
-        let (first, last) = part.split_once('-').unwrap_or((part, part));
-        let (first, last): (usize, usize) =
-            (first.trim().parse().map_err(|_| bad())?, last.trim().parse().map_err(|_| bad())?);
-        cpus.extend(first..=last);
-    }
-    if cpus.is_empty() { Err(bad()) } else { Ok(cpus) }
 }
 
 /// Which target a target is, in the report.
@@ -235,7 +205,7 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
     let accounts = args.start && fixed.is_some();
     let engine = match accounts {
         true => {
-            let cpus = server_cpus.map(cpu_list).transpose()?;
+            let cpus = server_cpus.map(cpu::cpu_list).transpose()?;
             Some(crate::engine_cost::per_review(&shared.bodies, ENGINE_COST_DURATION, cpus)?)
         }
         false => None,
@@ -471,16 +441,4 @@ fn progress_line(shared: &Arc<Shared>) -> ProgressBar {
         }
     });
     bar
-}
-
-#[cfg(test)]
-mod tests {
-    use super::cpu_list;
-
-    #[test]
-    fn cpu_lists_parse_like_taskset() {
-        assert_eq!(cpu_list("1"), Ok(vec![1]));
-        assert_eq!(cpu_list("0,2-4"), Ok(vec![0, 2, 3, 4]));
-        assert!(cpu_list("one").unwrap_err().contains("CPU list"));
-    }
 }

@@ -43,13 +43,11 @@ use hyper_util::server::conn::auto;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sidecar_injector::server::defaults::DEFAULT_H2_MAX_CONCURRENT_STREAMS;
-use sidecar_injector::{Engine, PARSE_PADDING, Settings, TemplateSet};
+use sidecar_injector_core::{Engine, PARSE_PADDING, Settings, TemplateSet};
 
 use crate::bodies::{Body, UID_PLACEHOLDER};
 use crate::check::FixedAnswers;
-
-/// The request header naming the body sent (its index, from 0), when there is more than one.
-pub const BODY_HEADER: &str = "x-loadtest-body";
+use crate::client::BODY_HEADER;
 
 /// Bytes read from a connection's socket at once: a full TLS record, as `serve` reads (src/server/mod.rs).
 const READ_AHEAD: usize = 16 * 1024 + 512;
@@ -270,8 +268,8 @@ fn touch(bytes: usize) -> u64 {
 /// Spins until this thread has spent `cpu` more of CPU time: CPU time, not wall-clock time, so that what the
 /// server's CPU per request counts is `cpu` however often the VM takes the CPU away meanwhile.
 fn busy(cpu: Duration) -> Result<(), String> {
-    let until = crate::engine_cost::thread_cpu()? + cpu;
-    while crate::engine_cost::thread_cpu()? < until {
+    let until = crate::cpu::thread_cpu()? + cpu;
+    while crate::cpu::thread_cpu()? < until {
         std::hint::spin_loop();
     }
     Ok(())
@@ -332,9 +330,9 @@ mod tests {
 
     #[test]
     fn busy_spends_the_cpu_time_asked_for() {
-        let before = crate::engine_cost::thread_cpu().unwrap();
+        let before = crate::cpu::thread_cpu().unwrap();
         busy(Duration::from_millis(20)).unwrap();
-        let spent = crate::engine_cost::thread_cpu().unwrap() - before;
+        let spent = crate::cpu::thread_cpu().unwrap() - before;
         // At least what was asked (the clock is the thread's own); far less than twice that on any machine.
         assert!(spent >= Duration::from_millis(20) && spent < Duration::from_millis(40), "{spent:?}");
     }

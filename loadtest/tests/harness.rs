@@ -15,7 +15,7 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject as _;
 use serde_json::Value;
 use sidecar_injector::server::tls::DevCertificates;
-use sidecar_injector::{Engine, Settings, TemplateSet};
+use sidecar_injector_core::{Engine, Settings, TemplateSet};
 
 /// Runs `loadtest ARGS --json`; returns its exit code, its report and its stderr.
 fn loadtest(args: &[&str]) -> (i32, Value, String) {

@@ -14,31 +14,9 @@ use std::time::Duration;
 use base64::Engine as _;
 use clap::Args;
 
-use super::{CliError, overlay};
+use super::{CliError, names, overlay};
 use crate::pki::Authority;
-use crate::validation::KubeVersion;
-
-/// The names `manifests/` gives the webhook's objects.
-pub mod names {
-    /// The Service (and Deployment, and ServiceAccount).
-    pub const SERVICE: &str = "sidecar-injector";
-    /// The namespace.
-    pub const NAMESPACE: &str = "sidecar-injector";
-    /// The Secret with the serving certificate, mounted by the Deployment.
-    pub const TLS_SECRET: &str = "sidecar-injector-tls";
-    /// The ConfigMap of the default revision's templates, mounted by the Deployment (a revision's: `...-NAME`).
-    pub const TEMPLATES_CONFIGMAP: &str = "sidecar-injector-templates";
-    /// The MutatingWebhookConfiguration.
-    pub const MUTATING_CONFIGURATION: &str = "sidecar-injector";
-    /// Its webhooks.
-    pub const MUTATING_WEBHOOKS: &[&str] = &["inject.sidecar-injector.io"];
-    /// The ValidatingWebhookConfiguration (the companion that checks the final pod).
-    pub const VALIDATING_CONFIGURATION: &str = "sidecar-injector";
-    /// Its webhooks.
-    pub const VALIDATING_WEBHOOKS: &[&str] = &["validate.sidecar-injector.io", "preview.sidecar-injector.io"];
-    /// The image the Deployment runs (without its tag), which kustomize `images:` entries replace.
-    pub const IMAGE: &str = "ghcr.io/sidecar-injector/sidecar-injector";
-}
+use sidecar_injector_core::validation::KubeVersion;
 
 /// Arguments of `certs`.
 #[derive(Debug, Args)]
@@ -475,7 +453,7 @@ impl Templates {
 
 /// The shipped templates that `dir` lacks or holds otherwise: `demo.yaml (changed)`, `new.yaml (not in yours)`.
 fn shipped_differences(dir: &Path) -> Vec<String> {
-    crate::template::SHIPPED
+    sidecar_injector_core::template::SHIPPED
         .iter()
         .filter_map(|(file, source)| match std::fs::read_to_string(dir.join(file)) {
             Ok(theirs) if theirs == *source => None,
@@ -538,7 +516,7 @@ impl Previous {
 /// another component.
 fn revision_of(component: &str) -> Option<&str> {
     let name = component.trim_end_matches('/').rsplit('/').next()?.strip_prefix("revision-")?;
-    crate::validation::names::dns1123_label(name).is_empty().then_some(name)
+    sidecar_injector_core::validation::dns1123_label(name).is_empty().then_some(name)
 }
 
 /// The strategic-merge patches that give every webhook, mutating and validating, the CA bundle: the base's and
@@ -684,7 +662,7 @@ fn base_reference(base: &str, out: &Path) -> Result<String, CliError> {
 /// The component of `revision`, `revision-NAME` beside the base, as the overlay refers to it (`reference` being
 /// the base's reference from the overlay); a local one must exist.
 fn revision_component(base: &str, reference: &str, revision: &str) -> Result<String, CliError> {
-    if let Some(problem) = crate::validation::names::dns1123_label(revision).into_iter().next() {
+    if let Some(problem) = sidecar_injector_core::validation::dns1123_label(revision).into_iter().next() {
         return Err(CliError::Config(format!("--revision {revision:?}: {problem}")));
     }
     let sibling = |path: &str| -> String {

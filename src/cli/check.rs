@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use super::CliError;
 use super::overlay::{self, Home};
-use crate::{TemplateError, TemplateSet};
 use clap::Args;
+use sidecar_injector_core::{TemplateError, TemplateSet};
 
 /// Arguments of `check`.
 #[derive(Debug, Args)]
@@ -22,7 +22,7 @@ pub struct CheckArgs {
     /// Refuse (exit 1) a template whose injected pods cannot meet this Pod Security level (privileged, baseline,
     /// restricted), naming the fields that break it. Without it, each template's level is reported only.
     #[arg(long, value_name = "LEVEL")]
-    pub pod_security: Option<crate::pod_security::Level>,
+    pub pod_security: Option<sidecar_injector_core::pod_security::Level>,
 }
 
 /// Runs `check`: a summary on stdout and exit 0, or every problem (file:line: reason) and exit 1; exit 2 when
@@ -83,7 +83,7 @@ fn check_set(path: &Path, args: &CheckArgs) -> Result<(), CliError> {
     let below: Vec<String> = set
         .templates()
         .filter_map(|template| {
-            let report = crate::template_set::pod_security(template).ok()?;
+            let report = sidecar_injector_core::template_set::pod_security(template).ok()?;
             let broken: Vec<String> = report.breaking(required).map(|v| format!("    {v}")).collect();
             (!broken.is_empty()).then(|| format!("  {}: {}\n{}", template.name(), report.level(), broken.join("\n")))
         })
@@ -99,9 +99,9 @@ fn check_set(path: &Path, args: &CheckArgs) -> Result<(), CliError> {
 }
 
 /// A template's Pod Security level, and what keeps it from the next level up (if any): two lines or one.
-fn pod_security_lines(template: &crate::Template) -> String {
-    use crate::pod_security::Level;
-    let report = match crate::template_set::pod_security(template) {
+fn pod_security_lines(template: &sidecar_injector_core::Template) -> String {
+    use sidecar_injector_core::pod_security::Level;
+    let report = match sidecar_injector_core::template_set::pod_security(template) {
         Ok(report) => report,
         Err(reason) => return format!("    pod security: not judged ({reason})\n"),
     };
@@ -129,7 +129,7 @@ fn every_problem(error: &TemplateError, out: &mut Vec<String>) {
 }
 
 /// What a set injects, template by template.
-fn summary(label: &str, set: &TemplateSet, version: crate::validation::KubeVersion) -> String {
+fn summary(label: &str, set: &TemplateSet, version: sidecar_injector_core::validation::KubeVersion) -> String {
     let mut text = format!(
         "{label}: set {}, default template {}; injected pods valid for Kubernetes {version}\n",
         set.hash(),

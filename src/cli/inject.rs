@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::{CliError, TemplateArgs};
-use crate::Verdict;
-use crate::offline::{self, Format, Uninjection};
+use sidecar_injector_core::Verdict;
+use sidecar_injector_core::offline::{self, Format, Uninjection};
 
 /// Arguments of `inject`.
 #[derive(Debug, Args)]
@@ -97,7 +97,11 @@ struct Notes {
 /// but the notes, and exits 1.
 fn each_document(
     args: &InjectArgs,
-    mut work: impl FnMut(&crate::Engine, &mut serde_json::Value, &mut Notes) -> Result<(), offline::OfflineError>,
+    mut work: impl FnMut(
+        &sidecar_injector_core::Engine,
+        &mut serde_json::Value,
+        &mut Notes,
+    ) -> Result<(), offline::OfflineError>,
 ) -> Result<(), CliError> {
     let engine = args.template.engine(None).map_err(|e| CliError::templates(e, false))?;
     let (label, text) = if args.file.as_os_str() == "-" {

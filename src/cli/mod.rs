@@ -7,6 +7,7 @@
 pub mod certs;
 pub mod check;
 pub mod inject;
+pub mod names;
 pub mod overlay;
 pub mod review;
 pub mod serve;
@@ -14,7 +15,9 @@ pub mod status;
 
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
+use sidecar_injector_core::{Policy, Validation};
 
 /// What the exit codes mean, for scripts (`--help` shows it).
 pub const EXIT_CODES: &str = "Exit codes: 0 success; 1 the work found a problem (check refused a template or an \
@@ -54,11 +57,10 @@ impl CliError {
     }
 
     /// Why templates could not be loaded: refused (malformed or invalid) or not there to read.
-    pub(crate) fn templates(error: crate::TemplateError, refused: bool) -> Self {
+    pub(crate) fn templates(error: sidecar_injector_core::TemplateError, refused: bool) -> Self {
         match error {
-            crate::TemplateError::Read { .. } | crate::TemplateError::Directory { .. } => {
-                CliError::Config(error.to_string())
-            }
+            sidecar_injector_core::TemplateError::Read { .. }
+            | sidecar_injector_core::TemplateError::Directory { .. } => CliError::Config(error.to_string()),
             invalid if refused => CliError::Refused(invalid.to_string()),
             invalid => CliError::Config(invalid.to_string()),
         }
@@ -166,30 +168,30 @@ pub struct TemplateArgs {
 pub struct ServedAs {
     /// With a template directory: the template of pods that do not name one with the `<prefix>template`
     /// annotation (it must exist).
-    #[arg(long, value_name = "NAME", default_value = crate::template::BUILTIN_NAME,
+    #[arg(long, value_name = "NAME", default_value = sidecar_injector_core::template::BUILTIN_NAME,
           env = "SIDECAR_INJECTOR_DEFAULT_TEMPLATE")]
     pub default_template: String,
 
     /// The prefix of the annotations the injector reads and writes (`<prefix>inject`, `<prefix>status`,
     /// `<prefix>template`, overrides).
-    #[arg(long, value_name = "PREFIX", default_value = crate::settings::DEFAULT_PREFIX,
+    #[arg(long, value_name = "PREFIX", default_value = sidecar_injector_core::settings::DEFAULT_PREFIX,
           env = "SIDECAR_INJECTOR_ANNOTATION_PREFIX")]
     pub annotation_prefix: String,
 
     /// The Kubernetes version the injected pods are for (1.29, v1.30.2): templates are validated against its API
     /// server's rules when they load (a native sidecar needs 1.29, the sleep hook 1.30).
-    #[arg(long, value_name = "VERSION", default_value_t = crate::validation::KubeVersion::DEFAULT,
+    #[arg(long, value_name = "VERSION", default_value_t = sidecar_injector_core::validation::KubeVersion::DEFAULT,
           env = "SIDECAR_INJECTOR_KUBERNETES_VERSION")]
-    pub kubernetes_version: crate::validation::KubeVersion,
+    pub kubernetes_version: sidecar_injector_core::validation::KubeVersion,
 }
 
 impl ServedAs {
     /// The engine settings these options give; the others at their defaults.
-    pub fn settings(&self) -> crate::settings::Settings {
-        crate::settings::Settings {
+    pub fn settings(&self) -> sidecar_injector_core::settings::Settings {
+        sidecar_injector_core::settings::Settings {
             annotation_prefix: self.annotation_prefix.clone(),
             kubernetes_version: self.kubernetes_version,
-            ..crate::settings::Settings::default()
+            ..sidecar_injector_core::settings::Settings::default()
         }
     }
 }
@@ -211,18 +213,29 @@ is judged by the templates of the revision that injected it.";
 pub struct PolicyArgs {
     /// A pod whose injection cannot be rendered is admitted without the sidecar (allow, with a warning) or
     /// refused (deny). A template's own `onError` takes precedence.
-    #[arg(long, value_enum, default_value_t = crate::Policy::Allow, env = "SIDECAR_INJECTOR_ON_ERROR")]
-    pub on_error: crate::Policy,
+    #[arg(long, value_parser = one_of::<Policy>(), default_value_t = Policy::Allow, env = "SIDECAR_INJECTOR_ON_ERROR")]
+    pub on_error: Policy,
 
     /// A pod that names a template the injector does not have is admitted without the sidecar (allow, with a
     /// warning) or refused (deny).
-    #[arg(long, value_enum, default_value_t = crate::Policy::Allow, env = "SIDECAR_INJECTOR_UNKNOWN_TEMPLATE")]
-    pub unknown_template: crate::Policy,
+    #[arg(long, value_parser = one_of::<Policy>(), default_value_t = Policy::Allow, env = "SIDECAR_INJECTOR_UNKNOWN_TEMPLATE")]
+    pub unknown_template: Policy,
 
     /// What validation answers for a pod that lacks part of its injection: refuse it naming what is missing
     /// (deny) or admit it with that as a warning (warn). A template's own `validation` takes precedence.
-    #[arg(long, value_enum, default_value_t = crate::Validation::Deny, env = "SIDECAR_INJECTOR_VALIDATION")]
-    pub validation: crate::Validation,
+    #[arg(long, value_parser = one_of::<Validation>(), default_value_t = Validation::Deny, env = "SIDECAR_INJECTOR_VALIDATION")]
+    pub validation: Validation,
+}
+
+/// The parser of a flag whose values are a closed enum of the core: its possible values (listed by `--help`) are
+/// the enum's own names, and each is read by the enum's `FromStr`, so the names are written once, in its derive.
+fn one_of<T>() -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: std::str::FromStr + strum::VariantNames + Clone + Send + Sync + 'static,
+{
+    // Cannot fail: the values offered are the enum's own names, which its `FromStr` reads.
+    clap::builder::PossibleValuesParser::new(T::VARIANTS)
+        .map(|name| name.parse::<T>().ok().expect("a name of the enum"))
 }
 
 /// One revision's template directory: `REVISION=DIR`, or `DIR` for the revision `default`.
@@ -248,9 +261,9 @@ impl std::str::FromStr for RevisionDir {
 pub(crate) fn split_revision<'t>(text: &'t str, what: &'static str) -> Result<(String, &'t str), RevisionArgError> {
     let (revision, value) = match text.split_once('=') {
         Some((name, value)) => (name, value),
-        None => (crate::settings::DEFAULT_REVISION, text),
+        None => (sidecar_injector_core::settings::DEFAULT_REVISION, text),
     };
-    if let Some(problem) = crate::validation::names::dns1123_label(revision).into_iter().next() {
+    if let Some(problem) = sidecar_injector_core::validation::dns1123_label(revision).into_iter().next() {
         return Err(RevisionArgError::Revision { revision: revision.to_owned(), problem });
     }
     if value.is_empty() {
@@ -296,9 +309,13 @@ pub enum RevisionArgError {
 
 impl TemplateArgs {
     /// The engine settings these options describe, for `revision`, with the webhook's `policies` (the defaults of
-    /// [`crate::settings::Settings`] without them).
-    pub fn settings_for(&self, revision: &str, policies: Option<&PolicyArgs>) -> crate::settings::Settings {
-        crate::settings::Settings { revision: revision.to_owned(), ..self.settings(policies) }
+    /// [`sidecar_injector_core::settings::Settings`] without them).
+    pub fn settings_for(
+        &self,
+        revision: &str,
+        policies: Option<&PolicyArgs>,
+    ) -> sidecar_injector_core::settings::Settings {
+        sidecar_injector_core::settings::Settings { revision: revision.to_owned(), ..self.settings(policies) }
     }
 
     /// The template directories, one per revision, in order: the first is the default revision. Refuses a
@@ -313,10 +330,10 @@ impl TemplateArgs {
     }
 
     /// The engine settings these options describe, with the webhook's `policies` (the defaults of
-    /// [`crate::settings::Settings`] without them).
-    pub fn settings(&self, policies: Option<&PolicyArgs>) -> crate::settings::Settings {
+    /// [`sidecar_injector_core::settings::Settings`] without them).
+    pub fn settings(&self, policies: Option<&PolicyArgs>) -> sidecar_injector_core::settings::Settings {
         let served = self.served.settings();
-        crate::settings::Settings {
+        sidecar_injector_core::settings::Settings {
             on_error: policies.map_or(served.on_error, |p| p.on_error),
             on_unknown_template: policies.map_or(served.on_unknown_template, |p| p.unknown_template),
             validation: policies.map_or(served.validation, |p| p.validation),
@@ -326,16 +343,19 @@ impl TemplateArgs {
 
     /// Loads the templates and builds the engine these options describe: of the first revision, when there are
     /// several.
-    pub fn engine(&self, policies: Option<&PolicyArgs>) -> Result<crate::Engine, crate::TemplateError> {
+    pub fn engine(
+        &self,
+        policies: Option<&PolicyArgs>,
+    ) -> Result<sidecar_injector_core::Engine, sidecar_injector_core::TemplateError> {
         match self.template_dir.first() {
             Some(first) => self.revision_engine(first, policies),
             None => {
                 let settings = self.settings(policies);
                 let set = match &self.template {
-                    Some(file) => crate::TemplateSet::from_file(file, &settings)?,
-                    None => crate::TemplateSet::builtin(&settings)?,
+                    Some(file) => sidecar_injector_core::TemplateSet::from_file(file, &settings)?,
+                    None => sidecar_injector_core::TemplateSet::builtin(&settings)?,
                 };
-                Ok(crate::Engine::new(set, &settings))
+                Ok(sidecar_injector_core::Engine::new(set, &settings))
             }
         }
     }
@@ -355,9 +375,10 @@ impl TemplateArgs {
         &self,
         revision: &RevisionDir,
         policies: Option<&PolicyArgs>,
-    ) -> Result<crate::Engine, crate::TemplateError> {
+    ) -> Result<sidecar_injector_core::Engine, sidecar_injector_core::TemplateError> {
         let settings = self.settings_for(&revision.revision, policies);
-        let set = crate::TemplateSet::load_dir(&revision.dir, &self.served.default_template, &settings)?;
-        Ok(crate::Engine::new(set, &settings))
+        let set =
+            sidecar_injector_core::TemplateSet::load_dir(&revision.dir, &self.served.default_template, &settings)?;
+        Ok(sidecar_injector_core::Engine::new(set, &settings))
     }
 }

@@ -20,8 +20,8 @@
 use std::path::{Path, PathBuf};
 
 use super::CliError;
-use super::certs::names;
-use crate::SetSources;
+use super::names;
+use sidecar_injector_core::SetSources;
 
 /// The directory of a revision's templates, beside the kustomization that lists them.
 pub const TEMPLATES_DIR: &str = "templates";
@@ -111,9 +111,10 @@ impl Home {
             return Ok(None);
         }
         let mut files = match from {
-            Seed::Shipped => {
-                crate::template::SHIPPED.iter().map(|(file, source)| (file.to_string(), source.to_string())).collect()
-            }
+            Seed::Shipped => sidecar_injector_core::template::SHIPPED
+                .iter()
+                .map(|(file, source)| (file.to_string(), source.to_string()))
+                .collect(),
             Seed::Dir(source) => read_template_files(source)?,
             Seed::Files(files) => files.to_vec(),
         };
@@ -195,7 +196,7 @@ impl Home {
 /// What a new templates directory is seeded with.
 #[derive(Debug, Clone, Copy)]
 pub enum Seed<'a> {
-    /// The templates this release ships ([`crate::template::SHIPPED`]).
+    /// The templates this release ships ([`sidecar_injector_core::template::SHIPPED`]).
     Shipped,
     /// The template files of a directory (`certs --templates-from`).
     Dir(&'a Path),

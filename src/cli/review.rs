@@ -3,8 +3,8 @@
 use std::io::Read;
 use std::path::PathBuf;
 
-use crate::{Mode, Outcome, Verdict};
 use clap::Args;
+use sidecar_injector_core::{Mode, Outcome, Verdict};
 
 use super::{CliError, PolicyArgs, TemplateArgs};
 
@@ -66,10 +66,10 @@ pub fn run(args: &ReviewArgs) -> Result<(), CliError> {
         super::stderr(format_args!("{}", explain(&engine, &outcome)));
     }
     match outcome.verdict {
-        crate::Verdict::Denied(reason) => {
+        sidecar_injector_core::Verdict::Denied(reason) => {
             Err(CliError::Refused(format!("{label}: the pod is refused ({})", reason.as_str())))
         }
-        crate::Verdict::Incomplete { refused: true, .. } => {
+        sidecar_injector_core::Verdict::Incomplete { refused: true, .. } => {
             Err(CliError::Refused(format!("{label}: the pod is refused: it lacks part of its injection")))
         }
         _ => Ok(()),
@@ -83,7 +83,7 @@ fn read_stdin() -> Result<Vec<u8>, CliError> {
 }
 
 /// The human-readable account of a decision, from the outcome's facts.
-fn explain(engine: &crate::Engine, outcome: &Outcome) -> String {
+fn explain(engine: &sidecar_injector_core::Engine, outcome: &Outcome) -> String {
     let trace = outcome.trace.clone().unwrap_or_default();
     let mut text = match outcome.verdict {
         // A preview's pods are named in its warnings, each with its workload.

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::server::defaults::*;
-use crate::server::refresh::TemplateSource;
 use crate::server::reload::TemplateWatch;
+use crate::server::source::TemplateSource;
 use crate::server::{ServeConfig, Server, TlsSource};
 use arc_swap::ArcSwap;
 use clap::{Args, ValueEnum};
@@ -213,7 +213,7 @@ impl std::str::FromStr for RevisionConfigMap {
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let (revision, name) = super::split_revision(text, "ConfigMap")?;
-        if let Some(problem) = crate::validation::names::dns1123_subdomain(name).into_iter().next() {
+        if let Some(problem) = sidecar_injector_core::validation::dns1123_subdomain(name).into_iter().next() {
             return Err(super::RevisionArgError::ConfigMapName { name: name.to_owned(), problem });
         }
         Ok(RevisionConfigMap { revision, name: name.to_owned() })
@@ -283,7 +283,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         let _runtime = runtime.enter();
         args.attach_configmaps(&mut config)?;
     }
-    let describe = |e: &crate::Engine| {
+    let describe = |e: &sidecar_injector_core::Engine| {
         let left_out = e.set().unavailable_summary();
         let left_out = if left_out.is_empty() {
             left_out
@@ -398,7 +398,7 @@ mod tests {
     fn serve_without_flags_has_the_engines_default_settings() {
         // The engine's defaults (`Settings::default`, what the library and the tests use) and clap's are one.
         let args = parse(&[]);
-        assert_eq!(args.template.settings(Some(&args.policies)), crate::settings::Settings::default());
+        assert_eq!(args.template.settings(Some(&args.policies)), sidecar_injector_core::settings::Settings::default());
     }
 
     #[test]

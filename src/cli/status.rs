@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::{CliError, TemplateArgs};
-use crate::settings::Keys;
 use crate::status::report::{Report, Surveyed};
 use crate::status::restart::{self, DEFAULT_MAX_RESTARTS};
 use crate::status::{self, Cluster, ClusterError, Revision, Scope};
+use sidecar_injector_core::settings::Keys;
 
 /// What `status` says on `--help` after the flags: the classes, the opt-in labels, the exit codes.
 pub const STATUS_HELP: &str = "\
@@ -131,10 +131,11 @@ pub fn run(args: &StatusArgs) -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::Config(format!("cannot start the runtime for the API calls: {e}")))?;
-    let report = runtime.block_on(survey(args, local))?;
+    let (report, restarted) = runtime.block_on(survey(args, local))?;
+    let status = restart::Status { report: &report, restart: restarted.as_ref() };
     let text = match args.output {
-        StatusOutput::Table => report.table(),
-        StatusOutput::Json => report.json() + "\n",
+        StatusOutput::Table => status.table(),
+        StatusOutput::Json => status.json() + "\n",
     };
     super::stdout(text)?;
     if report.namespaces.is_empty() && args.namespaces.is_empty() && !args.all_namespaces {
@@ -142,15 +143,15 @@ pub fn run(args: &StatusArgs) -> Result<(), CliError> {
         super::stderr(format_args!(
             "sidecar-injector: no namespace is opted in (labelled {}={} or {}=REVISION); -n NS or -A looks at others\n",
             keys.inject,
-            crate::decision::NAMESPACE_ENABLED,
+            sidecar_injector_core::decision::NAMESPACE_ENABLED,
             keys.rev
         ));
     }
-    if !report.failed() {
+    if !status.failed() {
         return Ok(());
     }
     let counts = report.summary.counts;
-    Err(CliError::Refused(match &report.restart {
+    Err(CliError::Refused(match status.restart {
         None => format!("drift: {} pod(s) do not run the current sidecar", counts.drift()),
         Some(_) => "drift is left that this run did not restart".to_owned(),
     }))
@@ -177,7 +178,10 @@ fn local_revisions(template: &TemplateArgs) -> Result<Vec<Revision>, CliError> {
 
 /// Everything that needs the API server: the ConfigMaps' templates, the namespaces and pods, the owners, the
 /// restarts; the report.
-async fn survey(args: &StatusArgs, local: Option<Vec<Revision>>) -> Result<Report, CliError> {
+async fn survey(
+    args: &StatusArgs,
+    local: Option<Vec<Revision>>,
+) -> Result<(Report, Option<restart::Outcome>), CliError> {
     let keys = Keys::new(&args.template.served.annotation_prefix);
     let mut cluster = Cluster::connect(args.kubeconfig.as_deref(), args.context.as_deref()).await.map_err(config)?;
     let revisions = match local {
@@ -203,11 +207,9 @@ async fn survey(args: &StatusArgs, local: Option<Vec<Revision>>) -> Result<Repor
         }
         surveyed.push(Surveyed { namespace, enrollment, pods });
     }
-    let mut report = Report::new(&revisions, surveyed);
-    if args.restart {
-        report.restart = Some(restart(&cluster, &report, args).await);
-    }
-    Ok(report)
+    let report = Report::new(&revisions, surveyed);
+    let restarted = if args.restart { Some(restart(&cluster, &report, args).await) } else { None };
+    Ok((report, restarted))
 }
 
 /// The revisions of `--configmap`, read through the API server and compiled as `serve` compiles a directory.
@@ -220,9 +222,10 @@ async fn configmap_revisions(cluster: &Cluster, args: &StatusArgs) -> Result<Vec
         let sources = cluster.configmap_sources(&configmap.namespace, &configmap.name).await.map_err(config)?;
         let source = sources.origin.clone();
         let settings = args.template.settings_for(&configmap.revision, None);
-        let set = crate::TemplateSet::compile(sources, &args.template.served.default_template, &settings)
-            .map_err(|e| CliError::templates(e, false))?;
-        let engine = crate::Engine::new(set, &settings);
+        let set =
+            sidecar_injector_core::TemplateSet::compile(sources, &args.template.served.default_template, &settings)
+                .map_err(|e| CliError::templates(e, false))?;
+        let engine = sidecar_injector_core::Engine::new(set, &settings);
         revisions.push(Revision { name: configmap.revision.clone(), source, engine });
     }
     Ok(revisions)

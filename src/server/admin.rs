@@ -128,7 +128,7 @@ mod tests {
 
     use super::*;
     use crate::server::{Revision, ServeConfig, reload, telemetry};
-    use crate::{Engine, Settings, TemplateSet};
+    use sidecar_injector_core::{Engine, Settings, TemplateSet};
 
     fn shared() -> Arc<Shared> {
         let settings = Settings::default();

@@ -35,7 +35,7 @@ const YIELD_AFTER: Duration = super::ROOM_RETRY;
 /// What the budget holds for a body of `bytes`: the buffer the review parses in place (with the parser's padding)
 /// and the copy of the body kept for a second review (the parse changes the buffer).
 pub(crate) fn held_for(bytes: usize) -> usize {
-    bytes.saturating_mul(2).saturating_add(crate::PARSE_PADDING)
+    bytes.saturating_mul(2).saturating_add(sidecar_injector_core::PARSE_PADDING)
 }
 
 /// The budget shared by every connection.

@@ -18,7 +18,7 @@ use super::budget::{BODY_BUDGET_WAIT, Reserved, held_for};
 use super::conn::{Answering, RequestGuard};
 use super::telemetry::{ErrorReason, RevisionMetrics};
 use super::{Revision, Shared};
-use crate::{Outcome, ReviewError, Verdict};
+use sidecar_injector_core::{Outcome, ReviewError, Verdict};
 
 type Answer = Response<Content>;
 
@@ -214,7 +214,7 @@ async fn read_and_review(
     let Some(mut reserved) = shared.body_budget.reserve(held_for(accounted), BODY_BUDGET_WAIT).await else {
         return refuse(shared, &Refusal::Overloaded(shared.body_budget.total()));
     };
-    let mut buf = Vec::with_capacity(capacity + crate::PARSE_PADDING);
+    let mut buf = Vec::with_capacity(capacity + sidecar_injector_core::PARSE_PADDING);
     // The body as received, copied (the first review parses `buf` in place) where a review may be made twice.
     // Copied, not kept as hyper's frames: a frame is a slice of a read buffer, so a body sent a byte at a time
     // would pin a read buffer per byte, counted nowhere (issue 51: 800 MiB from 200 connections).
@@ -242,7 +242,7 @@ async fn read_and_review(
                 // A chunked body outgrew its buffers: double them (as `Vec` would).
                 let target = needed.max(2 * received.capacity()).min(max);
                 received.reserve_exact(target - received.len());
-                buf.reserve_exact(target + crate::PARSE_PADDING - buf.len());
+                buf.reserve_exact(target + sidecar_injector_core::PARSE_PADDING - buf.len());
             }
             buf.extend_from_slice(&data);
             received.extend_from_slice(&data);
@@ -333,7 +333,12 @@ fn is_pending(reviewed: &Reviewed) -> bool {
 const REFRESH_WAIT: Duration = Duration::from_secs(2);
 
 /// Reviews `buf` with `engine`, for `endpoint`.
-fn review(engine: &crate::Engine, endpoint: Endpoint, buf: &mut Vec<u8>, out: &mut Vec<u8>) -> Reviewed {
+fn review(
+    engine: &sidecar_injector_core::Engine,
+    endpoint: Endpoint,
+    buf: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> Reviewed {
     review_guarded(|| match endpoint {
         Endpoint::Mutate => engine.review(buf, out),
         Endpoint::Validate => engine.validate(buf, out),

@@ -13,6 +13,7 @@ pub mod defaults;
 mod handler;
 pub mod refresh;
 pub mod reload;
+pub mod source;
 mod telemetry;
 pub mod tls;
 
@@ -29,8 +30,8 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::{AcquireError, Semaphore, watch};
 
-use crate::Engine;
 use defaults::*;
+use sidecar_injector_core::Engine;
 pub use tls::TlsSource;
 
 /// How long a background task (certificate or template reload) that ended or panicked waits before it is started
@@ -103,7 +104,7 @@ pub struct ServeConfig {
     /// After the shutdown signal, give up on draining connections after this long.
     pub shutdown_timeout: Duration,
     /// Reload each revision's templates from its directory when it changes (a revision without one keeps its
-    /// templates); matched to the revisions by [`Settings::revision`](crate::settings::Settings).
+    /// templates); matched to the revisions by [`Settings::revision`](sidecar_injector_core::settings::Settings).
     pub template_watches: Vec<reload::TemplateWatch>,
 }
 
@@ -228,7 +229,7 @@ pub struct Server {
 
 impl Server {
     /// Loads the TLS material, installs the metrics recorder and binds both listeners. Each engine is a revision
-    /// (named by its [`Settings::revision`](crate::settings::Settings)), the first also served at the bare paths; each is
+    /// (named by its [`Settings::revision`](sidecar_injector_core::settings::Settings)), the first also served at the bare paths; each is
     /// shared so that a template reload can swap it while requests flow.
     pub async fn bind(config: ServeConfig, engines: Vec<Arc<ArcSwap<Engine>>>) -> Result<Server, ServeError> {
         if engines.is_empty() {
@@ -252,7 +253,7 @@ impl Server {
                  {largest_buffer}",
                 config.max_inflight_body_bytes,
                 config.max_body_bytes,
-                crate::PARSE_PADDING
+                sidecar_injector_core::PARSE_PADDING
             )));
         }
         let metrics = telemetry::Metrics::new().map_err(ServeError::Metrics)?;
@@ -268,7 +269,8 @@ impl Server {
             .map(|(engine, name)| {
                 let revision_metrics = metrics.revision(&name);
                 revision_metrics.template_start(engine.load().set().hash());
-                revision_metrics.template_names(engine.load().set().templates().map(crate::Template::name));
+                revision_metrics
+                    .template_names(engine.load().set().templates().map(sidecar_injector_core::Template::name));
                 let templates = Arc::new(reload::ReloadState::new(&engine.load()));
                 let watch = config.template_watches.iter().find(|w| w.settings.revision == name);
                 let reloader = watch.map(|watch| reload::Reloader {

@@ -9,17 +9,15 @@
 //! one at a time and at most one per [`MIN_GAP`]; a request waits only for a read that started after it arrived,
 //! and never longer than its bound. The common path (every template known) never gets here.
 
-use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::reload::Reloader;
+use super::source::{FetchError, TemplateSource};
+use super::telemetry::ReadResult;
 
 /// The shortest time between two reads: a flood of pods naming a template that does not exist costs the API
 /// server at most this rate of GETs.
@@ -28,62 +26,7 @@ pub(crate) const MIN_GAP: Duration = Duration::from_millis(250);
 /// edit (its sync period, a minute by default, and its cache's delay).
 const RECHECK_AFTER: Duration = Duration::from_secs(150);
 /// How long one read may take before it counts as failed.
-const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A ConfigMap's `data`, or why it could not be read.
-pub type FetchFuture = Pin<Box<dyn Future<Output = Result<BTreeMap<String, String>, FetchError>> + Send>>;
-
-/// Why the ConfigMap could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum FetchError {
-    /// The API server refused the read or did not answer.
-    #[error("cannot read {what}")]
-    Api {
-        /// The ConfigMap.
-        what: String,
-        /// The client's error.
-        #[source]
-        source: kube::Error,
-    },
-    /// No answer within [`FETCH_TIMEOUT`].
-    #[error("no answer within {}", humantime::format_duration(*.0))]
-    Timeout(Duration),
-}
-
-/// Where a revision's template directory comes from, read through the API server.
-#[derive(Clone)]
-pub struct TemplateSource {
-    /// For logs: `ConfigMap sidecar-injector/sidecar-injector-templates`.
-    pub label: String,
-    fetch: Arc<dyn Fn() -> FetchFuture + Send + Sync>,
-}
-
-impl std::fmt::Debug for TemplateSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TemplateSource").field("label", &self.label).finish_non_exhaustive()
-    }
-}
-
-impl TemplateSource {
-    /// The ConfigMap `namespace/name`, read with `client`.
-    pub fn config_map(client: kube::Client, namespace: &str, name: &str) -> TemplateSource {
-        let api = kube::Api::<ConfigMap>::namespaced(client, namespace);
-        let (label, name) = (format!("ConfigMap {namespace}/{name}"), name.to_owned());
-        let what = label.clone();
-        TemplateSource::from_fn(label, move || {
-            let (api, name, what) = (api.clone(), name.clone(), what.clone());
-            Box::pin(async move {
-                let configmap = api.get(&name).await.map_err(|source| FetchError::Api { what, source })?;
-                Ok(configmap.data.unwrap_or_default())
-            })
-        })
-    }
-
-    /// A source that calls `fetch` for each read (the tests' fake API server).
-    pub fn from_fn(label: String, fetch: impl Fn() -> FetchFuture + Send + Sync + 'static) -> TemplateSource {
-        TemplateSource { label, fetch: Arc::new(fetch) }
-    }
-}
+pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The one task that reads a revision's ConfigMap when requests ask for it.
 pub(crate) struct Refresher {
@@ -141,7 +84,7 @@ impl Refresher {
     }
 
     async fn read(&self) -> ReadResult {
-        let data = match tokio::time::timeout(FETCH_TIMEOUT, (self.source.fetch)()).await {
+        let data = match tokio::time::timeout(FETCH_TIMEOUT, self.source.fetch()).await {
             Ok(Ok(data)) => data,
             Ok(Err(e)) => return self.failed(&e),
             Err(_) => return self.failed(&FetchError::Timeout(FETCH_TIMEOUT)),
@@ -161,29 +104,6 @@ impl Refresher {
         tracing::warn!(source = %self.source.label, error = %error, cause = ?std::error::Error::source(error),
             "cannot read the templates through the API server; the mounted ones keep serving");
         ReadResult::Error
-    }
-}
-
-/// What one read of the ConfigMap did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ReadResult {
-    /// It held another set than the one serving, which now serves.
-    Changed,
-    /// It held the set serving.
-    Unchanged,
-    /// It could not be read, or its set was refused (as the same edit reaching the volume will be).
-    Error,
-}
-
-impl ReadResult {
-    pub(crate) const ALL: [ReadResult; 3] = [ReadResult::Changed, ReadResult::Unchanged, ReadResult::Error];
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            ReadResult::Changed => "changed",
-            ReadResult::Unchanged => "unchanged",
-            ReadResult::Error => "error",
-        }
     }
 }
 

@@ -19,13 +19,13 @@ use std::time::Duration;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use notify::Watcher;
 
-use super::refresh::ReadResult;
-use super::telemetry::RevisionMetrics;
+use super::source::TemplateSource;
+use super::telemetry::{ReadResult, RevisionMetrics};
 
 /// When reading the directory fails, read it once more after this pause before calling the edit refused: a read
 /// can race the kubelet deleting the previous timestamped directory, which takes it well under this long.
 const REREAD_PAUSE: Duration = Duration::from_millis(100);
-use crate::{Engine, SetSources, Settings, TemplateError, TemplateSet};
+use sidecar_injector_core::{Engine, SetSources, Settings, TemplateError, TemplateSet};
 
 /// Where templates are reloaded from, and how.
 #[derive(Debug, Clone)]
@@ -44,7 +44,7 @@ pub struct TemplateWatch {
     pub events: bool,
     /// The ConfigMap the directory is mounted from, read through the API server when a pod names a template
     /// the directory does not have yet ([`super::refresh`]); `None` reads the directory only.
-    pub source: Option<super::refresh::TemplateSource>,
+    pub source: Option<TemplateSource>,
 }
 
 impl TemplateWatch {
@@ -82,7 +82,7 @@ impl Removed {
     /// The templates of `previous` that `next` lacks, with how many pods each injected here.
     fn between(previous: &TemplateSet, next: &TemplateSet, metrics: &RevisionMetrics) -> Vec<Removed> {
         let kept = |name: &str| next.templates().any(|t| t.name() == name);
-        let names = previous.templates().map(crate::Template::name).filter(|name| !kept(name));
+        let names = previous.templates().map(sidecar_injector_core::Template::name).filter(|name| !kept(name));
         names.map(|name| Removed { name: name.to_owned(), injected: metrics.uses(name) }).collect()
     }
 
@@ -259,7 +259,7 @@ impl Reloader {
             tracing::warn!(files = ?set.ignored(), "files in the template directory that are not templates were ignored");
         }
         let removed = Removed::between(previous.set(), set, &self.metrics);
-        self.metrics.template_names(set.templates().map(crate::Template::name));
+        self.metrics.template_names(set.templates().map(sidecar_injector_core::Template::name));
         self.engine.store(Arc::new(engine));
         let generation = self.state.generation.fetch_add(1, Ordering::SeqCst) + 1;
         self.state.refused.store(None);

@@ -9,45 +9,31 @@ use arc_swap::ArcSwap;
 use metrics::{Counter, Gauge, Histogram};
 use metrics_exporter_prometheus::{LabelSet, Matcher, PrometheusBuilder, PrometheusHandle, formatting};
 
-use super::refresh::ReadResult;
-use crate::{SkipReason, TemplateId};
+use sidecar_injector_core::{SkipReason, TemplateId};
 
 /// Why a request got an error status (the `reason` label of `result="error"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub(crate) enum ErrorReason {
     BadRequest,
     TooLarge,
     Timeout,
     Panic,
     NotFound,
+    #[strum(serialize = "method-not-allowed")]
     Method,
+    #[strum(serialize = "unsupported-media-type")]
     MediaType,
     Overloaded,
 }
 
 impl ErrorReason {
-    const ALL: [ErrorReason; 8] = [
-        ErrorReason::BadRequest,
-        ErrorReason::TooLarge,
-        ErrorReason::Timeout,
-        ErrorReason::Panic,
-        ErrorReason::NotFound,
-        ErrorReason::Method,
-        ErrorReason::MediaType,
-        ErrorReason::Overloaded,
-    ];
+    /// Every one, for registering metrics up front.
+    const ALL: &'static [ErrorReason] = <ErrorReason as strum::VariantArray>::VARIANTS;
 
+    /// Its name: a metric's label, the word in logs, warnings and the docs.
     fn as_str(self) -> &'static str {
-        match self {
-            ErrorReason::BadRequest => "bad-request",
-            ErrorReason::TooLarge => "too-large",
-            ErrorReason::Timeout => "timeout",
-            ErrorReason::Panic => "panic",
-            ErrorReason::NotFound => "not-found",
-            ErrorReason::Method => "method-not-allowed",
-            ErrorReason::MediaType => "unsupported-media-type",
-            ErrorReason::Overloaded => "overloaded",
-        }
+        self.into()
     }
 }
 
@@ -55,7 +41,8 @@ impl ErrorReason {
 /// `sidecar_injector_connection_errors_total`). Each is logged at debug level, with the peer; at warning level
 /// only [`report_connection_errors`]' summary appears, at most once per [`CONNECTION_ERROR_LOG_INTERVAL`], so that a
 /// scanner or a broken client cannot flood the log with a line per connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub(crate) enum ConnectionError {
     /// The TLS handshake failed (no common protocol or cipher, a refused client certificate, not TLS at all).
     TlsHandshake,
@@ -74,25 +61,25 @@ pub(crate) enum ConnectionError {
 }
 
 impl ConnectionError {
-    const ALL: [ConnectionError; 6] = [
-        ConnectionError::TlsHandshake,
-        ConnectionError::Timeout,
-        ConnectionError::Http1,
-        ConnectionError::Http2,
-        ConnectionError::Io,
-        ConnectionError::Evicted,
-    ];
+    /// Every one, for registering metrics up front.
+    const ALL: &'static [ConnectionError] = <ConnectionError as strum::VariantArray>::VARIANTS;
 
+    /// Its name: a metric's label, the word in logs, warnings and the docs.
     pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            ConnectionError::TlsHandshake => "tls-handshake",
-            ConnectionError::Timeout => "timeout",
-            ConnectionError::Http1 => "http1",
-            ConnectionError::Http2 => "http2",
-            ConnectionError::Io => "io",
-            ConnectionError::Evicted => "evicted",
-        }
+        self.into()
     }
+}
+
+/// What one read of the template ConfigMap did (the `result` label of `sidecar_injector_template_reads_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
+pub(crate) enum ReadResult {
+    /// It held another set than the one serving, which now serves.
+    Changed,
+    /// It held the set serving.
+    Unchanged,
+    /// It could not be read, or its set was refused (as the same edit reaching the volume will be).
+    Error,
 }
 
 /// At most one warning line per this interval summarises the connection errors counted since the previous one.
@@ -243,7 +230,7 @@ impl Metrics {
     pub(crate) fn revision(&self, revision: &str) -> RevisionMetrics {
         let handles = metrics::with_local_recorder(&self.0.recorder, || {
             let label = || revision.to_owned();
-            let reasons = |name, result| per_reason_of(name, revision, result, &SkipReason::ALL, SkipReason::as_str);
+            let reasons = |name, result| per_reason_of(name, revision, result, SkipReason::ALL, SkipReason::as_str);
             let validated = |result: &'static str, reason: &'static str| metrics::counter!(VALIDATIONS, "revision" => label(), "result" => result, "reason" => reason);
             let template_reloads =
                 |result: &'static str| metrics::counter!(TEMPLATE_RELOADS, "revision" => label(), "result" => result);
@@ -261,10 +248,10 @@ impl Metrics {
                     .map(|result| metrics::counter!(PREVIEWS, "revision" => label(), "result" => result)),
                 template_reloads_ok: template_reloads("ok"),
                 template_reloads_failed: template_reloads("error"),
-                template_reads: (ReadResult::ALL.iter())
+                template_reads: (<ReadResult as strum::VariantArray>::VARIANTS.iter())
                     .map(|&result| {
-                        let counter =
-                            metrics::counter!(TEMPLATE_READS, "revision" => label(), "result" => result.as_str());
+                        let name: &'static str = result.into();
+                        let counter = metrics::counter!(TEMPLATE_READS, "revision" => label(), "result" => name);
                         (result, counter)
                     })
                     .collect(),
@@ -298,7 +285,7 @@ impl Metrics {
             // Replaced by the caller with the recorder in scope here.
             recorder: PrometheusBuilder::new().build_recorder(),
             prometheus,
-            errors: per_reason(REQUESTS, "error", &ErrorReason::ALL, ErrorReason::as_str),
+            errors: per_reason(REQUESTS, "error", ErrorReason::ALL, ErrorReason::as_str),
             duration: metrics::histogram!(DURATION),
             body_bytes: metrics::histogram!(BODY),
             in_flight: metrics::gauge!(IN_FLIGHT),
@@ -578,7 +565,7 @@ mod tests {
         let labels = [(REQUESTS, "skipped"), (REQUESTS, "denied"), (VALIDATIONS, "skipped")];
         let before = all.render();
         for (name, result) in labels {
-            for reason in SkipReason::ALL {
+            for &reason in SkipReason::ALL {
                 assert_eq!(
                     value(&before, &series(name, result, reason)),
                     Some(0.0),
@@ -587,14 +574,14 @@ mod tests {
                 );
             }
         }
-        for reason in SkipReason::ALL {
+        for &reason in SkipReason::ALL {
             metrics.skipped(reason);
             metrics.denied(reason);
             metrics.validated_skipped(reason);
         }
         let after = all.render();
         for (name, result) in labels {
-            for reason in SkipReason::ALL {
+            for &reason in SkipReason::ALL {
                 assert_eq!(value(&after, &series(name, result, reason)), Some(1.0), "{}", series(name, result, reason));
             }
         }

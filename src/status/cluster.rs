@@ -16,8 +16,8 @@ use kube::{Client, Config};
 use super::owners::{self, Kind, Workload};
 use super::restart::{self, FIELD_MANAGER};
 use super::{Enrollment, Revision};
-use crate::SetSources;
-use crate::settings::Keys;
+use sidecar_injector_core::SetSources;
+use sidecar_injector_core::settings::Keys;
 
 /// Objects asked for per list call: the page size client-go (and kubectl) use.
 const PAGE: u32 = 500;

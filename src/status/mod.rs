@@ -17,9 +17,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::decision::{self, SkipReason};
-use crate::settings::Keys;
-use crate::{Engine, ReviewError, Stamp, Verdict};
+use sidecar_injector_core::decision::{self, SkipReason};
+use sidecar_injector_core::settings::Keys;
+use sidecar_injector_core::{Engine, ReviewError, Stamp, Verdict};
 
 pub(crate) use cluster::{Cluster, ClusterError, Scope};
 
@@ -63,7 +63,7 @@ impl Enrollment {
             (Some(rev), _) => Enrollment::UnknownRevision(rev.clone()),
             (None, Some(decision::NAMESPACE_ENABLED)) => match revisions.first() {
                 Some(default) => Enrollment::Revision(default.name.clone()),
-                None => Enrollment::UnknownRevision(crate::settings::DEFAULT_REVISION.to_owned()),
+                None => Enrollment::UnknownRevision(sidecar_injector_core::settings::DEFAULT_REVISION.to_owned()),
             },
             (None, _) => Enrollment::NotOptedIn,
         }
@@ -299,7 +299,7 @@ pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 
 /// The Pod CREATE review the API server would send for `pod` in `namespace`.
 fn review(namespace: &str, pod: &Value) -> Value {
-    crate::offline::pod_create_review("sidecar-injector-status", namespace, pod.clone())
+    sidecar_injector_core::offline::pod_create_review("sidecar-injector-status", namespace, pod.clone())
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Serialize;
 
-pub use crate::workload::Kind;
+pub use sidecar_injector_core::workload::Kind;
 
 /// The workload a pod belongs to: what the report groups pods by and `--restart` rolls.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

@@ -7,7 +7,6 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::owners::Workload;
-use super::restart;
 use super::{Class, Enrollment, Revision};
 
 /// What `status` found.
@@ -20,9 +19,6 @@ pub struct Report {
     pub namespaces: Vec<NamespaceReport>,
     /// The counts over every namespace.
     pub summary: Summary,
-    /// What `--restart` did (or, with `--dry-run`, would do).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub restart: Option<restart::Outcome>,
 }
 
 /// A revision's templates, as the report names them.
@@ -182,27 +178,11 @@ impl Report {
                 namespace.workloads.iter().filter(|w| w.counts.unknown_template > 0).count();
         }
         summary.drift = summary.counts.drift() > 0;
-        Report { revisions: revisions.iter().map(RevisionInfo::new).collect(), namespaces, summary, restart: None }
-    }
-
-    /// Should the command exit 1? When a pod names a template its revision does not have (no restart mends
-    /// that); without `--restart`, when any pod drifts; with it, when drift is left that this run did not restart
-    /// (not restartable, over `--max-restarts`, or a restart that failed).
-    pub fn failed(&self) -> bool {
-        self.summary.counts.unknown_template > 0
-            || match &self.restart {
-                None => self.summary.drift,
-                Some(restart) => restart.left_behind(),
-            }
-    }
-
-    /// The report as JSON, for `-o json`.
-    pub fn json(&self) -> String {
-        serde_json::to_string_pretty(self).expect("a report serialises: its maps have string keys")
+        Report { revisions: revisions.iter().map(RevisionInfo::new).collect(), namespaces, summary }
     }
 
     /// The report as a table, for people: one line per workload with its counts, then, under each workload that
-    /// drifts, its drifting pods grouped by what they run; then the totals and what `--restart` did or would do.
+    /// drifts, its drifting pods grouped by what they run; then the totals.
     pub fn table(&self) -> String {
         let mut rows = vec![
             ["NAMESPACE", "REVISION", "WORKLOAD", "PODS"]
@@ -280,20 +260,6 @@ impl Report {
                 counts.drift(),
                 self.summary.workloads_with_drift
             );
-        }
-        match &self.restart {
-            Some(restart) => out.push_str(&restart.text()),
-            None if self.summary.drift => {
-                let plan = restart::plan(self, usize::MAX);
-                if !plan.restart.is_empty() {
-                    let _ = writeln!(out, "`status --restart` would restart: {}", restart::list(&plan.restart));
-                }
-                if !plan.not_restartable.is_empty() {
-                    let _ =
-                        writeln!(out, "not restartable, recreate by hand: {}", restart::list(&plan.not_restartable));
-                }
-            }
-            None => {}
         }
         out
     }

@@ -4,6 +4,8 @@
 //! Only Deployments, StatefulSets and DaemonSets roll on a pod template change. Anything else with drifting pods
 //! (a bare pod, a Job or CronJob, a ReplicaSet or ReplicationController of its own, another controller's kind) is
 //! reported for a person to recreate: deleting a Job's pod can lose its work, and a bare pod is not recreated.
+//!
+//! [`Status`] is what `status` prints and exits by: the report, and what `--restart` did with it.
 
 use std::fmt::Write as _;
 
@@ -148,4 +150,52 @@ impl Outcome {
 /// `Deployment shop/web (2 pods), Pod shop/debug (1 pod)`.
 pub(crate) fn list(targets: &[Target]) -> String {
     targets.iter().map(Target::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// What `status` prints and exits by: the report, and what `--restart` did (or, with `--dry-run`, would do).
+#[derive(Debug, Serialize)]
+pub struct Status<'a> {
+    /// The survey.
+    #[serde(flatten)]
+    pub report: &'a Report,
+    /// What `--restart` did, when asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restart: Option<&'a Outcome>,
+}
+
+impl Status<'_> {
+    /// Should the command exit 1? When a pod names a template its revision does not have (no restart mends
+    /// that); without `--restart`, when any pod drifts; with it, when drift is left that this run did not restart
+    /// (not restartable, over `--max-restarts`, or a restart that failed).
+    pub fn failed(&self) -> bool {
+        self.report.summary.counts.unknown_template > 0
+            || match self.restart {
+                None => self.report.summary.drift,
+                Some(restart) => restart.left_behind(),
+            }
+    }
+
+    /// As JSON, for `-o json`: the report, with `restart` when there was one.
+    pub fn json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report serialises: its maps have string keys")
+    }
+
+    /// As a table, for people: the report's, then what `--restart` did or would do.
+    pub fn table(&self) -> String {
+        let mut out = self.report.table();
+        match self.restart {
+            Some(restart) => out.push_str(&restart.text()),
+            None if self.report.summary.drift => {
+                let plan = plan(self.report, usize::MAX);
+                if !plan.restart.is_empty() {
+                    let _ = writeln!(out, "`status --restart` would restart: {}", list(&plan.restart));
+                }
+                if !plan.not_restartable.is_empty() {
+                    let _ = writeln!(out, "not restartable, recreate by hand: {}", list(&plan.not_restartable));
+                }
+            }
+            None => {}
+        }
+        out
+    }
 }

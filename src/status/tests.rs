@@ -7,11 +7,11 @@ use serde_json::{Value, json};
 
 use super::owners::{Kind, Workload};
 use super::report::{Report, Surveyed};
-use super::restart::{self, Target};
+use super::restart::{self, Status, Target};
 use super::*;
-use crate::template::BUILTIN_SOURCE;
-use crate::validation::KubeVersion;
-use crate::{Mode, SetSources, Settings, TemplateSet};
+use sidecar_injector_core::template::BUILTIN_SOURCE;
+use sidecar_injector_core::validation::KubeVersion;
+use sidecar_injector_core::{Mode, SetSources, Settings, TemplateSet};
 
 const NS: &str = "shop";
 
@@ -42,7 +42,7 @@ fn revisions() -> Vec<Revision> {
 }
 
 fn keys() -> Keys {
-    Keys::new(crate::settings::DEFAULT_PREFIX)
+    Keys::new(sidecar_injector_core::settings::DEFAULT_PREFIX)
 }
 
 fn pod(name: &str) -> Value {
@@ -231,7 +231,7 @@ fn a_pod_naming_a_template_the_revision_lacks_is_reported() {
         pods: vec![(owner(Kind::Deployment, "web"), "web-1".into(), class)],
     };
     let report = Report::new(&revisions, vec![surveyed]);
-    assert!(!report.summary.drift && report.failed(), "exit 1, with nothing to restart");
+    assert!(!report.summary.drift && alone(&report).failed(), "exit 1, with nothing to restart");
     assert!(restart::plan(&report, 5).restart.is_empty());
 }
 
@@ -287,7 +287,7 @@ fn namespaces_opt_in_by_label() {
 fn the_namespace_rules_are_the_webhook_configurations() {
     let read = |file: &str| {
         let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
-        crate::offline::read_documents(&text).unwrap().remove(0)
+        sidecar_injector_core::offline::read_documents(&text).unwrap().remove(0)
     };
     let selector = |webhook: &Value, key: &str, operator: &str| -> Option<Vec<String>> {
         let expressions = webhook["namespaceSelector"]["matchExpressions"].as_array().unwrap();
@@ -297,10 +297,10 @@ fn the_namespace_rules_are_the_webhook_configurations() {
     let keys = keys();
     let base = read("manifests/base/mutatingwebhookconfiguration.yaml");
     let webhook = &base["webhooks"][0];
-    assert_eq!(selector(webhook, &keys.inject, "In").unwrap(), [crate::decision::NAMESPACE_ENABLED]);
+    assert_eq!(selector(webhook, &keys.inject, "In").unwrap(), [sidecar_injector_core::decision::NAMESPACE_ENABLED]);
     assert_eq!(selector(webhook, &keys.rev, "DoesNotExist"), Some(Vec::new()));
     let excluded = selector(webhook, "kubernetes.io/metadata.name", "NotIn").unwrap();
-    assert_eq!(excluded, crate::decision::EXCLUDED_NAMESPACES);
+    assert_eq!(excluded, sidecar_injector_core::decision::EXCLUDED_NAMESPACES);
     let canary = read("manifests/revision-canary/mutatingwebhookconfiguration.yaml");
     let webhook = &canary[0]["value"];
     assert_eq!(selector(webhook, &keys.rev, "In").unwrap(), ["canary"]);
@@ -416,12 +416,12 @@ fn the_report_groups_by_namespace_and_workload_and_counts_every_class() {
         (3, 13, 7, 4)
     );
     assert_eq!(summary.workloads_with_unknown_template, 1);
-    assert!(summary.drift && report.failed());
+    assert!(summary.drift && alone(&report).failed());
 }
 
 #[test]
 fn the_table_shows_counts_drift_and_what_restart_would_do() {
-    let table = report().table();
+    let table = alone(&report()).table();
     eprintln!("{table}");
     let lines: Vec<&str> = table.lines().collect();
     let header: Vec<&str> = lines[0].split_whitespace().collect();
@@ -491,20 +491,20 @@ fn no_drift_says_so_and_succeeds() {
         ],
     };
     let report = Report::new(&revisions, vec![quiet]);
-    assert!(!report.failed());
-    let table = report.table();
+    assert!(!alone(&report).failed());
+    let table = alone(&report).table();
     assert!(table.contains("no drift: every pod runs the sidecar"), "{table}");
     assert!(!table.contains("restart"), "{table}");
     // No namespace at all: nothing to say but the totals.
     let empty = Report::new(&revisions, Vec::new());
-    assert!(!empty.failed());
+    assert!(!alone(&empty).failed());
     assert!(empty.table().starts_with("0 pod(s) in 0 namespace(s)"), "{}", empty.table());
 }
 
 #[test]
 fn the_json_report_carries_every_class_and_fact() {
     let report = report();
-    let json: Value = serde_json::from_str(&report.json()).unwrap();
+    let json: Value = serde_json::from_str(&alone(&report).json()).unwrap();
     assert_eq!(json["revisions"][0]["name"], "default");
     assert_eq!(json["revisions"][0]["defaultTemplate"], "default");
     assert_eq!(json["revisions"][1]["templates"]["default"], version(&revisions(), 1));
@@ -586,16 +586,17 @@ fn outcome(plan: restart::Plan, dry_run: bool) -> restart::Outcome {
 #[test]
 fn restart_exits_1_only_when_drift_is_left_behind() {
     let mut report = report();
-    report.restart = Some(outcome(restart::plan(&report, 1), true));
-    assert!(report.failed(), "a deferred workload and pods to recreate by hand are left");
-    let table = report.table();
+    let dry_run = outcome(restart::plan(&report, 1), true);
+    let status = Status { report: &report, restart: Some(&dry_run) };
+    assert!(status.failed(), "a deferred workload and pods to recreate by hand are left");
+    let table = status.table();
     assert!(table.contains("dry run, nothing changed; would restart: Deployment shop/web (4 pod(s))\n"), "{table}");
     assert!(table.contains("left for the next run (--max-restarts 1): DaemonSet shop/agent (1 pod(s))\n"), "{table}");
     assert!(
         table.contains("not restartable, recreate by hand: CronJob shop/backup (1 pod(s)), Pod shop/debug"),
         "{table}"
     );
-    let json: Value = serde_json::from_str(&report.json()).unwrap();
+    let json: Value = serde_json::from_str(&status.json()).unwrap();
     assert_eq!(json["restart"]["dryRun"], true);
     assert_eq!(
         json["restart"]["restarted"],
@@ -605,12 +606,11 @@ fn restart_exits_1_only_when_drift_is_left_behind() {
 
     // Only restartable drift, all of it restarted: success (once no pod names an unknown template, which no
     // restart mends).
-    let mut only_deployments = report.clone();
-    assert!(only_deployments.failed());
-    only_deployments.summary.counts.unknown_template = 0;
     let mut done = outcome(restart::plan(&report, 10), false);
+    assert!(Status { report: &report, restart: None }.failed());
+    report.summary.counts.unknown_template = 0;
     done.not_restartable.clear();
-    only_deployments.restart = Some(done.clone());
+    let only_deployments = Status { report: &report, restart: Some(&done) };
     assert!(!only_deployments.failed());
     assert!(only_deployments.table().contains(
         "restarted (kubectl.kubernetes.io/restartedAt=2026-11-21T10:00:00Z): Deployment shop/web (4 pod(s)), DaemonSet shop/agent (1 pod(s))\n"
@@ -618,7 +618,7 @@ fn restart_exits_1_only_when_drift_is_left_behind() {
     // A refused restart is drift left behind.
     let refused = done.restarted.pop().unwrap();
     done.failed.push(restart::Failed { target: refused, reason: "the Deployment is paused".into() });
-    only_deployments.restart = Some(done);
+    let only_deployments = Status { report: &report, restart: Some(&done) };
     assert!(only_deployments.failed());
     assert!(
         only_deployments.table().contains("not restarted: DaemonSet shop/agent (1 pod(s)): the Deployment is paused\n")
@@ -679,4 +679,9 @@ fn an_error_chain_reads_as_one_line_each_cause_once() {
     let status = kube::core::Status::failure("pods is forbidden: User \"dev\" cannot list", "Forbidden").with_code(403);
     let api = ClusterError::Api { what: "listing pods in shop".into(), source: kube::Error::Api(Box::new(status)) };
     assert_eq!(chain(&api), "listing pods in shop: pods is forbidden: User \"dev\" cannot list (403 Forbidden)");
+}
+
+/// The report as `status` prints it without `--restart`.
+fn alone(report: &Report) -> Status<'_> {
+    Status { report, restart: None }
 }

@@ -5,7 +5,7 @@ pub mod server;
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use sidecar_injector::{Engine, Outcome, Settings, TemplateSet};
+use sidecar_injector_core::{Engine, Outcome, Settings, TemplateSet};
 
 /// A file of the corpus of real pods and reviews kept in the repository (`tests/corpus`, see its README).
 pub fn corpus(path: &str) -> std::path::PathBuf {
@@ -144,7 +144,7 @@ pub fn check_properties(engine: &Engine, pod: &Value) {
         if response["response"]["allowed"] == true {
             let verdict = validation(engine, pod);
             assert!(
-                !matches!(verdict, sidecar_injector::Verdict::Denied(_)),
+                !matches!(verdict, sidecar_injector_core::Verdict::Denied(_)),
                 "{outcome:?}, then /validate {verdict:?}"
             );
         }
@@ -188,18 +188,18 @@ pub fn check_properties(engine: &Engine, pod: &Value) {
         assert!(count(&after) <= count(&before).max(1), "{name} is in both container lists: {after:?}");
     }
     // The API server's own rules: a pod it would accept is still one it accepts once injected.
-    let version = sidecar_injector::validation::KubeVersion::DEFAULT;
-    if sidecar_injector::validation::validate_pod(pod, version).is_empty() {
-        let problems = sidecar_injector::validation::validate_pod(&patched, version);
+    let version = sidecar_injector_core::validation::KubeVersion::DEFAULT;
+    if sidecar_injector_core::validation::validate_pod(pod, version).is_empty() {
+        let problems = sidecar_injector_core::validation::validate_pod(&patched, version);
         let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
         assert!(problems.is_empty(), "a valid pod became one the API server refuses: {problems:#?}\n{patched}");
     }
     assert_eq!(patch_for(engine, &patched), None, "second run on the patched pod must give no patch");
     assert_uninjects(engine, &patched, pod);
     // The validating webhook agrees: the injected pod is complete, the original one is not.
-    assert_eq!(validation(engine, &patched), sidecar_injector::Verdict::Complete, "the injected pod validates");
+    assert_eq!(validation(engine, &patched), sidecar_injector_core::Verdict::Complete, "the injected pod validates");
     assert!(
-        matches!(validation(engine, pod), sidecar_injector::Verdict::Incomplete { .. }),
+        matches!(validation(engine, pod), sidecar_injector_core::Verdict::Incomplete { .. }),
         "a pod the engine would patch fails validation"
     );
 }
@@ -247,7 +247,7 @@ pub fn assert_no_conflicting_fields(patched: &Value, original: &Value) {
 }
 
 /// What `/validate` says of `pod` (as a Pod CREATE review).
-pub fn validation(engine: &Engine, pod: &Value) -> sidecar_injector::Verdict {
+pub fn validation(engine: &Engine, pod: &Value) -> sidecar_injector_core::Verdict {
     let mut body = serde_json::to_vec(&review(pod)).unwrap();
     let mut out = Vec::new();
     let outcome = engine.validate(&mut body, &mut out).unwrap();
@@ -330,7 +330,7 @@ pub fn assert_uninjects(engine: &Engine, injected: &Value, original: &Value) {
     let mut document = injected.clone();
     document["apiVersion"] = "v1".into();
     document["kind"] = "Pod".into();
-    sidecar_injector::offline::uninject_document(engine, &mut document, "shop")
+    sidecar_injector_core::offline::uninject_document(engine, &mut document, "shop")
         .unwrap_or_else(|e| panic!("uninject: {e}\noriginal: {original}"));
     let stripped = json!({"metadata": document["metadata"], "spec": document["spec"]});
     let mut expected = original.clone();

@@ -13,7 +13,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use sidecar_injector::server::{ServeConfig, Server, TlsSource};
-use sidecar_injector::{Engine, Settings, TemplateSet};
+use sidecar_injector_core::{Engine, Settings, TemplateSet};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;

@@ -8,8 +8,8 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use serde_json::{Value, json};
-use sidecar_injector::validation::validate_pod;
-use sidecar_injector::{Engine, Settings, TemplateSet, Verdict};
+use sidecar_injector_core::validation::validate_pod;
+use sidecar_injector_core::{Engine, Settings, TemplateSet, Verdict};
 
 use super::Cluster;
 
@@ -563,7 +563,7 @@ async fn run_case(cluster: &Cluster, changes: &[Change], coverage: &mut Coverage
     let version = cluster.version;
     let settings = Settings { kubernetes_version: version, ..Settings::default() };
     let pod = app_pod(&case, "rules");
-    let Ok(injected) = sidecar_injector::template_set::inject_unchecked(&case.template, &pod, &settings) else {
+    let Ok(injected) = sidecar_injector_core::template_set::inject_unchecked(&case.template, &pod, &settings) else {
         return Ok(()); // refused before the API rules (a YAML or type problem): nothing to compare
     };
     let ours = validate_pod(&injected, version);

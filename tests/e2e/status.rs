@@ -12,7 +12,7 @@ use std::process::Command;
 use base64::Engine as _;
 use hyper::Method;
 use serde_json::{Value, json};
-use sidecar_injector::{Engine, Settings, TemplateSet};
+use sidecar_injector_core::{Engine, Settings, TemplateSet};
 
 use super::Cluster;
 

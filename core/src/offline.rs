@@ -510,7 +510,7 @@ fn first_difference(a: &Value, b: &Value, at: &str) -> String {
 
 /// The Pod CREATE review (admission.k8s.io/v1) the API server would send for `pod` in `namespace`: how the
 /// commands that judge pods offline (`inject`, `status`) put one through the engine.
-pub(crate) fn pod_create_review(uid: &str, namespace: &str, pod: Value) -> Value {
+pub fn pod_create_review(uid: &str, namespace: &str, pod: Value) -> Value {
     json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",

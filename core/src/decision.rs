@@ -12,7 +12,8 @@ use crate::settings::Keys;
 use crate::template::Template;
 
 /// Why a request was admitted without a patch. The set is closed so that it can label a metric.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 #[non_exhaustive]
 pub enum SkipReason {
     /// The object is not a core/v1 Pod.
@@ -55,48 +56,12 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
-    /// Every reason, for registering metrics up front.
-    pub const ALL: [SkipReason; 17] = [
-        SkipReason::NotAPod,
-        SkipReason::NotCreate,
-        SkipReason::Subresource,
-        SkipReason::NoObject,
-        SkipReason::MirrorPod,
-        SkipReason::OptedOut,
-        SkipReason::Windows,
-        SkipReason::HostNetwork,
-        SkipReason::Job,
-        SkipReason::InjectedByOtherVersion,
-        SkipReason::AlreadyInjected,
-        SkipReason::RenderFailed,
-        SkipReason::PodResources,
-        SkipReason::PodConflict,
-        SkipReason::UnknownTemplate,
-        SkipReason::CombinationRefused,
-        SkipReason::TemplateUnavailable,
-    ];
+    /// Every one, for registering metrics up front.
+    pub const ALL: &'static [SkipReason] = <SkipReason as strum::VariantArray>::VARIANTS;
 
-    /// A short, stable name for metrics and logs.
+    /// Its name: a metric's label, the word in logs, warnings and the docs.
     pub fn as_str(self) -> &'static str {
-        match self {
-            SkipReason::NotAPod => "not-a-pod",
-            SkipReason::NotCreate => "not-create",
-            SkipReason::Subresource => "subresource",
-            SkipReason::NoObject => "no-object",
-            SkipReason::MirrorPod => "mirror-pod",
-            SkipReason::OptedOut => "opted-out",
-            SkipReason::Windows => "windows",
-            SkipReason::HostNetwork => "host-network",
-            SkipReason::Job => "job",
-            SkipReason::InjectedByOtherVersion => "injected-by-other-version",
-            SkipReason::AlreadyInjected => "already-injected",
-            SkipReason::RenderFailed => "render-failed",
-            SkipReason::PodResources => "pod-resources",
-            SkipReason::PodConflict => "pod-conflict",
-            SkipReason::UnknownTemplate => "unknown-template",
-            SkipReason::CombinationRefused => "combination-refused",
-            SkipReason::TemplateUnavailable => "template-unavailable",
-        }
+        self.into()
     }
 
     /// The pod was one to inject and could not be injected (the template or the pod is at fault), rather than

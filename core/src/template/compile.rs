@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+use super::native::as_native_sidecars;
 use super::part::{annotation_keys, names_in};
 use super::part_settings::{JobPolicy, NATIVE_SIDECAR_MINOR, PartSettings};
 use super::stamp::{hex_prefix, insert_status, status_value};
@@ -24,30 +25,6 @@ pub(crate) enum Shape {
     AsWritten,
     /// For the pods of Jobs: the containers as native sidecars.
     ForJobs,
-}
-
-/// Moves the template's containers to the end of its init containers, each with `restartPolicy: Always`: native
-/// sidecars, started in order after the template's own init containers (which may set up what they need) and
-/// stopped by the kubelet once the pod's own containers have ended.
-pub(super) fn as_native_sidecars(pod: &mut YNode) {
-    let Some(spec) = pod.map_get_mut("spec") else { return };
-    let YValue::Map(members) = &mut spec.value else { return };
-    let Some(at) = members.iter().position(|(key, _)| key == "containers") else { return };
-    let (_, containers) = members.remove(at);
-    let line = containers.line;
-    let YValue::Seq(mut sidecars) = containers.value else { return };
-    for sidecar in &mut sidecars {
-        if let YValue::Map(fields) = &mut sidecar.value
-            && !fields.iter().any(|(key, _)| key == "restartPolicy")
-        {
-            let always = YNode { line: sidecar.line, value: YValue::Str("Always".into()) };
-            fields.push(("restartPolicy".into(), always));
-        }
-    }
-    match members.iter_mut().find(|(key, _)| key == "initContainers") {
-        Some((_, YNode { value: YValue::Seq(init), .. })) => init.append(&mut sidecars),
-        _ => members.push(("initContainers".into(), YNode { line, value: YValue::Seq(sidecars) })),
-    }
 }
 
 /// The sections of several parts laid one over the other: each later part fills only what the earlier ones
@@ -267,7 +244,8 @@ impl Template {
             many => hex_prefix(&Sha256::digest(many.iter().map(|p| p.hash.as_str()).collect::<Vec<_>>().join(","))),
         };
 
-        let combined_settings = PartSettings::combined(parts);
+        let part_settings: Vec<&PartSettings> = parts.iter().map(|part| &part.settings).collect();
+        let combined_settings = PartSettings::combined(&part_settings);
         let native = settings.kubernetes_version.at_least(NATIVE_SIDECAR_MINOR);
         let hold = combined_settings.hold_application.then(|| Hold::for_version(native));
         let mut combined = Combined::of(parts);

@@ -225,7 +225,7 @@ mod tests {
         let missing: Vec<_> = in_the_types.difference(&accounted).collect();
         assert!(
             missing.is_empty(),
-            "fields neither judged nor listed with a reason (src/validation/fields.rs): {missing:?}"
+            "fields neither judged nor listed with a reason (core/src/validation/fields.rs): {missing:?}"
         );
         let stale: Vec<_> = accounted.difference(&in_the_types).collect();
         assert!(stale.is_empty(), "listed fields the types do not have: {stale:?}");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use super::part_settings::{PartSettings, TOP_LEVEL_KEYS, setting};
+use super::part_settings::{HOLD_KEY, PartSettings, TOP_LEVEL_KEYS, setting};
 use super::render::{LeafKind, RenderError, Renderer, is_template};
 use super::stamp::hex_prefix;
 use super::yaml::{self, PathSeg, YNode, YValue, display_path};
@@ -130,7 +130,7 @@ impl Part {
             return Err(several(problems.map(|(line, problem)| invalid(line, problem.to_string())).collect()));
         }
         if settings.hold_application {
-            let line = root.map_get(hold::KEY).map_or(root.line, |setting| setting.line);
+            let line = root.map_get(HOLD_KEY).map_or(root.line, |setting| setting.line);
             let problems = hold::problems(&pod, line, &invalid);
             if !problems.is_empty() {
                 return Err(several(problems));

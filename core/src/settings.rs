@@ -44,7 +44,19 @@ impl Default for Settings {
 
 /// What to do with a pod when injection cannot proceed (a template fails to render, an unknown template name).
 /// Also the value of `--on-error` and `--unknown-template` (`allow`, `deny`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    strum::EnumString,
+    strum::Display,
+    strum::VariantNames,
+    strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Policy {
     /// Admit the pod without the sidecar, with a warning saying why.
     #[default]
@@ -53,35 +65,27 @@ pub enum Policy {
     Deny,
 }
 
-impl Policy {
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        match text {
-            "allow" => Some(Policy::Allow),
-            "deny" => Some(Policy::Deny),
-            _ => None,
-        }
-    }
-}
-
 /// What `/validate` answers for a pod that lacks part of what its template injects. Also the value of
 /// `--validation` (`deny`, `warn`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    strum::EnumString,
+    strum::Display,
+    strum::VariantNames,
+    strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Validation {
     /// Refuse the pod, naming what is missing.
     #[default]
     Deny,
     /// Admit the pod with a warning naming what is missing.
     Warn,
-}
-
-impl Validation {
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        match text {
-            "deny" => Some(Validation::Deny),
-            "warn" => Some(Validation::Warn),
-            _ => None,
-        }
-    }
 }
 
 /// The annotation keys the engine reads and writes, built once from the prefix.

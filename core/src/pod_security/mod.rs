@@ -138,7 +138,7 @@ impl Report {
 /// Evaluates `pod` (a Pod's JSON: `metadata` and `spec`) against every check of the latest policy.
 ///
 /// ```
-/// use sidecar_injector::pod_security::{Level, evaluate};
+/// use sidecar_injector_core::pod_security::{Level, evaluate};
 ///
 /// let pod = serde_json::json!({"spec": {"containers": [{"name": "app", "image": "nginx"}]}});
 /// let report = evaluate(&pod);

@@ -2,10 +2,13 @@
 //! may have, how each is read, and how a combination takes them from its parts. A new setting is added here (and
 //! read into [`Template`](super::Template) in `compile`).
 
+use super::TemplateError;
 use super::yaml::{YNode, YValue};
-use super::{Part, TemplateError, hold};
 use crate::settings::{Policy, Validation};
 use crate::validation::KubeVersion;
+
+/// The key of the setting that holds the app until the sidecars are ready (`hold`).
+pub(super) const HOLD_KEY: &str = "holdApplicationUntilSidecarReady";
 
 pub(super) const TOP_LEVEL_KEYS: [&str; 12] = [
     "values",
@@ -14,7 +17,7 @@ pub(super) const TOP_LEVEL_KEYS: [&str; 12] = [
     "containerDefaultsFor",
     "initContainerPosition",
     "injectHostNetwork",
-    hold::KEY,
+    HOLD_KEY,
     "jobs",
     "onError",
     "validation",
@@ -24,7 +27,8 @@ pub(super) const TOP_LEVEL_KEYS: [&str; 12] = [
 
 /// What a template does for a pod owned by a Job (which covers a CronJob's): a regular sidecar container never
 /// exits, so the Job's pod would never complete (kubernetes#25908).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, strum::EnumString, strum::IntoStaticStr, strum::VariantNames)]
+#[strum(serialize_all = "kebab-case")]
 pub enum JobPolicy {
     /// The template's containers become native sidecars (init containers with `restartPolicy: Always`), which
     /// the kubelet stops when the Job's own containers end. Needs Kubernetes 1.29; below it, `Skip` with a
@@ -38,22 +42,9 @@ pub enum JobPolicy {
 }
 
 impl JobPolicy {
-    pub(super) fn parse(text: &str) -> Option<Self> {
-        match text {
-            "native-sidecar" => Some(JobPolicy::NativeSidecar),
-            "skip" => Some(JobPolicy::Skip),
-            "inject" => Some(JobPolicy::Inject),
-            _ => None,
-        }
-    }
-
     /// The setting's name in a template.
     pub fn as_str(self) -> &'static str {
-        match self {
-            JobPolicy::NativeSidecar => "native-sidecar",
-            JobPolicy::Skip => "skip",
-            JobPolicy::Inject => "inject",
-        }
+        self.into()
     }
 }
 
@@ -101,9 +92,9 @@ impl PartSettings {
             YValue::Bool(b) => Some(b),
             _ => None,
         };
-        let policy = |n: &YNode| n.as_str().and_then(Policy::parse);
-        let jobs = |n: &YNode| n.as_str().and_then(JobPolicy::parse);
-        let validation = |n: &YNode| n.as_str().and_then(Validation::parse);
+        let policy = |n: &YNode| n.as_str().and_then(|s| s.parse::<Policy>().ok());
+        let jobs = |n: &YNode| n.as_str().and_then(|s| s.parse::<JobPolicy>().ok());
+        let validation = |n: &YNode| n.as_str().and_then(|s| s.parse::<Validation>().ok());
         // Quoted: YAML reads 1.30 unquoted as the number 1.3.
         let version = |n: &YNode| n.as_str().and_then(|text| text.parse::<KubeVersion>().ok());
         Ok(PartSettings {
@@ -111,7 +102,7 @@ impl PartSettings {
                 .unwrap_or(InitPosition::First),
             inject_host_network: setting(root, "injectHostNetwork", "true or false", boolean, invalid)?
                 .unwrap_or(false),
-            hold_application: setting(root, hold::KEY, "true or false", boolean, invalid)?.unwrap_or(false),
+            hold_application: setting(root, HOLD_KEY, "true or false", boolean, invalid)?.unwrap_or(false),
             jobs: setting(root, "jobs", "`native-sidecar`, `skip` or `inject`", jobs, invalid)?.unwrap_or_default(),
             on_error: setting(root, "onError", "`allow` or `deny`", policy, invalid)?,
             validation: setting(root, "validation", "`deny` or `warn`", validation, invalid)?,
@@ -128,29 +119,29 @@ impl PartSettings {
     /// The settings of parts applied in order: the first part's init position; a host-network pod is injected
     /// only if every part allows it; the app waits for the sidecars if any part says so; for each policy, the
     /// strictest part decides (for Jobs: `skip` over `native-sidecar` over `inject`).
-    pub(super) fn combined(parts: &[&Part]) -> Self {
+    pub(super) fn combined(parts: &[&PartSettings]) -> Self {
         let first = parts.first().expect("a template is assembled from at least one part");
-        let on_error = if parts.iter().any(|p| p.settings.on_error == Some(Policy::Deny)) {
+        let on_error = if parts.iter().any(|p| p.on_error == Some(Policy::Deny)) {
             Some(Policy::Deny)
         } else {
-            parts.iter().find_map(|p| p.settings.on_error)
+            parts.iter().find_map(|p| p.on_error)
         };
-        let validation = if parts.iter().any(|p| p.settings.validation == Some(Validation::Deny)) {
+        let validation = if parts.iter().any(|p| p.validation == Some(Validation::Deny)) {
             Some(Validation::Deny)
         } else {
-            parts.iter().find_map(|p| p.settings.validation)
+            parts.iter().find_map(|p| p.validation)
         };
         PartSettings {
-            init_position: first.settings.init_position,
-            inject_host_network: parts.iter().all(|p| p.settings.inject_host_network),
-            hold_application: parts.iter().any(|p| p.settings.hold_application),
+            init_position: first.init_position,
+            inject_host_network: parts.iter().all(|p| p.inject_host_network),
+            hold_application: parts.iter().any(|p| p.hold_application),
             jobs: [JobPolicy::Skip, JobPolicy::NativeSidecar]
                 .into_iter()
-                .find(|policy| parts.iter().any(|p| p.settings.jobs == *policy))
+                .find(|policy| parts.iter().any(|p| p.jobs == *policy))
                 .unwrap_or(JobPolicy::Inject),
             on_error,
             validation,
-            min_version: parts.iter().filter_map(|p| p.settings.min_version).max(),
+            min_version: parts.iter().filter_map(|p| p.min_version).max(),
         }
     }
 }

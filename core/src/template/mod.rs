@@ -24,6 +24,7 @@ mod hold;
 mod known_fields;
 mod leaf_cache;
 mod leaf_checks;
+mod native;
 mod overrides;
 mod part;
 mod part_settings;
@@ -55,15 +56,15 @@ use tree::TNode;
 use yaml::YNode;
 
 /// The template compiled into the binary: `templates/default.yaml`.
-pub const BUILTIN_SOURCE: &str = include_str!("../../templates/default.yaml");
+pub const BUILTIN_SOURCE: &str = include_str!("../../../templates/default.yaml");
 /// The templates this release ships (`templates/`), by file name: what `certs` seeds the templates directory of
 /// an overlay with. The base's ConfigMap holds the same files (tests/manifests.rs checks both against `templates/`).
 pub const SHIPPED: &[(&str, &str)] = &[
     ("default.yaml", BUILTIN_SOURCE),
-    ("demo.yaml", include_str!("../../templates/demo.yaml")),
-    ("native-sidecar.yaml", include_str!("../../templates/native-sidecar.yaml")),
-    ("restricted.yaml", include_str!("../../templates/restricted.yaml")),
-    ("wait-for-sidecar.yaml", include_str!("../../templates/wait-for-sidecar.yaml")),
+    ("demo.yaml", include_str!("../../../templates/demo.yaml")),
+    ("native-sidecar.yaml", include_str!("../../../templates/native-sidecar.yaml")),
+    ("restricted.yaml", include_str!("../../../templates/restricted.yaml")),
+    ("wait-for-sidecar.yaml", include_str!("../../../templates/wait-for-sidecar.yaml")),
 ];
 /// The name the built-in template is known by, and the template pods get when they do not ask for one.
 pub const BUILTIN_NAME: &str = "default";

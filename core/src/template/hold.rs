@@ -20,11 +20,9 @@
 //! version it may meet.
 
 use super::TemplateError;
-use super::compile::as_native_sidecars;
+use super::native::as_native_sidecars;
+use super::part_settings::HOLD_KEY as KEY;
 use super::yaml::{PathSeg, YNode, YValue, display_path};
-
-/// The setting's key in a template.
-pub(crate) const KEY: &str = "holdApplicationUntilSidecarReady";
 
 /// How a template holds the app's containers until its sidecars are ready, for the Kubernetes version it is
 /// assembled for.

@@ -40,8 +40,8 @@ const CONFIG_MAP_KEY_MSG: &str = "a valid config key must consist of alphanumeri
 const HTTP_HEADER_NAME_FMT: &str = "[-A-Za-z0-9]+";
 const HTTP_HEADER_NAME_MSG: &str = "a valid HTTP header must consist of alphanumeric characters or '-'";
 
-/// `IsDNS1123Label`: container, volume and port-less names.
-pub(crate) fn dns1123_label(value: &str) -> Vec<String> {
+/// `IsDNS1123Label`: container, volume and port-less names; the API server's messages for `value`, none if valid.
+pub fn dns1123_label(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if value.len() > DNS1123_LABEL_MAX_LENGTH {
         errors.push(max_len_error(DNS1123_LABEL_MAX_LENGTH));
@@ -52,8 +52,9 @@ pub(crate) fn dns1123_label(value: &str) -> Vec<String> {
     errors
 }
 
-/// `IsDNS1123Subdomain`: object names, service account names, a qualified name's prefix.
-pub(crate) fn dns1123_subdomain(value: &str) -> Vec<String> {
+/// `IsDNS1123Subdomain`: object names, service account names, a qualified name's prefix; the API server's
+/// messages for `value`, none if valid.
+pub fn dns1123_subdomain(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if value.len() > DNS1123_SUBDOMAIN_MAX_LENGTH {
         errors.push(max_len_error(DNS1123_SUBDOMAIN_MAX_LENGTH));

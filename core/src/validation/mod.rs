@@ -23,6 +23,7 @@ use crate::pod_api::decode;
 
 pub use field::{BadValue, ErrorKind, FieldError, FieldPath, Seg};
 pub use fields::{Account, POD_FIELDS};
+pub use names::{dns1123_label, dns1123_subdomain};
 pub use version::{KubeVersion, VersionError};
 
 /// The most bytes a pod's annotations may hold, keys and values together.
