@@ -314,8 +314,11 @@ fn the_core_links_nothing_that_does_io() {
         }
     }
     assert!(linked.contains("simd-json") && linked.contains("minijinja"), "{linked:?}");
-    let forbidden = ["tokio", "mio", "hyper", "h2", "rustls", "kube", "metrics", "clap", "notify", "tracing", "socket2"];
-    let found: Vec<&String> =
-        linked.iter().filter(|name| forbidden.iter().any(|f| *name == f || name.starts_with(&format!("{f}-")))).collect();
+    let forbidden =
+        ["tokio", "mio", "hyper", "h2", "rustls", "kube", "metrics", "clap", "notify", "tracing", "socket2"];
+    let found: Vec<&String> = linked
+        .iter()
+        .filter(|name| forbidden.iter().any(|f| *name == f || name.starts_with(&format!("{f}-"))))
+        .collect();
     assert!(found.is_empty(), "the core links {found:?}");
 }

@@ -379,7 +379,7 @@ async fn memory_stays_within_the_documented_bound_under_connections_holding_all_
 /// (not after the header timeout), and a probe arriving with every one taken by silent clients is answered at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_listener_holds_a_bounded_number_of_connections_and_a_probe_always_gets_through() {
-    use sidecar_injector::server::defaults::ADMIN_MAX_CONNECTIONS;
+    use sidecar_injector::server::limits::ADMIN_MAX_CONNECTIONS;
     let server = start(|_, _| {}).await;
     let mut silent = Vec::new();
     for _ in 0..ADMIN_MAX_CONNECTIONS + 8 {

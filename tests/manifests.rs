@@ -336,11 +336,11 @@ fn the_deployment_is_hardened_and_runs_what_it_mounts() {
         <Cli as clap::Parser>::try_parse_from(std::iter::once("sidecar-injector".to_owned()).chain(args)).unwrap();
     let Command::Serve(serve) = cli.command else { panic!("the container runs serve") };
     assert_eq!(
-        serve.listen.port(),
+        serve.server.listen.port(),
         container.ports.as_ref().unwrap().iter().find(|p| p.name.as_deref() == Some("https")).unwrap().container_port
             as u16
     );
-    assert_eq!(serve.metrics_listen.port(), metrics_port.container_port as u16);
+    assert_eq!(serve.server.metrics_listen.port(), metrics_port.container_port as u16);
     let mounts = container.volume_mounts.clone().unwrap();
     assert!(mounts.iter().all(|m| m.sub_path.is_none()), "subPath mounts never see updates");
     let volumes = pod.volumes.unwrap();

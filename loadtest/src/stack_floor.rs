@@ -42,7 +42,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use sidecar_injector::server::defaults::DEFAULT_H2_MAX_CONCURRENT_STREAMS;
 use sidecar_injector_core::{Engine, PARSE_PADDING, Settings, TemplateSet};
 
 use crate::bodies::{Body, UID_PLACEHOLDER};
@@ -194,7 +193,7 @@ async fn serve(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcc
     let mut h2 = auto::Builder::new(TokioExecutor::new()).http2_only();
     h2.http2()
         .timer(TokioTimer::new())
-        .max_concurrent_streams(DEFAULT_H2_MAX_CONCURRENT_STREAMS)
+        .max_concurrent_streams(sidecar_injector::server::ServeConfig::default().h2_max_concurrent_streams)
         .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESET_STREAMS)
         .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT);

@@ -1,10 +1,10 @@
 //! `sidecar-injector serve`: the webhook server.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::server::defaults::*;
+use crate::server::limits::TEMPLATE_DEBOUNCE;
 use crate::server::reload::TemplateWatch;
 use crate::server::source::TemplateSource;
 use crate::server::{ServeConfig, Server, TlsSource};
@@ -13,31 +13,13 @@ use clap::{Args, ValueEnum};
 
 use super::{CliError, PolicyArgs, TemplateArgs};
 
-/// Arguments of `serve`. Every flag also reads `SIDECAR_INJECTOR_<FLAG>`. The defaults are those of
-/// [`crate::server::defaults`], the same that [`ServeConfig::default`] has; durations are written as humantime
-/// parses and prints them (`10s`, `1m30s`, `250ms`).
+/// Arguments of `serve`: the server's own flags (declared once, on [`ServeConfig`]) and those the CLI turns into
+/// its certificate source, template watches, runtime and logging. Every flag also reads `SIDECAR_INJECTOR_<FLAG>`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address of the HTTPS webhook listener.
-    #[arg(long, default_value_t = DEFAULT_LISTEN, env = "SIDECAR_INJECTOR_LISTEN")]
-    pub listen: SocketAddr,
-
-    /// Address of the plain-HTTP listener for /metrics, /healthz and /readyz.
-    #[arg(long, default_value_t = DEFAULT_METRICS_LISTEN, env = "SIDECAR_INJECTOR_METRICS_LISTEN")]
-    pub metrics_listen: SocketAddr,
-
-    /// The webhook's path.
-    #[arg(long, default_value = DEFAULT_PATH, env = "SIDECAR_INJECTOR_PATH")]
-    pub path: String,
-
-    /// The validating webhook's path: refuses (or warns about) pods that lack part of their injection.
-    #[arg(long, default_value = DEFAULT_VALIDATE_PATH, env = "SIDECAR_INJECTOR_VALIDATE_PATH")]
-    pub validate_path: String,
-
-    /// The apply-time preview's path: admits workloads (Deployments, Jobs...) with warnings naming what would go
-    /// wrong for their pods.
-    #[arg(long, default_value = DEFAULT_PREVIEW_PATH, env = "SIDECAR_INJECTOR_PREVIEW_PATH")]
-    pub preview_path: String,
+    /// The server's flags.
+    #[command(flatten)]
+    pub server: ServeConfig,
 
     /// Serving certificate chain (PEM), reloaded when it changes. Without it (and --tls-key), a development
     /// certificate for localhost is generated.
@@ -53,68 +35,6 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", env = "SIDECAR_INJECTOR_DEV_CA_FILE")]
     pub dev_ca_file: Option<PathBuf>,
 
-    /// Require client certificates signed by this CA bundle (PEM).
-    #[arg(long, value_name = "FILE", env = "SIDECAR_INJECTOR_CLIENT_CA")]
-    pub client_ca: Option<PathBuf>,
-
-    /// Accept TLS 1.3 only (default: TLS 1.2 and 1.3).
-    #[arg(long, env = "SIDECAR_INJECTOR_TLS13_ONLY")]
-    pub tls13_only: bool,
-
-    /// How often the certificate files are checked for a change.
-    #[arg(long, default_value_t = DEFAULT_TLS_RELOAD_INTERVAL.into(), env = "SIDECAR_INJECTOR_TLS_RELOAD_INTERVAL")]
-    pub tls_reload_interval: humantime::Duration,
-
-    /// Largest accepted request body, in bytes; larger ones get 413.
-    #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, env = "SIDECAR_INJECTOR_MAX_BODY_BYTES")]
-    pub max_body_bytes: usize,
-
-    /// Time allowed from the accept for the TLS handshake and the first request (HTTP/2: preface, SETTINGS and
-    /// its headers), and on HTTP/1.1 for each later request's headers from their first byte.
-    #[arg(long, default_value_t = DEFAULT_HEADER_READ_TIMEOUT.into(), env = "SIDECAR_INJECTOR_HEADER_READ_TIMEOUT")]
-    pub header_read_timeout: humantime::Duration,
-
-    /// A keep-alive connection with no request in progress is closed after this long (HTTP/2 with a GOAWAY);
-    /// keep it longer than the clients' own idle timeout (the API server's is 90s).
-    #[arg(long, default_value_t = DEFAULT_IDLE_TIMEOUT.into(), env = "SIDECAR_INJECTOR_IDLE_TIMEOUT")]
-    pub idle_timeout: humantime::Duration,
-
-    /// A connection older than this ends after its next answer (HTTP/1.1 `Connection: close`, HTTP/2 a GOAWAY),
-    /// never cutting a request, so that the API server's connections spread over replicas added later; 0s: never.
-    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTION_AGE.into(), env = "SIDECAR_INJECTOR_MAX_CONNECTION_AGE")]
-    pub max_connection_age: humantime::Duration,
-
-    /// Request body bytes, and answer bytes until sent, held in memory at once over every connection; a body or
-    /// answer that does not fit waits up to 1s for room, then gets 503 with Retry-After. At least twice
-    /// --max-body-bytes (each body is held twice: the buffer parsed and a copy kept for a second review).
-    #[arg(long, default_value_t = DEFAULT_MAX_INFLIGHT_BODY_BYTES, env = "SIDECAR_INJECTOR_MAX_INFLIGHT_BODY_BYTES")]
-    pub max_inflight_body_bytes: usize,
-
-    /// Deadline of one request; the API server's `?timeout=` lowers it.
-    #[arg(long, default_value_t = DEFAULT_REQUEST_TIMEOUT.into(), env = "SIDECAR_INJECTOR_REQUEST_TIMEOUT")]
-    pub request_timeout: humantime::Duration,
-
-    /// Connections served at once; more wait in the listen backlog.
-    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS, env = "SIDECAR_INJECTOR_MAX_CONNECTIONS")]
-    pub max_connections: usize,
-
-    /// Concurrent streams per HTTP/2 connection.
-    #[arg(long, default_value_t = DEFAULT_H2_MAX_CONCURRENT_STREAMS, env = "SIDECAR_INJECTOR_H2_MAX_CONCURRENT_STREAMS")]
-    pub h2_max_concurrent_streams: u32,
-
-    /// A connection whose peer takes less than 16 KiB of its answers in this long (writes blocked, or HTTP/2
-    /// answers waiting for a flow-control window) is closed.
-    #[arg(long, default_value_t = DEFAULT_WRITE_TIMEOUT.into(), env = "SIDECAR_INJECTOR_WRITE_TIMEOUT")]
-    pub write_timeout: humantime::Duration,
-
-    /// After SIGTERM, keep accepting this long (readiness already 503) while endpoints are removed.
-    #[arg(long, default_value_t = DEFAULT_SHUTDOWN_DELAY.into(), env = "SIDECAR_INJECTOR_SHUTDOWN_DELAY")]
-    pub shutdown_delay: humantime::Duration,
-
-    /// After SIGTERM, exit within this long even if connections are still open (Kubernetes kills at 30 s).
-    #[arg(long, default_value_t = DEFAULT_SHUTDOWN_TIMEOUT.into(), env = "SIDECAR_INJECTOR_SHUTDOWN_TIMEOUT")]
-    pub shutdown_timeout: humantime::Duration,
-
     /// `[REVISION=]NAME` (repeatable): the ConfigMap, in this pod's namespace, that the revision's --template-dir
     /// is mounted from. A pod naming a template the directory lacks makes the server read it through the API
     /// server (a minute before the kubelet updates the volume, after an edit that added it). Needs the in-cluster
@@ -123,8 +43,8 @@ pub struct ServeArgs {
     pub template_configmap: Vec<RevisionConfigMap>,
 
     /// With --template-dir: how often the directory is read even without a change event (events can be missed).
-    #[arg(long, default_value_t = DEFAULT_TEMPLATE_POLL_INTERVAL.into(), env = "SIDECAR_INJECTOR_TEMPLATE_POLL_INTERVAL")]
-    pub template_poll_interval: humantime::Duration,
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_TEMPLATE_POLL_INTERVAL")]
+    pub template_poll_interval: Duration,
 
     /// Worker threads [default: the CPUs this process may use, from affinity and the cgroup CPU quota]. Set it
     /// in a container without a CPU limit, which would otherwise get one worker per node CPU.
@@ -159,42 +79,25 @@ pub enum LogFormat {
 
 impl ServeArgs {
     fn config(&self) -> ServeConfig {
-        let tls = match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => TlsSource::Files { cert: cert.clone(), key: key.clone() },
-            _ => TlsSource::SelfSigned { ca_out: self.dev_ca_file.clone().unwrap_or_else(default_dev_ca_file) },
+        let tls = match (&self.tls_cert, &self.tls_key, &self.dev_ca_file) {
+            (Some(cert), Some(key), _) => TlsSource::Files { cert: cert.clone(), key: key.clone() },
+            (_, _, Some(ca_out)) => TlsSource::SelfSigned { ca_out: ca_out.clone() },
+            _ => TlsSource::development(),
         };
         ServeConfig {
-            listen: self.listen,
-            metrics_listen: self.metrics_listen,
-            path: self.path.clone(),
-            validate_path: self.validate_path.clone(),
-            preview_path: self.preview_path.clone(),
             tls,
-            client_ca: self.client_ca.clone(),
-            tls13_only: self.tls13_only,
-            tls_reload_interval: self.tls_reload_interval.into(),
-            max_body_bytes: self.max_body_bytes,
-            header_read_timeout: self.header_read_timeout.into(),
-            idle_timeout: self.idle_timeout.into(),
-            max_connection_age: self.max_connection_age.into(),
-            max_inflight_body_bytes: self.max_inflight_body_bytes,
-            request_timeout: self.request_timeout.into(),
-            max_connections: self.max_connections,
-            h2_max_concurrent_streams: self.h2_max_concurrent_streams,
-            write_timeout: self.write_timeout.into(),
-            shutdown_delay: self.shutdown_delay.into(),
-            shutdown_timeout: self.shutdown_timeout.into(),
             template_watches: (self.template.template_dir.iter())
                 .map(|revision| TemplateWatch {
                     dir: revision.dir.clone(),
                     default_template: self.template.served.default_template.clone(),
                     settings: self.template.settings_for(&revision.revision, Some(&self.policies)),
-                    poll_interval: self.template_poll_interval.into(),
+                    poll_interval: self.template_poll_interval,
                     debounce: TEMPLATE_DEBOUNCE,
                     events: true,
                     source: None,
                 })
                 .collect(),
+            ..self.server.clone()
         }
     }
 }
@@ -401,56 +304,6 @@ mod tests {
         assert_eq!(args.template.settings(Some(&args.policies)), sidecar_injector_core::settings::Settings::default());
     }
 
-    #[test]
-    fn serve_without_flags_is_the_default_config() {
-        let default = ServeConfig::default();
-        // Destructured without `..`, so that a new field cannot be left out of this comparison.
-        let ServeConfig {
-            listen,
-            metrics_listen,
-            path,
-            validate_path,
-            preview_path,
-            tls,
-            client_ca,
-            tls13_only,
-            tls_reload_interval,
-            max_body_bytes,
-            header_read_timeout,
-            idle_timeout,
-            max_connection_age,
-            max_inflight_body_bytes,
-            request_timeout,
-            max_connections,
-            h2_max_concurrent_streams,
-            write_timeout,
-            shutdown_delay,
-            shutdown_timeout,
-            template_watches,
-        } = parse(&[]).config();
-        assert_eq!(listen, default.listen, "--listen");
-        assert_eq!(metrics_listen, default.metrics_listen, "--metrics-listen");
-        assert_eq!(path, default.path, "--path");
-        assert_eq!(validate_path, default.validate_path, "--validate-path");
-        assert_eq!(preview_path, default.preview_path, "--preview-path");
-        assert_eq!(tls, default.tls, "--tls-cert, --tls-key, --dev-ca-file");
-        assert_eq!(client_ca, default.client_ca, "--client-ca");
-        assert_eq!(tls13_only, default.tls13_only, "--tls13-only");
-        assert_eq!(tls_reload_interval, default.tls_reload_interval, "--tls-reload-interval");
-        assert_eq!(max_body_bytes, default.max_body_bytes, "--max-body-bytes");
-        assert_eq!(header_read_timeout, default.header_read_timeout, "--header-read-timeout");
-        assert_eq!(idle_timeout, default.idle_timeout, "--idle-timeout");
-        assert_eq!(max_connection_age, default.max_connection_age, "--max-connection-age");
-        assert_eq!(max_inflight_body_bytes, default.max_inflight_body_bytes, "--max-inflight-body-bytes");
-        assert_eq!(request_timeout, default.request_timeout, "--request-timeout");
-        assert_eq!(max_connections, default.max_connections, "--max-connections");
-        assert_eq!(h2_max_concurrent_streams, default.h2_max_concurrent_streams, "--h2-max-concurrent-streams");
-        assert_eq!(write_timeout, default.write_timeout, "--write-timeout");
-        assert_eq!(shutdown_delay, default.shutdown_delay, "--shutdown-delay");
-        assert_eq!(shutdown_timeout, default.shutdown_timeout, "--shutdown-timeout");
-        assert!(template_watches.is_empty() && default.template_watches.is_empty(), "--template-dir");
-    }
-
     /// Issue 38: the start log said `templates: []` (no directory watched) while the built-in template served.
     #[test]
     fn the_start_log_names_where_each_revisions_templates_come_from() {
@@ -482,7 +335,7 @@ mod tests {
             parse(&["--template-dir", "/nonexistent", "--shutdown-delay", "1m30s", "--request-timeout", "250ms"]);
         let config = args.config();
         let [watch] = config.template_watches.as_slice() else { panic!("--template-dir watches the directory") };
-        assert_eq!(watch.poll_interval, DEFAULT_TEMPLATE_POLL_INTERVAL);
+        assert_eq!(watch.poll_interval, Duration::from_secs(10));
         assert_eq!(watch.debounce, TEMPLATE_DEBOUNCE);
         assert_eq!(config.shutdown_delay, Duration::from_secs(90));
         assert_eq!(config.request_timeout, Duration::from_millis(250));
@@ -490,5 +343,18 @@ mod tests {
             Cli::try_parse_from(["sidecar-injector", "serve", "--shutdown-delay", "2"]).is_err(),
             "a unit is needed"
         );
+    }
+
+    /// The server's flags are declared once, on `ServeConfig`: its `Default` reads the same declarations without
+    /// the environment, so a variable set where the library runs cannot change what "default" means.
+    #[test]
+    fn the_default_config_is_serve_without_flags_and_ignores_the_environment() {
+        let config = parse(&["--listen", "127.0.0.1:1", "--max-connections", "3"]).config();
+        assert_eq!((config.listen.port(), config.max_connections), (1, 3));
+        let default = ServeConfig::default();
+        let (flags, defaults) = (format!("{:?}", parse(&[]).config()), format!("{default:?}"));
+        assert_eq!(flags, defaults);
+        assert_eq!(default.max_inflight_body_bytes, 32 * 1024 * 1024);
+        assert_eq!(default.idle_timeout, Duration::from_secs(120));
     }
 }

@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::Shared;
-use super::defaults::{ADMIN_CONNECTION_LIFETIME, ADMIN_HEADER_READ_TIMEOUT, ADMIN_MAX_CONNECTIONS, H1_MAX_BUF_SIZE};
+use super::limits::{ADMIN_CONNECTION_LIFETIME, ADMIN_HEADER_READ_TIMEOUT, ADMIN_MAX_CONNECTIONS, H1_MAX_BUF_SIZE};
 
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     serve_from(|| listener.accept(), shared).await;

@@ -9,8 +9,8 @@
 mod admin;
 mod budget;
 mod conn;
-pub mod defaults;
 mod handler;
+pub mod limits;
 pub mod refresh;
 pub mod reload;
 pub mod source;
@@ -30,7 +30,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::{AcquireError, Semaphore, watch};
 
-use defaults::*;
+use limits::*;
 use sidecar_injector_core::Engine;
 pub use tls::TlsSource;
 
@@ -54,86 +54,120 @@ const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long an HTTP/2 PING may go unanswered before the connection is closed: hyper's default, written here.
 const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Everything the server needs, explicit: the CLI fills it from flags and environment variables. Its
-/// [`Default`] is `sidecar-injector serve` with no flags (the values of [`defaults`]).
-#[derive(Debug, Clone)]
+/// Everything the server needs, explicit. Each field that is a flag of `serve` is declared here once: its doc
+/// comment is both this documentation and `--help`'s line, its attribute the flag's default and its environment
+/// variable (`SIDECAR_INJECTOR_<FLAG>`); the CLI flattens this into its arguments, and [`Default`] is `serve` with
+/// no flags (the same declarations, read with no environment). Durations are written as humantime parses and
+/// prints them (`10s`, `1m30s`, `250ms`).
+#[derive(Debug, Clone, clap::Args)]
 pub struct ServeConfig {
-    /// The HTTPS listener.
+    /// Address of the HTTPS webhook listener.
+    #[arg(long, default_value = "0.0.0.0:8443", env = "SIDECAR_INJECTOR_LISTEN")]
     pub listen: SocketAddr,
-    /// The plain-HTTP listener for `/metrics`, `/healthz` and `/readyz`.
+
+    /// Address of the plain-HTTP listener for /metrics, /healthz and /readyz. In a pod, every interface is the
+    /// pod's own network namespace: its IP (probes, Prometheus) and loopback (`kubectl port-forward`).
+    #[arg(long, default_value = "0.0.0.0:9090", env = "SIDECAR_INJECTOR_METRICS_LISTEN")]
     pub metrics_listen: SocketAddr,
+
     /// The webhook's path (matched without the query string).
+    #[arg(long, default_value = "/mutate", env = "SIDECAR_INJECTOR_PATH")]
     pub path: String,
-    /// The validating webhook's path: is the pod's injection complete?
+
+    /// The validating webhook's path: refuses (or warns about) pods that lack part of their injection.
+    #[arg(long, default_value = "/validate", env = "SIDECAR_INJECTOR_VALIDATE_PATH")]
     pub validate_path: String,
-    /// The apply-time preview's path: warnings for a workload whose pods would not be injected.
+
+    /// The apply-time preview's path: admits workloads (Deployments, Jobs...) with warnings naming what would go
+    /// wrong for their pods.
+    #[arg(long, default_value = "/preview", env = "SIDECAR_INJECTOR_PREVIEW_PATH")]
     pub preview_path: String,
-    /// Where the serving certificate comes from.
+
+    /// Where the serving certificate comes from (the CLI's --tls-cert, --tls-key, --dev-ca-file).
+    #[arg(skip = TlsSource::development())]
     pub tls: TlsSource,
-    /// Require client certificates signed by this CA bundle.
+
+    /// Require client certificates signed by this CA bundle (PEM).
+    #[arg(long, value_name = "FILE", env = "SIDECAR_INJECTOR_CLIENT_CA")]
     pub client_ca: Option<PathBuf>,
-    /// Accept TLS 1.3 only (otherwise 1.2 and 1.3).
+
+    /// Accept TLS 1.3 only (default: TLS 1.2 and 1.3).
+    #[arg(long, env = "SIDECAR_INJECTOR_TLS13_ONLY")]
     pub tls13_only: bool,
+
     /// How often the certificate files are checked for a change.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_TLS_RELOAD_INTERVAL")]
     pub tls_reload_interval: Duration,
-    /// Largest accepted request body.
+
+    /// Largest accepted request body, in bytes (4 MiB); larger ones get 413.
+    #[arg(long, default_value = "4194304", env = "SIDECAR_INJECTOR_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
-    /// Time allowed, from the accept, for the TLS handshake and the first request (HTTP/2: preface, SETTINGS and
-    /// its HEADERS); on HTTP/1.1 also for each later request's headers, from their first byte.
+
+    /// Time allowed from the accept for the TLS handshake and the first request (HTTP/2: preface, SETTINGS and
+    /// its headers), and on HTTP/1.1 for each later request's headers from their first byte.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_HEADER_READ_TIMEOUT")]
     pub header_read_timeout: Duration,
-    /// A connection with no request in progress is closed after this long (HTTP/2 with a GOAWAY).
+
+    /// A keep-alive connection with no request in progress is closed after this long (HTTP/2 with a GOAWAY);
+    /// keep it longer than the clients' own idle timeout (the API server's is 90s), so that the client closes
+    /// first and never sends a request on a connection being closed.
+    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_IDLE_TIMEOUT")]
     pub idle_timeout: Duration,
-    /// A connection older than this ends after its next answer (HTTP/1.1 `Connection: close`, HTTP/2 a GOAWAY), so
-    /// that the clients' connections spread over replicas added later; zero: never.
+
+    /// A connection older than this ends after its next answer (HTTP/1.1 `Connection: close`, HTTP/2 a GOAWAY),
+    /// never cutting a request, so that the API server's connections spread over replicas added later
+    /// (kubernetes#75791; the manifests set it); 0s: never.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_MAX_CONNECTION_AGE")]
     pub max_connection_age: Duration,
-    /// Request body bytes held in memory at once over every connection; a body that does not fit waits briefly,
-    /// then gets 503. At least `max_body_bytes` twice (and the parser's padding): [`budget::held_for`].
+
+    /// Request body bytes, and answer bytes until sent, held in memory at once over every connection (32 MiB); a
+    /// body or answer that does not fit waits up to 1s for room, then gets 503 with Retry-After. At least twice
+    /// --max-body-bytes (each body is held twice: the buffer parsed and a copy kept for a second review). With the
+    /// shipped pod's memory limit, the arithmetic is in docs/operations.md.
+    #[arg(long, default_value = "33554432", env = "SIDECAR_INJECTOR_MAX_INFLIGHT_BODY_BYTES")]
     pub max_inflight_body_bytes: usize,
-    /// Deadline for one request (body and answer); the API server's `?timeout=` lowers it.
+
+    /// Deadline of one request; the API server's `?timeout=` lowers it.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_REQUEST_TIMEOUT")]
     pub request_timeout: Duration,
-    /// Connections served at once; more wait to be accepted.
+
+    /// Connections served at once; more wait in the listen backlog. At the limit, the oldest idle connection (or
+    /// the one stalled longest) makes room for a new one.
+    #[arg(long, default_value = "256", env = "SIDECAR_INJECTOR_MAX_CONNECTIONS")]
     pub max_connections: usize,
-    /// Concurrent streams per HTTP/2 connection.
+
+    /// Concurrent streams per HTTP/2 connection (the API server speaks HTTP/1.1 to webhooks).
+    #[arg(long, default_value = "8", env = "SIDECAR_INJECTOR_H2_MAX_CONCURRENT_STREAMS")]
     pub h2_max_concurrent_streams: u32,
-    /// A connection whose peer takes none of its answers for this long (a write blocked, or HTTP/2 answers waiting
-    /// for a flow-control window) is closed.
+
+    /// A connection whose peer takes less than 16 KiB of its answers in this long (writes blocked, or HTTP/2
+    /// answers waiting for a flow-control window) is closed.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_WRITE_TIMEOUT")]
     pub write_timeout: Duration,
-    /// After the shutdown signal, keep accepting this long (while `/readyz` says 503) so that endpoints are
-    /// removed before the listener closes.
+
+    /// After SIGTERM, keep accepting this long (readiness already 503) while endpoints are removed.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_SHUTDOWN_DELAY")]
     pub shutdown_delay: Duration,
-    /// After the shutdown signal, give up on draining connections after this long.
+
+    /// After SIGTERM, exit within this long even if connections are still open (Kubernetes kills at 30 s).
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_SHUTDOWN_TIMEOUT")]
     pub shutdown_timeout: Duration,
+
     /// Reload each revision's templates from its directory when it changes (a revision without one keeps its
-    /// templates); matched to the revisions by [`Settings::revision`](sidecar_injector_core::settings::Settings).
+    /// templates); matched to the revisions by [`Settings::revision`](sidecar_injector_core::settings::Settings)
+    /// (the CLI's --template-dir).
+    #[arg(skip)]
     pub template_watches: Vec<reload::TemplateWatch>,
 }
 
 impl Default for ServeConfig {
-    /// The defaults of `sidecar-injector serve`: a generated development certificate, fixed templates.
+    /// `sidecar-injector serve` with no flags: the defaults its declarations give, whatever the environment.
     fn default() -> Self {
-        ServeConfig {
-            listen: DEFAULT_LISTEN,
-            metrics_listen: DEFAULT_METRICS_LISTEN,
-            path: DEFAULT_PATH.to_owned(),
-            validate_path: DEFAULT_VALIDATE_PATH.to_owned(),
-            preview_path: DEFAULT_PREVIEW_PATH.to_owned(),
-            tls: TlsSource::SelfSigned { ca_out: default_dev_ca_file() },
-            client_ca: None,
-            tls13_only: false,
-            tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
-            idle_timeout: DEFAULT_IDLE_TIMEOUT,
-            max_connection_age: DEFAULT_MAX_CONNECTION_AGE,
-            max_inflight_body_bytes: DEFAULT_MAX_INFLIGHT_BODY_BYTES,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            h2_max_concurrent_streams: DEFAULT_H2_MAX_CONCURRENT_STREAMS,
-            write_timeout: DEFAULT_WRITE_TIMEOUT,
-            shutdown_delay: DEFAULT_SHUTDOWN_DELAY,
-            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
-            template_watches: Vec::new(),
-        }
+        use clap::{Args, FromArgMatches};
+        let flags = ServeConfig::augment_args(clap::Command::new("serve")).mut_args(|flag| flag.env(None));
+        // Cannot fail: every flag has a default its parser reads (`serve` with no flags parses them all).
+        let matches = flags.try_get_matches_from(["serve"]).expect("serve's defaults parse");
+        ServeConfig::from_arg_matches(&matches).expect("serve's defaults make a config")
     }
 }
 
@@ -394,13 +428,13 @@ impl Server {
     }
 }
 
-/// The webhook listener, with the kernel buffers of its connections bounded ([`defaults::SOCKET_BUFFER`]); as
+/// The webhook listener, with the kernel buffers of its connections bounded ([`limits::SOCKET_BUFFER`]); as
 /// `TcpListener::bind` otherwise (address reuse, a backlog of 1024).
 fn bind_webhook(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
     socket.set_reuseaddr(true)?;
-    socket.set_recv_buffer_size(defaults::SOCKET_BUFFER)?;
-    socket.set_send_buffer_size(defaults::SOCKET_BUFFER)?;
+    socket.set_recv_buffer_size(limits::SOCKET_BUFFER)?;
+    socket.set_send_buffer_size(limits::SOCKET_BUFFER)?;
     socket.bind(addr)?;
     socket.listen(1024)
 }

@@ -88,9 +88,9 @@ pub(crate) const CONNECTION_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(1
 /// Buckets of the request duration, in seconds: from 10 µs (a cached answer) to 1 s (something is very wrong).
 const DURATION_BUCKETS: [f64; 12] = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 1e-1, 1.0];
 
-/// Buckets of the request body size, in bytes: from 1 KiB (a bare pod) by fours to 4 MiB, the default body limit.
-const BODY_BUCKETS: [f64; 7] =
-    [1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, super::defaults::DEFAULT_MAX_BODY_BYTES as f64];
+/// Buckets of the request body size, in bytes: from 1 KiB (a bare pod) by fours to 4 MiB (as large as the default
+/// `--max-body-bytes`).
+const BODY_BUCKETS: [f64; 7] = [1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0];
 
 /// How often histogram samples are drained into their buckets: samples pile up in memory between drains, so
 /// this bounds that memory under load even when nothing scrapes (scrapes drain too).

@@ -35,6 +35,14 @@ pub enum TlsSource {
     },
 }
 
+impl TlsSource {
+    /// What `serve` uses without a certificate: a development CA written to
+    /// `<temp dir>/sidecar-injector/dev-ca.pem` (the temporary directory comes from `TMPDIR`, read at run time).
+    pub fn development() -> TlsSource {
+        TlsSource::SelfSigned { ca_out: std::env::temp_dir().join("sidecar-injector").join("dev-ca.pem") }
+    }
+}
+
 /// Why TLS could not be set up. Each names the file and the problem.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {

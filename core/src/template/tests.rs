@@ -24,9 +24,11 @@ fn the_shipped_templates_compile() {
     assert_eq!(builtin.hash().len(), 16);
     assert_eq!(builtin.injects().containers, ["proxy"]);
     assert!(builtin.renders_per_pod(), "the default template has a per-pod leaf");
-    let native =
-        TemplateSet::from_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates/native-sidecar.yaml"), &crate::settings::Settings::default())
-            .unwrap();
+    let native = TemplateSet::from_file(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates/native-sidecar.yaml"),
+        &crate::settings::Settings::default(),
+    )
+    .unwrap();
     assert_eq!(native.default_template().name(), "native-sidecar");
 }
 
