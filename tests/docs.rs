@@ -312,3 +312,28 @@ fn the_documented_hashes_are_the_shipped_templates() {
         assert_eq!(documented, real, "{place} shows {documented}; `sidecar-injector check templates` says {real}");
     }
 }
+
+/// Every reason a pod is admitted without the sidecar has its row in docs/templates.md's table, by the name the
+/// metrics and `--explain` use; and the table names no reason the engine does not have.
+#[test]
+fn the_skip_table_lists_every_reason() {
+    let doc = read("docs/templates.md");
+    let documented: BTreeSet<&str> = doc
+        .lines()
+        .filter(|line| line.starts_with('|'))
+        .filter_map(|line| line.trim_end_matches('|').rsplit('|').next())
+        .filter_map(|cell| cell.trim().strip_prefix('`')?.strip_suffix('`'))
+        .collect();
+    let reasons: BTreeSet<&str> = sidecar_injector_core::SkipReason::ALL.iter().map(|r| r.as_str()).collect();
+    let missing: Vec<_> = reasons.difference(&documented).collect();
+    assert!(missing.is_empty(), "docs/templates.md's skip table lacks {missing:?}");
+    let table_rows = doc.split("| skipped when |").nth(1).expect("the skip table").split("\n\n").next().unwrap();
+    let unknown: Vec<_> = table_rows
+        .lines()
+        .skip(2)
+        .filter_map(|line| line.trim_end_matches('|').rsplit('|').next())
+        .filter_map(|cell| cell.trim().strip_prefix('`')?.strip_suffix('`'))
+        .filter(|name| !reasons.contains(name))
+        .collect();
+    assert!(unknown.is_empty(), "docs/templates.md's skip table names reasons the engine lacks: {unknown:?}");
+}

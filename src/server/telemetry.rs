@@ -195,30 +195,169 @@ struct RevisionHandles {
     uses: ArcSwap<Vec<(String, AtomicU64)>>,
 }
 
-const REQUESTS: &str = "sidecar_injector_requests_total";
-const VALIDATIONS: &str = "sidecar_injector_validations_total";
-const PREVIEWS: &str = "sidecar_injector_previews_total";
-const DURATION: &str = "sidecar_injector_request_duration_seconds";
-const BODY: &str = "sidecar_injector_request_body_bytes";
-const TEMPLATE_RELOADS: &str = "sidecar_injector_template_reloads_total";
-const IN_FLIGHT: &str = "sidecar_injector_requests_in_flight";
-const HANDSHAKES: &str = "sidecar_injector_tls_handshakes_total";
-const CERTIFICATE_RELOADS: &str = "sidecar_injector_certificate_reloads_total";
-const BUILD_INFO: &str = "sidecar_injector_build_info";
-const TEMPLATE_SET: &str = "sidecar_injector_template_set_info";
-const TEMPLATE_READS: &str = "sidecar_injector_template_configmap_reads_total";
-const CONNECTION_ERRORS: &str = "sidecar_injector_connection_errors_total";
-const INFLIGHT_BODY_BYTES: &str = "sidecar_injector_inflight_body_bytes";
-const TEMPLATE_GENERATION: &str = "sidecar_injector_template_generation";
-const TEMPLATE_LAST_RELOAD: &str = "sidecar_injector_template_last_reload_success";
+/// How a family is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// A metric family, written once: its name, how it is recorded, its unit and its help line. [`FAMILIES`] lists
+/// them all; each is described on the recorder from there, and registered by name where its series are made.
+struct Family {
+    name: &'static str,
+    kind: Kind,
+    unit: Option<metrics::Unit>,
+    help: &'static str,
+}
+
+const REQUESTS: Family = Family {
+    name: "sidecar_injector_requests_total",
+    kind: Kind::Counter,
+    unit: None,
+    help: "Admission requests answered, by result and reason.",
+};
+
+const VALIDATIONS: Family = Family {
+    name: "sidecar_injector_validations_total",
+    kind: Kind::Counter,
+    unit: None,
+    help: "Pods validated: ok (fully injected), missing (lacking part of the injection; denied or warned), skipped.",
+};
+
+const PREVIEWS: Family = Family { name: "sidecar_injector_previews_total", kind: Kind::Counter, unit: None, help: "" };
+
+const DURATION: Family = Family {
+    name: "sidecar_injector_request_duration_seconds",
+    kind: Kind::Histogram,
+    unit: Some(metrics::Unit::Seconds),
+    help: "Time to answer one admission request.",
+};
+
+const BODY: Family = Family {
+    name: "sidecar_injector_request_body_bytes",
+    kind: Kind::Histogram,
+    unit: Some(metrics::Unit::Bytes),
+    help: "Size of admission request bodies.",
+};
+
+const TEMPLATE_RELOADS: Family = Family {
+    name: "sidecar_injector_template_reloads_total",
+    kind: Kind::Counter,
+    unit: None,
+    help: "Template directory changes applied (ok) or refused (error).",
+};
+
+const IN_FLIGHT: Family = Family {
+    name: "sidecar_injector_requests_in_flight",
+    kind: Kind::Gauge,
+    unit: None,
+    help: "Admission requests being answered now.",
+};
+
+const HANDSHAKES: Family = Family {
+    name: "sidecar_injector_tls_handshakes_total",
+    kind: Kind::Counter,
+    unit: None,
+    help: "TLS handshakes on the webhook listener: completed (ok) or failed (error).",
+};
+
+const CERTIFICATE_RELOADS: Family = Family {
+    name: "sidecar_injector_certificate_reloads_total",
+    kind: Kind::Counter,
+    unit: None,
+    help: "Serving certificate changes applied (ok) or refused (error; the last good certificate serves).",
+};
+
+const BUILD_INFO: Family = Family {
+    name: "sidecar_injector_build_info",
+    kind: Kind::Gauge,
+    unit: None,
+    help: "1, labelled with the injector's version.",
+};
+
+const TEMPLATE_SET: Family = Family {
+    name: "sidecar_injector_template_set_info",
+    kind: Kind::Gauge,
+    unit: None,
+    help: "The template set each revision serves (1), by revision and hash.",
+};
+
+const TEMPLATE_READS: Family =
+    Family { name: "sidecar_injector_template_configmap_reads_total", kind: Kind::Counter, unit: None, help: "" };
+
+const CONNECTION_ERRORS: Family = Family {
+    name: "sidecar_injector_connection_errors_total",
+    kind: Kind::Counter,
+    unit: None,
+    help: "Connections ended by an error, by kind (the kind label: tls-handshake, timeout, http1, http2, io, evicted).",
+};
+
+const INFLIGHT_BODY_BYTES: Family = Family {
+    name: "sidecar_injector_inflight_body_bytes",
+    kind: Kind::Gauge,
+    unit: Some(metrics::Unit::Bytes),
+    help: "Request body bytes, and answer bytes until sent, held in memory now over every connection (at most --max-inflight-body-bytes).",
+};
+
+const TEMPLATE_GENERATION: Family = Family {
+    name: "sidecar_injector_template_generation",
+    kind: Kind::Gauge,
+    unit: None,
+    help: "Template sets published since start (1 at start), by revision.",
+};
+
+const TEMPLATE_LAST_RELOAD: Family = Family {
+    name: "sidecar_injector_template_last_reload_success",
+    kind: Kind::Gauge,
+    unit: None,
+    help: "1 when the newest template edit was applied, 0 when it was refused (the last good set serves), by revision.",
+};
+
+/// Every family the server records.
+const FAMILIES: [&Family; 16] = [
+    &REQUESTS,
+    &VALIDATIONS,
+    &PREVIEWS,
+    &DURATION,
+    &BODY,
+    &TEMPLATE_RELOADS,
+    &IN_FLIGHT,
+    &HANDSHAKES,
+    &CERTIFICATE_RELOADS,
+    &BUILD_INFO,
+    &TEMPLATE_SET,
+    &TEMPLATE_READS,
+    &CONNECTION_ERRORS,
+    &INFLIGHT_BODY_BYTES,
+    &TEMPLATE_GENERATION,
+    &TEMPLATE_LAST_RELOAD,
+];
+
+/// Describes every family on the recorder in scope (its `# HELP` line and unit). The template set's family is
+/// rendered by hand ([`render_template_sets`]), so it is described there.
+fn describe_families() {
+    for family in FAMILIES.iter().filter(|family| family.name != TEMPLATE_SET.name) {
+        let (name, help) = (family.name, family.help);
+        match (family.kind, family.unit) {
+            (Kind::Counter, Some(unit)) => metrics::describe_counter!(name, unit, help),
+            (Kind::Counter, None) => metrics::describe_counter!(name, help),
+            (Kind::Gauge, Some(unit)) => metrics::describe_gauge!(name, unit, help),
+            (Kind::Gauge, None) => metrics::describe_gauge!(name, help),
+            (Kind::Histogram, Some(unit)) => metrics::describe_histogram!(name, unit, help),
+            (Kind::Histogram, None) => metrics::describe_histogram!(name, help),
+        }
+    }
+}
 
 impl Metrics {
     /// A recorder of this server's own (not the process-wide one, so that servers in one process, as in the
     /// tests, keep separate counts) and every metric registered on it.
     pub(crate) fn new() -> Result<Metrics, metrics_exporter_prometheus::BuildError> {
         let recorder = PrometheusBuilder::new()
-            .set_buckets_for_metric(Matcher::Full(DURATION.to_owned()), &DURATION_BUCKETS)
-            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BODY.to_owned()), &BODY_BUCKETS))?
+            .set_buckets_for_metric(Matcher::Full(DURATION.name.to_owned()), &DURATION_BUCKETS)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BODY.name.to_owned()), &BODY_BUCKETS))?
             .build_recorder();
         let prometheus = recorder.handle();
         let handles = metrics::with_local_recorder(&recorder, || Self::register(prometheus));
@@ -231,32 +370,31 @@ impl Metrics {
         let handles = metrics::with_local_recorder(&self.0.recorder, || {
             let label = || revision.to_owned();
             let reasons = |name, result| per_reason_of(name, revision, result, SkipReason::ALL, SkipReason::as_str);
-            let validated = |result: &'static str, reason: &'static str| metrics::counter!(VALIDATIONS, "revision" => label(), "result" => result, "reason" => reason);
-            let template_reloads =
-                |result: &'static str| metrics::counter!(TEMPLATE_RELOADS, "revision" => label(), "result" => result);
+            let validated = |result: &'static str, reason: &'static str| metrics::counter!(VALIDATIONS.name, "revision" => label(), "result" => result, "reason" => reason);
+            let template_reloads = |result: &'static str| metrics::counter!(TEMPLATE_RELOADS.name, "revision" => label(), "result" => result);
             RevisionHandles {
                 revision: revision.to_owned(),
-                injected: metrics::counter!(REQUESTS, "revision" => label(), "result" => "injected", "reason" => ""),
-                skipped: reasons(REQUESTS, "skipped"),
+                injected: metrics::counter!(REQUESTS.name, "revision" => label(), "result" => "injected", "reason" => ""),
+                skipped: reasons(REQUESTS.name, "skipped"),
                 // Every reason, not only the ones a template's `onError: deny` gives today: a denial is never lost.
-                denied: reasons(REQUESTS, "denied"),
+                denied: reasons(REQUESTS.name, "denied"),
                 validated_ok: validated("ok", ""),
                 validated_missing_denied: validated("missing", "denied"),
                 validated_missing_warned: validated("missing", "warned"),
-                validated_skipped: reasons(VALIDATIONS, "skipped"),
+                validated_skipped: reasons(VALIDATIONS.name, "skipped"),
                 previews: ["clean", "warned", "not-previewed"]
-                    .map(|result| metrics::counter!(PREVIEWS, "revision" => label(), "result" => result)),
+                    .map(|result| metrics::counter!(PREVIEWS.name, "revision" => label(), "result" => result)),
                 template_reloads_ok: template_reloads("ok"),
                 template_reloads_failed: template_reloads("error"),
                 template_reads: (<ReadResult as strum::VariantArray>::VARIANTS.iter())
                     .map(|&result| {
                         let name: &'static str = result.into();
-                        let counter = metrics::counter!(TEMPLATE_READS, "revision" => label(), "result" => name);
+                        let counter = metrics::counter!(TEMPLATE_READS.name, "revision" => label(), "result" => name);
                         (result, counter)
                     })
                     .collect(),
-                template_generation: metrics::gauge!(TEMPLATE_GENERATION, "revision" => label()),
-                template_last_reload_ok: metrics::gauge!(TEMPLATE_LAST_RELOAD, "revision" => label()),
+                template_generation: metrics::gauge!(TEMPLATE_GENERATION.name, "revision" => label()),
+                template_last_reload_ok: metrics::gauge!(TEMPLATE_LAST_RELOAD.name, "revision" => label()),
                 template_set: ArcSwap::from_pointee(String::new()),
                 uses: ArcSwap::from_pointee(Vec::new()),
             }
@@ -269,69 +407,28 @@ impl Metrics {
 
     /// Registers every metric on the recorder in scope; the handles stay bound to it.
     fn register(prometheus: PrometheusHandle) -> Handles {
-        metrics::describe_counter!(REQUESTS, "Admission requests answered, by result and reason.");
-        metrics::describe_counter!(
-            VALIDATIONS,
-            "Pods validated: ok (fully injected), missing (lacking part of the injection; denied or warned), skipped."
-        );
-        metrics::describe_counter!(
-            PREVIEWS,
-            "Workloads previewed at apply time: clean (no warning), warned, or not-previewed (not a workload, made by \
-             a controller, or its pod template unchanged)."
-        );
-        metrics::describe_histogram!(DURATION, metrics::Unit::Seconds, "Time to answer one admission request.");
-        metrics::describe_histogram!(BODY, metrics::Unit::Bytes, "Size of admission request bodies.");
+        describe_families();
         let handles = Handles {
             // Replaced by the caller with the recorder in scope here.
             recorder: PrometheusBuilder::new().build_recorder(),
             prometheus,
-            errors: per_reason(REQUESTS, "error", ErrorReason::ALL, ErrorReason::as_str),
-            duration: metrics::histogram!(DURATION),
-            body_bytes: metrics::histogram!(BODY),
-            in_flight: metrics::gauge!(IN_FLIGHT),
-            inflight_body_bytes: metrics::gauge!(INFLIGHT_BODY_BYTES),
+            errors: per_reason(REQUESTS.name, "error", ErrorReason::ALL, ErrorReason::as_str),
+            duration: metrics::histogram!(DURATION.name),
+            body_bytes: metrics::histogram!(BODY.name),
+            in_flight: metrics::gauge!(IN_FLIGHT.name),
+            inflight_body_bytes: metrics::gauge!(INFLIGHT_BODY_BYTES.name),
             connection_errors: ConnectionError::ALL
                 .iter()
-                .map(|k| (*k, metrics::counter!(CONNECTION_ERRORS, "kind" => k.as_str()), AtomicU64::new(0)))
+                .map(|k| (*k, metrics::counter!(CONNECTION_ERRORS.name, "kind" => k.as_str()), AtomicU64::new(0)))
                 .collect(),
             connection_error_seen: tokio::sync::Notify::new(),
-            handshakes_ok: metrics::counter!(HANDSHAKES, "result" => "ok"),
-            handshakes_failed: metrics::counter!(HANDSHAKES, "result" => "error"),
-            reloads_ok: metrics::counter!(CERTIFICATE_RELOADS, "result" => "ok"),
-            reloads_failed: metrics::counter!(CERTIFICATE_RELOADS, "result" => "error"),
+            handshakes_ok: metrics::counter!(HANDSHAKES.name, "result" => "ok"),
+            handshakes_failed: metrics::counter!(HANDSHAKES.name, "result" => "error"),
+            reloads_ok: metrics::counter!(CERTIFICATE_RELOADS.name, "result" => "ok"),
+            reloads_failed: metrics::counter!(CERTIFICATE_RELOADS.name, "result" => "error"),
             revisions: std::sync::Mutex::new(Vec::new()),
         };
-        metrics::describe_gauge!(
-            INFLIGHT_BODY_BYTES,
-            metrics::Unit::Bytes,
-            "Request body bytes held in memory now, over every connection (at most --max-inflight-body-bytes)."
-        );
-        metrics::describe_counter!(
-            CONNECTION_ERRORS,
-            "Connections ended by an error, by kind: tls-handshake, timeout, http1, http2, io."
-        );
-        metrics::describe_counter!(TEMPLATE_RELOADS, "Template directory changes applied (ok) or refused (error).");
-        metrics::describe_counter!(
-            TEMPLATE_READS,
-            "Reads of the template ConfigMap through the API server, made for pods naming a template this replica \
-             lacked: the set changed, unchanged, or error."
-        );
-        metrics::describe_gauge!(TEMPLATE_GENERATION, "Template sets published since start (1 at start), by revision.");
-        metrics::describe_gauge!(
-            TEMPLATE_LAST_RELOAD,
-            "1 when the newest template edit was applied, 0 when it was refused (the last good set serves), by revision."
-        );
-        metrics::describe_gauge!(IN_FLIGHT, "Admission requests being answered now.");
-        metrics::describe_counter!(
-            HANDSHAKES,
-            "TLS handshakes on the webhook listener: completed (ok) or failed (error)."
-        );
-        metrics::describe_counter!(
-            CERTIFICATE_RELOADS,
-            "Serving certificate changes applied (ok) or refused (error; the last good certificate serves)."
-        );
-        metrics::describe_gauge!(BUILD_INFO, "1, labelled with the injector's version.");
-        metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+        metrics::gauge!(BUILD_INFO.name, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
         handles
     }
 
@@ -392,8 +489,6 @@ impl Metrics {
 }
 
 /// Help text of `sidecar_injector_template_set_info`.
-const TEMPLATE_SET_HELP: &str = "The template set each revision serves (1), by revision and hash.";
-
 /// `sidecar_injector_template_set_info{revision,hash} 1`, one series per revision naming the set it serves (only
 /// that one). The recorder cannot remove a series, so a gauge per hash there left a 0-valued series behind at
 /// every reload, for good; this family is rendered here instead (with the exporter's own formatting).
@@ -406,16 +501,16 @@ fn render_template_sets(text: &mut String, revisions: &[RevisionMetrics]) {
     if serving.is_empty() {
         return;
     }
-    formatting::write_help_line(text, TEMPLATE_SET, None, None, TEMPLATE_SET_HELP);
-    formatting::write_type_line(text, TEMPLATE_SET, None, None, "gauge");
+    formatting::write_help_line(text, TEMPLATE_SET.name, None, None, TEMPLATE_SET.help);
+    formatting::write_type_line(text, TEMPLATE_SET.name, None, None, "gauge");
     for (revision, hash) in serving {
         let labels = vec![
             metrics::Label::new("revision", revision.to_owned()),
             metrics::Label::new("hash", hash.as_str().to_owned()),
         ];
-        let key = metrics::Key::from_parts(TEMPLATE_SET, labels);
+        let key = metrics::Key::from_parts(TEMPLATE_SET.name, labels);
         let labels = LabelSet::from_key_and_global(&key, &Default::default());
-        formatting::write_metric_line::<&str, f64>(text, TEMPLATE_SET, None, &labels, None, 1.0, None);
+        formatting::write_metric_line::<&str, f64>(text, TEMPLATE_SET.name, None, &labels, None, 1.0, None);
     }
     text.push('\n');
 }
@@ -562,7 +657,7 @@ mod tests {
         let series = |name: &str, result: &str, reason: SkipReason| {
             format!("{name}{{revision=\"canary\",result=\"{result}\",reason=\"{}\"}}", reason.as_str())
         };
-        let labels = [(REQUESTS, "skipped"), (REQUESTS, "denied"), (VALIDATIONS, "skipped")];
+        let labels = [(REQUESTS.name, "skipped"), (REQUESTS.name, "denied"), (VALIDATIONS.name, "skipped")];
         let before = all.render();
         for (name, result) in labels {
             for &reason in SkipReason::ALL {
@@ -627,7 +722,7 @@ mod tests {
         stable.template_set(2, "bbbb");
         stable.template_set(3, "cccc");
         let rendered = metrics.render();
-        let series: Vec<&str> = rendered.lines().filter(|l| l.starts_with(TEMPLATE_SET)).collect();
+        let series: Vec<&str> = rendered.lines().filter(|l| l.starts_with(TEMPLATE_SET.name)).collect();
         assert_eq!(
             series,
             [
@@ -636,7 +731,7 @@ mod tests {
             ],
             "{rendered}"
         );
-        assert_eq!(rendered.matches(&format!("# TYPE {TEMPLATE_SET} gauge\n")).count(), 1, "{rendered}");
+        assert_eq!(rendered.matches(&format!("# TYPE {} gauge\n", TEMPLATE_SET.name)).count(), 1, "{rendered}");
         assert_eq!(value(&rendered, r#"sidecar_injector_template_generation{revision="stable"}"#), Some(3.0));
         assert_eq!(value(&rendered, r#"sidecar_injector_template_generation{revision="canary"}"#), Some(1.0));
     }

@@ -5,11 +5,10 @@
 //! - `values`: free-form data that expressions can use as `values.*`;
 //! - `pod`: a partial Pod (`metadata.labels`, `metadata.annotations` and any `spec` field) merged add-only into
 //!   every injected pod;
-//! - `containerDefaults`: a partial container merged add-only into each of the pod's own containers;
-//! - `initContainerPosition`: `first` (default) or `last`, where missing init containers are inserted;
-//! - `injectHostNetwork`: whether `hostNetwork` pods are injected (default `false`);
-//! - `holdApplicationUntilSidecarReady`: whether the app's containers start only once the template's are ready
-//!   (default `false`; see [`Hold`]).
+//! - `containerDefaults`: a partial container merged add-only into each of the pod's own containers
+//!   (`containerDefaultsFor` names which);
+//! - `overrides`: the per-pod annotations a template lets a pod set;
+//! - its settings (`onError`, `jobs`, `initContainerPosition`, ...), each declared once, in `part_settings`.
 //!
 //! String values may be minijinja expressions. Those that use only `values` are rendered at load time; those
 //! that use `pod` are rendered per request. Loading fails, with the file, line and reason, when the YAML is

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use super::part_settings::{HOLD_KEY, PartSettings, TOP_LEVEL_KEYS, setting};
+use super::part_settings::{HOLD_KEY, PartSettings, setting, top_level_keys};
 use super::render::{LeafKind, RenderError, Renderer, is_template};
 use super::stamp::hex_prefix;
 use super::yaml::{self, PathSeg, YNode, YValue, display_path};
@@ -84,10 +84,10 @@ impl Part {
                 "a template is a mapping with `values`, `pod`, `containerDefaults`, ...".into(),
             ));
         };
-        if let Some((key, node)) = members.iter().find(|(k, _)| !TOP_LEVEL_KEYS.contains(&k.as_str())) {
-            let hint = match crate::suggest::closest(key, TOP_LEVEL_KEYS) {
+        if let Some((key, node)) = members.iter().find(|(k, _)| !top_level_keys().any(|known| known == k)) {
+            let hint = match crate::suggest::closest(key, top_level_keys()) {
                 Some(close) => format!("did you mean `{close}`?"),
-                None => format!("expected one of {}", TOP_LEVEL_KEYS.join(", ")),
+                None => format!("expected one of {}", top_level_keys().collect::<Vec<_>>().join(", ")),
             };
             return Err(invalid(node.line, format!("unknown top-level key `{key}` ({hint})")));
         }

@@ -65,7 +65,7 @@ fn malformed_yaml_is_refused_at_its_line() {
 #[test]
 fn unknown_keys_and_bad_options_are_refused_at_their_line() {
     assert_eq!(refuse("values: {}\npods: {}\n"), (2, "unknown top-level key `pods` (did you mean `pod`?)".into()));
-    assert_eq!(refuse("values: {}\nsidecar: {}\n"), (2, "unknown top-level key `sidecar` (expected one of values, pod, containerDefaults, containerDefaultsFor, initContainerPosition, injectHostNetwork, holdApplicationUntilSidecarReady, jobs, onError, validation, overrides, minKubernetesVersion)".into()));
+    assert_eq!(refuse("values: {}\nsidecar: {}\n"), (2, "unknown top-level key `sidecar` (expected one of values, pod, containerDefaults, containerDefaultsFor, overrides, initContainerPosition, injectHostNetwork, holdApplicationUntilSidecarReady, jobs, onError, validation, minKubernetesVersion)".into()));
     assert_eq!(refuse("initContainerPosition: middle\n").0, 1);
     assert_eq!(refuse("values: [1]\n").1, "`values` must be a mapping");
     assert_eq!(refuse("injectHostNetwork: maybe\n").1, "`injectHostNetwork` must be true or false");
