@@ -400,11 +400,11 @@ async fn preview_admits_workloads_with_warnings_and_counts_them() {
     }
 }
 
-/// A pod asking for a combination of templates first: the server assembles it off the request path (the set
-/// defers, as every set the server compiles does) and answers with both templates injected, on `/mutate` and in
-/// a workload's preview alike.
+/// A pod asking for a combination of templates first: the server assembles it (off its async workers, as every
+/// set the server serves is served) and answers with both templates injected on that first review, on `/mutate`
+/// and in a workload's preview alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_combination_first_asked_for_is_assembled_off_the_request_path_and_answered() {
+async fn a_combination_first_asked_for_is_assembled_and_answered_at_once() {
     let settings = sidecar_injector_core::Settings::default();
     let extra = "pod:\n  spec:\n    containers:\n      - name: extra\n        image: extra:1\n";
     let sources = sidecar_injector_core::SetSources {
@@ -416,9 +416,10 @@ async fn a_combination_first_asked_for_is_assembled_off_the_request_path_and_ans
         values: None,
         ignored: Vec::new(),
     };
-    let mut set = sidecar_injector_core::TemplateSet::compile(sources, "default", &settings).unwrap();
-    set.defer_combinations();
-    let engine = Arc::new(arc_swap::ArcSwap::from_pointee(sidecar_injector_core::Engine::new(set, &settings)));
+    let set = sidecar_injector_core::TemplateSet::compile(sources, "default", &settings).unwrap();
+    let served = Arc::new(sidecar_injector::server::serving::Served::default());
+    let engine = sidecar_injector_core::Engine::new(set, &settings).with_serving(served);
+    let engine = Arc::new(arc_swap::ArcSwap::from_pointee(engine));
     let server = start_with(engine, |_, _| {}).await;
     let mut conn = Conn::open(server.addr, &server.ca_pem, false).await;
     let pod = serde_json::json!({

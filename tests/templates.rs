@@ -128,38 +128,43 @@ fn a_pod_can_combine_templates_in_order_and_the_result_is_idempotent() {
     assert!(outcome.warnings[0].contains("another template version"), "{:?}", outcome.warnings);
 }
 
-/// A set that defers combinations (as the server's do) never assembles one on the request path: the first pod
-/// asking for `a,b` is answered `Pending`, the caller assembles it off the path, and the same review then gets the
-/// same patch a set assembling in place gives. A reload assembles the combinations the set it replaces had, ahead
-/// of any pod; one that does not combine is kept with its reason.
+/// A combination (`template: a,b`) is assembled where a pod first asks for it and kept by what the set is served
+/// with, so that the set itself never changes: the first review is answered with it, the same patch every time. A
+/// reload (the server's serving state, carried to the set replacing this one) assembles the combinations the
+/// set it replaces had, ahead of any pod; one that does not combine is kept with its reason.
 #[test]
-fn a_deferring_set_leaves_combinations_to_its_caller_and_a_reload_carries_them() {
+fn a_combination_is_assembled_once_kept_beside_the_set_and_carried_by_a_reload() {
+    use sidecar_injector::server::serving::Served;
     let settings = Settings::default();
     let compile = |templates: &[(&str, &str)]| {
-        let mut set = TemplateSet::compile(sources(templates, Some(VALUES)), "default", &settings).unwrap();
-        set.defer_combinations();
-        set
+        TemplateSet::compile(sources(templates, Some(VALUES)), "default", &settings).unwrap()
     };
     let asked = pod(json!({"sidecar-injector.io/template": "default,agent"}));
-    let deferring = Engine::new(compile(&[("default", MESH), ("agent", AGENT)]), &settings);
-    let (outcome, _, patch) = answer(&deferring, &review(&asked));
-    assert_eq!((outcome.verdict, patch), (Verdict::Pending, None));
-    assert_eq!(deferring.set().assemble_pending(), 1);
-    assert_eq!(deferring.set().assemble_pending(), 0, "taken off the pending list");
-    let (outcome, _, deferred_patch) = answer(&deferring, &review(&asked));
+    let first = Engine::new(compile(&[("default", MESH), ("agent", AGENT)]), &settings);
+    assert!(first.served_with().assembled().is_empty());
+    let (outcome, _, patch) = answer(&first, &review(&asked));
     assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
-    let (_, _, in_place_patch) = answer(&engine(settings.clone()), &review(&asked));
-    assert_eq!(deferred_patch, in_place_patch, "the same patch as a set that assembles in place");
+    assert_eq!(first.served_with().assembled(), ["default,agent"]);
+    let (_, _, again) = answer(&first, &review(&asked));
+    assert_eq!(again, patch, "the kept combination gives the same patch");
 
-    // A reload (another engine, replacing this one) has the combination ready.
-    let mut reloaded = Engine::new(compile(&[("default", MESH), ("agent", AGENT)]), &settings);
-    reloaded.replaces(&deferring, std::time::Instant::now());
-    let (outcome, _, patch) = answer(&reloaded, &review(&asked));
+    // A reload (another set, replacing this one) has the combination ready before any pod asks.
+    let set = compile(&[("default", MESH), ("agent", AGENT)]);
+    let served = Served::after(&first, &set, std::time::Instant::now());
+    let reloaded = Engine::serving(set, &settings, std::sync::Arc::new(served));
+    assert_eq!(reloaded.served_with().assembled(), ["default,agent"]);
+    let (outcome, _, reloaded_patch) = answer(&reloaded, &review(&asked));
     assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{outcome:?}");
-    assert_eq!(patch, in_place_patch);
+    assert_eq!(reloaded_patch, patch);
+    // A template the replaced set lacked arrives with the reload; those it had keep their arrival (none here).
+    let set = compile(&[("default", MESH), ("agent", AGENT), ("new", AGENT)]);
+    let served = Served::after(&reloaded, &set, std::time::Instant::now());
+    let with_new = Engine::serving(set, &settings, std::sync::Arc::new(served));
+    assert!(with_new.served_with().arrived("new").is_some());
+    assert!(with_new.served_with().arrived("agent").is_none());
 
     // Two templates that do not combine (each alone is valid; together they ask for host port 9999 twice) are
-    // kept as such: after the one assembly, every pod asking gets the reason at once.
+    // kept as such: every pod asking gets the reason, from the first.
     let host_port = |name: &str, port: u16| {
         format!(
             "pod:\n  spec:\n    containers:\n      - name: {name}\n        image: {name}:1\n        ports: \
@@ -169,13 +174,13 @@ fn a_deferring_set_leaves_combinations_to_its_caller_and_a_reload_carries_them()
     let (first, second) = (host_port("first", 8001), host_port("second", 8002));
     let clashing = Engine::new(compile(&[("default", &first), ("second", &second)]), &settings);
     let asked = pod(json!({"sidecar-injector.io/template": "default,second"}));
-    let (outcome, _, _) = answer(&clashing, &review(&asked));
-    assert_eq!(outcome.verdict, Verdict::Pending);
-    assert_eq!(clashing.set().assemble_pending(), 1);
-    let (outcome, _, patch) = answer(&clashing, &review(&asked));
-    assert_eq!(patch, None);
-    assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector_core::SkipReason::CombinationRefused), "{outcome:?}");
-    assert!(outcome.warnings[0].contains("cannot be combined"), "{:?}", outcome.warnings);
+    for _ in 0..2 {
+        let (outcome, _, patch) = answer(&clashing, &review(&asked));
+        assert_eq!(patch, None);
+        assert_eq!(outcome.verdict, Verdict::Skipped(sidecar_injector_core::SkipReason::CombinationRefused));
+        assert!(outcome.warnings[0].contains("cannot be combined"), "{:?}", outcome.warnings);
+    }
+    assert_eq!(clashing.served_with().assembled(), ["default,second"]);
 }
 
 #[test]

@@ -241,7 +241,12 @@ fn a_template_that_just_arrived_does_not_refuse_pods_no_replica_injected() {
             values: None,
             ignored: Vec::new(),
         };
-        Engine::new(TemplateSet::compile(sources, "default", &settings).unwrap(), &settings)
+        TemplateSet::compile(sources, "default", &settings).unwrap()
+    };
+    // The server's reload: the set served with the state carried from the engine it replaces.
+    let replacing = |set: TemplateSet, previous: &Engine, now: Instant| {
+        let served = sidecar_injector::server::serving::Served::after(previous, &set, now);
+        Engine::serving(set, &settings, std::sync::Arc::new(served))
     };
     let agent = "pod:\n  spec:\n    containers:\n      - {name: agent, image: \"agent:1\"}\n";
     let source = sidecar_injector_core::template::BUILTIN_SOURCE;
@@ -253,8 +258,7 @@ fn a_template_that_just_arrived_does_not_refuse_pods_no_replica_injected() {
     };
 
     // The reload that brought `agent` happened just now: admitted, with the reason.
-    let mut after = compile(&[("default", source), ("agent", agent)]);
-    after.replaces(&before, Instant::now());
+    let after = replacing(compile(&[("default", source), ("agent", agent)]), &before, Instant::now());
     let (outcome, response) = validate(&after, &asks);
     assert_eq!(outcome.verdict, Verdict::Incomplete { missing: 3, refused: false }, "{response}");
     assert_eq!(response["response"]["allowed"], true);
@@ -271,15 +275,13 @@ fn a_template_that_just_arrived_does_not_refuse_pods_no_replica_injected() {
 
     // Past the grace (the reload three minutes ago), refused; a later reload keeps the first arrival.
     let long_ago = Instant::now().checked_sub(Duration::from_secs(180)).expect("the machine is up for 3 minutes");
-    let mut settled = compile(&[("default", source), ("agent", agent)]);
-    settled.replaces(&before, long_ago);
-    let mut again = compile(&[("default", source), ("agent", agent)]);
-    again.replaces(&settled, Instant::now());
+    let settled = replacing(compile(&[("default", source), ("agent", agent)]), &before, long_ago);
+    let again = replacing(compile(&[("default", source), ("agent", agent)]), &settled, Instant::now());
     for engine in [&settled, &again] {
         let (outcome, response) = validate(engine, &asks);
         assert!(matches!(outcome.verdict, Verdict::Incomplete { refused: true, .. }), "{response}");
     }
     // A template the process started with is never in its grace.
-    let (outcome, _) = validate(&compile(&[("default", source), ("agent", agent)]), &asks);
+    let (outcome, _) = validate(&Engine::new(compile(&[("default", source), ("agent", agent)]), &settings), &asks);
     assert!(matches!(outcome.verdict, Verdict::Incomplete { refused: true, .. }));
 }

@@ -15,7 +15,7 @@ use crate::review::{self, ApiVersion, Review, ReviewError};
 use crate::settings::{Keys, Policy, Settings, Validation};
 use crate::template::tree::Rendered;
 use crate::template::{LeafCache, NATIVE_SIDECAR_MINOR, Template, TemplateId};
-use crate::template_set::{SelectError, Selection, TemplateSet};
+use crate::template_set::{OnDemand, SelectError, Selection, Serving, TemplateSet};
 use crate::validation::{self, FieldError};
 use crate::{merge, missing, response};
 
@@ -98,10 +98,6 @@ pub enum Verdict {
         /// Whether the pod was refused (policy `deny`) rather than warned about.
         refused: bool,
     },
-    /// Not answered yet: the pod (or, in a preview, a pod template) asks for a combination of templates that is
-    /// not assembled yet, and the set leaves that to the server ([`TemplateSet::defer_combinations`]), which
-    /// assembles it off the request path and answers again. Never the answer sent.
-    Pending,
     /// Preview (`/preview`): the workload is admitted, with a warning (in [`Outcome::warnings`]) for each thing
     /// that would go wrong for its pods.
     Previewed {
@@ -168,10 +164,12 @@ pub enum Stage {
 /// the mutating call without the template. docs/operations.md, "Changing templates in a running cluster".
 pub const TEMPLATE_ROLLOUT_GRACE: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// The injection engine over one template set: the snapshot a request uses from start to end.
+/// The injection engine over one template set: the snapshot a request uses from start to end, with what it is
+/// served with (its combinations, its templates' arrivals: [`Serving`]).
 #[derive(Debug)]
 pub struct Engine {
     set: TemplateSet,
+    serving: Arc<dyn Serving>,
     keys: Keys,
     settings: Settings,
 }
@@ -284,9 +282,20 @@ fn injected_pod(
 }
 
 impl Engine {
-    /// An engine injecting from `set`.
+    /// An engine injecting from `set`, its combinations assembled where they are first asked for ([`OnDemand`]).
     pub fn new(set: TemplateSet, settings: &Settings) -> Self {
-        Engine { set, keys: Keys::new(&settings.annotation_prefix), settings: settings.clone() }
+        Engine::serving(set, settings, Arc::new(OnDemand::default()))
+    }
+
+    /// An engine injecting from `set`, served with `serving` (the server's: combinations assembled off its async
+    /// workers, arrivals carried over reloads).
+    pub fn serving(set: TemplateSet, settings: &Settings, serving: Arc<dyn Serving>) -> Self {
+        Engine { set, serving, keys: Keys::new(&settings.annotation_prefix), settings: settings.clone() }
+    }
+
+    /// This engine, served with `serving` instead.
+    pub fn with_serving(self, serving: Arc<dyn Serving>) -> Self {
+        Engine { serving, ..self }
     }
 
     /// The template set this engine injects from.
@@ -294,12 +303,22 @@ impl Engine {
         &self.set
     }
 
-    /// For an engine replacing `previous` (a reload): notes which of its templates are new to this process, and
-    /// since when ([`TemplateSet::note_arrivals`]), and assembles, ahead of any pod, the combinations `previous`
-    /// had ([`TemplateSet::assemble_combinations_of`]).
-    pub fn replaces(&mut self, previous: &Engine, now: std::time::Instant) {
-        self.set.note_arrivals(&previous.set, now);
-        self.set.assemble_combinations_of(&previous.set);
+    /// What the set is served with.
+    pub fn served_with(&self) -> &dyn Serving {
+        &*self.serving
+    }
+
+    /// Did one of the templates named `names` (`a` or `a,b`) reach this process by a reload less than `grace`
+    /// ago? While a ConfigMap edit rolls through the replicas (the kubelet updates each pod's volume within about
+    /// a minute), another replica may not have such a template yet, so a pod without it may have been admitted by
+    /// a replica that could not inject it.
+    fn arrived_within(&self, names: &str, grace: std::time::Duration) -> bool {
+        names.split(',').any(|name| self.serving.arrived(name.trim()).is_some_and(|at| at.elapsed() < grace))
+    }
+
+    /// The template(s) a pod's template annotation names, as a review would select them.
+    pub fn select(&self, annotation: Option<&str>) -> Result<Selection<'_>, SelectError> {
+        self.set.select(annotation, &*self.serving)
     }
 
     /// The template of pods that do not name one.
@@ -494,9 +513,8 @@ impl Engine {
         if let Some(trace) = &mut outcome.trace {
             trace.pod = Some(pod.display_name());
         }
-        let template = match self.set.select(pod.annotation(&self.keys.template)) {
+        let template = match self.select(pod.annotation(&self.keys.template)) {
             Ok(template) => template,
-            Err(SelectError::Pending(_)) => return Err(Decision::Allow(Verdict::Pending)),
             Err(e) => return Err(self.fail(self.unknown_template(pod, e), outcome)),
         };
         let template = if pod.runs_to_completion() {
@@ -685,7 +703,7 @@ impl Engine {
         // may have met a replica that does not have it yet. Two replicas that disagree during a rollout must not
         // refuse a pod; `status` lists it as missing the sidecar.
         let uninjected = pod.annotation(&self.keys.status).is_none();
-        if uninjected && self.set.arrived_within(template.name(), TEMPLATE_ROLLOUT_GRACE) {
+        if uninjected && self.arrived_within(template.name(), TEMPLATE_ROLLOUT_GRACE) {
             outcome.warnings.push(format!(
                 "{message} (admitted: template {} reached this replica less than {}s ago, so the replica that \
                  answered the mutating call may not have had it yet)",
@@ -896,7 +914,6 @@ impl Engine {
             }
             SelectError::TooMany { .. } => format!("the templates cannot be combined: {error}"),
             SelectError::Combination(reason) => format!("the templates cannot be combined: {reason}"),
-            SelectError::Pending(_) => error.to_string(),
         };
         Failure {
             reason,

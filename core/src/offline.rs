@@ -152,8 +152,6 @@ pub(crate) struct Preview {
     pub(crate) warnings: Vec<String>,
     /// A pod template names a template the set does not have.
     pub(crate) unknown_template: bool,
-    /// A pod template asks for a combination of templates that is not assembled yet ([`Verdict::Pending`]).
-    pub(crate) pending: bool,
 }
 
 /// Injects every pod template of `document` as [`inject_document`] does, without writing the result back, and
@@ -184,7 +182,6 @@ pub(crate) fn preview_document(engine: &Engine, document: &mut Value, namespace:
             _ => {}
         }
         preview.unknown_template |= outcome.verdict.reason() == Some(SkipReason::UnknownTemplate);
-        preview.pending |= outcome.verdict == Verdict::Pending;
         warnings.extend(outcome.warnings.iter().map(|warning| format!("{name}: {warning}")));
         Ok(())
     });

@@ -155,10 +155,7 @@ pub(crate) fn answer(engine: &Engine, previewable: Previewable, out: &mut Vec<u8
     response::allow(out);
     response::close(out, &preview.warnings, None);
     let mut outcome = Outcome::new(version, false);
-    outcome.verdict = match preview.pending {
-        true => Verdict::Pending,
-        false => Verdict::Previewed { templates: preview.templates, unknown_template: preview.unknown_template },
-    };
+    outcome.verdict = Verdict::Previewed { templates: preview.templates, unknown_template: preview.unknown_template };
     outcome.warnings = preview.warnings;
     outcome
 }

@@ -124,9 +124,7 @@ fn explain(engine: &sidecar_injector_core::Engine, outcome: &Outcome) -> String 
         }
         Verdict::Previewed { templates, .. } => {
             text.push_str(&format!("preview: {templates} pod template(s) injected as their pods would be\n"));
-        }
-        // The CLI's sets assemble combinations as they are asked for: never pending.
-        Verdict::Pending => text.push_str("decision: pending (a combination of templates being assembled)\n"),
+        } // The CLI's sets assemble combinations as they are asked for: never pending.
     }
     for warning in &outcome.warnings {
         text.push_str(&format!("warning: {warning}\n"));

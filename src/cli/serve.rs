@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::server::limits::TEMPLATE_DEBOUNCE;
 use crate::server::reload::TemplateWatch;
+use crate::server::serving::Served;
 use crate::server::source::TemplateSource;
 use crate::server::{ServeConfig, Server, TlsSource};
 use arc_swap::ArcSwap;
@@ -170,6 +171,8 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         }
     };
     let engines = engines.into_iter().collect::<Result<Vec<_>, _>>().map_err(|e| CliError::templates(e, false))?;
+    // Served as the server serves every set: combinations assembled off its async workers.
+    let engines: Vec<_> = engines.into_iter().map(|engine| engine.with_serving(Arc::new(Served::default()))).collect();
     // std reads the cgroup CPU quota, so a container limited to 2 CPUs gets 2 workers, not one per host core.
     let workers = match args.workers {
         Some(n) => usize::from(n),

@@ -255,32 +255,12 @@ async fn read_and_review(
     let lacks = |reviewed: &Reviewed| {
         revision.refresh.is_some() && matches!(reviewed, Ok(Ok(o)) if o.verdict.names_unknown_template())
     };
-    let (mut reviewed, mut lacked) = {
+    let (mut reviewed, lacked) = {
         let engine = revision.engine.load();
         let reviewed = review(&engine, endpoint, &mut buf, &mut out);
         let lacked = lacks(&reviewed).then(|| arc_swap::Guard::into_inner(engine));
         (reviewed, lacked)
     };
-    // A combination of templates (`template: a,b`) first asked for is assembled on a blocking thread, never on
-    // this one, and the review made again. Another request may have swapped the set meanwhile: a few rounds.
-    for _ in 0..PENDING_ROUNDS {
-        if !is_pending(&reviewed) {
-            break;
-        }
-        let engine = revision.engine.load_full();
-        let assembling = tokio::task::spawn_blocking(move || engine.set().assemble_pending());
-        if assembling.await.is_err() {
-            return refuse(shared, &Refusal::Panic);
-        }
-        refill(&mut buf, &received);
-        out.clear();
-        let engine = revision.engine.load_full();
-        reviewed = review(&engine, endpoint, &mut buf, &mut out);
-        lacked = lacks(&reviewed).then_some(engine);
-    }
-    if is_pending(&reviewed) {
-        return refuse(shared, &Refusal::Churning);
-    }
     if let (Some(refresh), Some(used)) = (&revision.refresh, lacked) {
         // Read the ConfigMap, and review again if the set serving is no longer the one the review used.
         if refresh.read_since(arrived, REFRESH_WAIT.min(deadline / 2)).await {
@@ -317,16 +297,8 @@ async fn read_and_review(
     }
 }
 
-/// How many times a request asking for a combination not assembled yet has it assembled and is reviewed again.
-const PENDING_ROUNDS: usize = 3;
-
 /// A review, or why there is none: a bad request, or a panic caught.
 type Reviewed = Result<Result<Outcome, ReviewError>, Panicked>;
-
-/// Does the review wait for a combination of templates to be assembled ([`Verdict::Pending`])?
-fn is_pending(reviewed: &Reviewed) -> bool {
-    matches!(reviewed, Ok(Ok(o)) if o.verdict == Verdict::Pending)
-}
 
 /// How long a request naming a template this replica lacks waits for a read of the template ConfigMap
 /// ([`super::refresh`]), at most: well within the API server's timeout for the call.
@@ -364,7 +336,6 @@ struct Panicked(String);
 fn record(metrics: &RevisionMetrics, endpoint: Endpoint, outcome: &Outcome) {
     match outcome.verdict {
         // Never answered: the handler assembles the combination and reviews again.
-        Verdict::Pending => {}
         Verdict::Complete => {
             metrics.validated_ok();
             tracing::debug!("validated: complete");
@@ -423,10 +394,6 @@ enum Refusal {
     /// The memory account (its size) had no room for this body or answer in time: 503 with `Retry-After`.
     #[error("service unavailable: requests in progress (bodies and answers) fill the memory budget ({0} bytes); retry")]
     Overloaded(usize),
-    /// The pod's combination of templates was assembled and, every time, replaced (by a reload, or by more
-    /// combinations than a set keeps) before the review could use it: 503 with `Retry-After`.
-    #[error("service unavailable: the combination of templates asked for could not be kept long enough; retry")]
-    Churning,
 }
 
 impl Refusal {
@@ -439,7 +406,7 @@ impl Refusal {
             Refusal::Body(_) | Refusal::Review(_) => ErrorReason::BadRequest,
             Refusal::Panic => ErrorReason::Panic,
             Refusal::Timeout(_) => ErrorReason::Timeout,
-            Refusal::Overloaded(_) | Refusal::Churning => ErrorReason::Overloaded,
+            Refusal::Overloaded(_) => ErrorReason::Overloaded,
         }
     }
 
@@ -452,7 +419,7 @@ impl Refusal {
             Refusal::Body(_) | Refusal::Review(_) => StatusCode::BAD_REQUEST,
             Refusal::Panic => StatusCode::INTERNAL_SERVER_ERROR,
             Refusal::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Refusal::Overloaded(_) | Refusal::Churning => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }
@@ -466,9 +433,7 @@ fn refuse(shared: &Shared, refusal: &Refusal) -> Answer {
     *answer.status_mut() = status;
     match refusal {
         Refusal::Method => drop(answer.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"))),
-        Refusal::Overloaded(_) | Refusal::Churning => {
-            drop(answer.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1")))
-        }
+        Refusal::Overloaded(_) => drop(answer.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"))),
         _ => {}
     }
     answer

@@ -13,6 +13,7 @@ mod handler;
 pub mod limits;
 pub mod refresh;
 pub mod reload;
+pub mod serving;
 pub mod source;
 mod telemetry;
 pub mod tls;

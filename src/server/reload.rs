@@ -19,6 +19,7 @@ use std::time::Duration;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use notify::Watcher;
 
+use super::serving::Served;
 use super::source::TemplateSource;
 use super::telemetry::{ReadResult, RevisionMetrics};
 
@@ -48,12 +49,9 @@ pub struct TemplateWatch {
 }
 
 impl TemplateWatch {
-    /// Compiles the set in `sources` into an engine.
-    pub fn compile(&self, sources: SetSources) -> Result<Engine, TemplateError> {
-        let mut set = TemplateSet::compile(sources, &self.default_template, &self.settings)?;
-        // The server assembles a combination a pod first asks for off the request path (`handler`).
-        set.defer_combinations();
-        Ok(Engine::new(set, &self.settings))
+    /// Compiles the set in `sources`.
+    pub fn compile(&self, sources: SetSources) -> Result<TemplateSet, TemplateError> {
+        TemplateSet::compile(sources, &self.default_template, &self.settings)
     }
 }
 
@@ -129,8 +127,8 @@ impl ReloadState {
     }
 }
 
-/// Compiles a directory's sources into an engine: [`TemplateWatch::compile`], replaceable in tests.
-pub(crate) type Compile = fn(&TemplateWatch, SetSources) -> Result<Engine, TemplateError>;
+/// Compiles a directory's sources into a set: [`TemplateWatch::compile`], replaceable in tests.
+pub(crate) type Compile = fn(&TemplateWatch, SetSources) -> Result<TemplateSet, TemplateError>;
 
 /// One reloader: the watch configuration, the engine it swaps and the state it reports.
 #[derive(Clone)]
@@ -237,8 +235,8 @@ impl Reloader {
             return ReadResult::Unchanged;
         }
         match (self.compile)(&self.watch, sources) {
-            Ok(engine) => {
-                self.publish(engine);
+            Ok(set) => {
+                self.publish(set);
                 ReadResult::Changed
             }
             Err(e) => {
@@ -248,9 +246,11 @@ impl Reloader {
         }
     }
 
-    fn publish(&self, mut engine: Engine) {
+    /// Serves `set` from now on, with its serving state carried over from the set it replaces.
+    fn publish(&self, set: TemplateSet) {
         let previous = self.engine.load_full();
-        engine.replaces(&previous, std::time::Instant::now());
+        let served = Served::after(&previous, &set, std::time::Instant::now());
+        let engine = Engine::serving(set, &self.watch.settings, Arc::new(served));
         let set = engine.set();
         let names = set.names();
         let left_out = set.unavailable_summary();
@@ -303,7 +303,7 @@ mod tests {
     static PANIC_NEXT: AtomicBool = AtomicBool::new(true);
 
     /// Panics on its first call, then compiles normally.
-    fn panics_once(watch: &TemplateWatch, sources: SetSources) -> Result<Engine, TemplateError> {
+    fn panics_once(watch: &TemplateWatch, sources: SetSources) -> Result<TemplateSet, TemplateError> {
         if PANIC_NEXT.swap(false, Ordering::SeqCst) {
             panic!("a bug in compilation");
         }

@@ -254,14 +254,12 @@ pub fn classify(
                 // The engine read the annotation as another version's, but it is no stamp we can read.
                 None => ("?".to_owned(), status.unwrap_or_default().to_owned()),
             };
-            let current_version = revision.engine.set().select(Some(&template)).ok().map(|t| t.hash().to_owned());
+            let current_version = revision.engine.select(Some(&template)).ok().map(|t| t.hash().to_owned());
             Class::Stale { template, version, current_version }
         }
         // `status` validates; a preview's verdict never reaches here, and would say nothing is missing. Nor does
         // `Pending`: the CLI's sets assemble combinations as they are asked for.
-        Verdict::Complete | Verdict::Skipped(_) | Verdict::Previewed { .. } | Verdict::Pending => {
-            Class::Current { template, version }
-        }
+        Verdict::Complete | Verdict::Skipped(_) | Verdict::Previewed { .. } => Class::Current { template, version },
         // Validation never injects; a patch to send would mean the same as a missing part.
         Verdict::Incomplete { .. } | Verdict::Injected { .. } | Verdict::Denied(_) => match stamp {
             None => Class::Missing { template, version },

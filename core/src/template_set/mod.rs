@@ -8,13 +8,12 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use arc_swap::ArcSwap;
 
 mod assembly;
+mod serving;
 
 pub use assembly::{DryRunError, inject_unchecked, pod_security};
+pub use serving::{Combinations, OnDemand, Serving};
 
 use crate::settings::Policy;
 use crate::settings::Settings;
@@ -24,8 +23,6 @@ use crate::validation::KubeVersion;
 /// The name of the shared values file (with a `.yaml` or `.yml` extension).
 pub const VALUES_FILE: &str = "values";
 
-/// Combinations (`template: a,b`) kept per snapshot; beyond this many, the oldest makes room.
-const MAX_COMBINATIONS: usize = 32;
 /// The most templates one pod may ask for.
 const MAX_TEMPLATES_PER_POD: usize = 8;
 
@@ -153,32 +150,12 @@ pub struct TemplateSet {
     templates: Vec<Template>,
     default: usize,
     hash: String,
-    /// What the set was compiled with, for the combinations compiled later.
+    /// What the set was compiled with, for the combinations assembled later.
     settings: Settings,
     ignored: Vec<String>,
     /// Templates that need a newer Kubernetes than the set is compiled for (`minKubernetesVersion`): not
     /// compiled; a pod that asks for one is answered per its `onError`.
     unavailable: Vec<Unavailable>,
-    /// When each template's name first reached this process by a reload (`templates[i]`); `None` for those it
-    /// started with. See [`TemplateSet::arrived_within`].
-    arrivals: Vec<Option<Instant>>,
-    /// Combinations pods asked for, each assembled once (or found not to combine), published lock-free; they
-    /// live as long as the set.
-    combinations: ArcSwap<Vec<Combination>>,
-    /// Whether [`TemplateSet::select`] leaves a combination it does not have to the caller, to assemble off the
-    /// request path ([`TemplateSet::defer_combinations`]).
-    deferred: bool,
-    /// The combinations `select` was asked for and left (names joined by commas), for
-    /// [`TemplateSet::assemble_pending`].
-    pending: ArcSwap<Vec<String>>,
-}
-
-/// A combination (`template: a,b`) as assembled: the template, or why the parts do not combine (kept, so that a
-/// pod asking again is answered at once).
-#[derive(Debug, Clone)]
-struct Combination {
-    key: String,
-    assembled: Result<Arc<Template>, Arc<TemplateError>>,
 }
 
 /// The template(s) a pod asked for.
@@ -253,10 +230,6 @@ pub enum SelectError {
     /// The combination could not be assembled.
     #[error("the templates cannot be combined: {0}")]
     Combination(#[source] Arc<TemplateError>),
-    /// The combination is not assembled yet, and the set leaves assembling it to the caller
-    /// ([`TemplateSet::defer_combinations`]).
-    #[error("the combination {0} is being assembled")]
-    Pending(String),
 }
 
 impl TemplateSet {
@@ -348,7 +321,6 @@ impl TemplateSet {
             )));
         };
         Ok(TemplateSet {
-            arrivals: vec![None; templates.len()],
             parts,
             templates,
             default,
@@ -356,9 +328,6 @@ impl TemplateSet {
             settings: settings.clone(),
             ignored: sources.ignored,
             unavailable,
-            combinations: ArcSwap::from_pointee(Vec::new()),
-            deferred: false,
-            pending: ArcSwap::from_pointee(Vec::new()),
         })
     }
 
@@ -392,26 +361,9 @@ impl TemplateSet {
         &self.unavailable
     }
 
-    /// Records, for a set replacing `previous` in this process, when each template arrived: a name `previous`
-    /// did not have arrives now; the others keep their arrival.
-    pub fn note_arrivals(&mut self, previous: &TemplateSet, now: Instant) {
-        for (template, arrival) in self.templates.iter().zip(self.arrivals.iter_mut()) {
-            *arrival = match previous.templates.iter().position(|t| t.name() == template.name()) {
-                Some(i) => previous.arrivals[i],
-                None => Some(now),
-            };
-        }
-    }
-
-    /// Did one of the templates named `names` (`a` or `a,b`) reach this process by a reload less than `grace`
-    /// ago? While a ConfigMap edit rolls through the replicas (the kubelet updates each pod's volume within about
-    /// a minute), another replica may not have such a template yet, so a pod without it may have been admitted by
-    /// a replica that could not inject it.
-    pub fn arrived_within(&self, names: &str, grace: Duration) -> bool {
-        names.split(',').any(|name| {
-            let index = self.templates.iter().position(|t| t.name() == name.trim());
-            index.and_then(|i| self.arrivals[i]).is_some_and(|arrived| arrived.elapsed() < grace)
-        })
+    /// Is `name` one of the set's templates?
+    pub fn has(&self, name: &str) -> bool {
+        self.templates.iter().any(|t| t.name() == name)
     }
 
     /// The templates left out for the Kubernetes version, for logs: `native-sidecar (needs 1.29)`; empty if none.
@@ -419,8 +371,9 @@ impl TemplateSet {
         self.unavailable.iter().map(|u| format!("{} (needs {})", u.name, u.needs)).collect::<Vec<_>>().join(", ")
     }
 
-    /// The template(s) a pod's template annotation names (`a` or `a,b`), or the default without one.
-    pub fn select(&self, annotation: Option<&str>) -> Result<Selection<'_>, SelectError> {
+    /// The template(s) a pod's template annotation names (`a` or `a,b`), or the default without one; a
+    /// combination from `serving`, which assembles it the first time.
+    pub fn select(&self, annotation: Option<&str>, serving: &dyn Serving) -> Result<Selection<'_>, SelectError> {
         let index = |name: &str| self.templates.iter().position(|t| t.name() == name);
         let requested = annotation.map_or("", str::trim);
         // Most pods name no template or one: answered without collecting names.
@@ -450,83 +403,18 @@ impl TemplateSet {
         if !missing.is_empty() {
             return Err(self.missing(&missing));
         }
-        let key = names.join(",");
-        let found = self.combinations.load().iter().find(|c| c.key == key).map(|c| c.assembled.clone());
-        let assembled = match found {
-            Some(assembled) => assembled,
-            None if self.deferred => {
-                self.pending.rcu(|pending| {
-                    let mut next = Vec::clone(pending);
-                    if !next.contains(&key) {
-                        next.push(key.clone());
-                    }
-                    next
-                });
-                return Err(SelectError::Pending(key));
-            }
-            None => self.assemble_combination(&names),
-        };
-        assembled.map(Selection::Combined).map_err(SelectError::Combination)
+        serving.combination(self, &names).map(Selection::Combined).map_err(SelectError::Combination)
     }
 
-    /// Has `select` leave a combination it does not have yet (`template: a,b` first asked for) to the caller,
-    /// answering [`SelectError::Pending`], instead of assembling it (a dry run on every sample pod) on the request
-    /// path: the server assembles it on a blocking thread with [`TemplateSet::assemble_pending`] and answers
-    /// again. The CLI, which has no request path, leaves this off.
-    pub fn defer_combinations(&mut self) {
-        self.deferred = true;
-    }
-
-    /// Assembles and publishes every combination `select` has left pending: off the request path (the server
-    /// runs it on a blocking thread). Returns how many were assembled.
-    pub fn assemble_pending(&self) -> usize {
-        let pending = self.pending.swap(Arc::new(Vec::new()));
-        let mut assembled = 0;
-        for key in pending.iter() {
-            if self.combinations.load().iter().any(|c| &c.key == key) {
-                continue; // another thread assembled it meanwhile
-            }
-            let names: Vec<&str> = key.split(',').collect();
-            // One that does not combine is kept as such too: the pods asking for it get the reason.
-            let _ = self.assemble_combination(&names);
-            assembled += 1;
-        }
-        assembled
-    }
-
-    /// Assembles the combination of `names` (each in the set: `select` checked), publishes it for every thread
-    /// without a lock, and returns it. Beyond [`MAX_COMBINATIONS`], the oldest published one makes room.
-    fn assemble_combination(&self, names: &[&str]) -> Result<Arc<Template>, Arc<TemplateError>> {
+    /// Assembles the combination of `names` (each a template of the set), applied in order, and proves it on the
+    /// sample pods as the set's own templates were: a dry run on every sample pod, so [`Serving`] keeps it.
+    pub fn assemble(&self, names: &[&str]) -> Result<Template, TemplateError> {
         let parts: Vec<&Part> = names
             .iter()
             .filter_map(|n| self.templates.iter().position(|t| t.name() == *n))
             .map(|i| &self.parts[i])
             .collect();
-        let assembled = assembly::assemble(&parts, &self.hash, &self.settings).map(Arc::new).map_err(Arc::new);
-        let combination = Combination { key: names.join(","), assembled: assembled.clone() };
-        self.combinations.rcu(|current| {
-            let mut next = Vec::clone(current);
-            if !next.iter().any(|c| c.key == combination.key) {
-                if next.len() >= MAX_COMBINATIONS {
-                    next.remove(0);
-                }
-                next.push(combination.clone());
-            }
-            next
-        });
-        assembled
-    }
-
-    /// Assembles, ahead of any pod, the combinations `previous` (the set this one replaces) had assembled, whose
-    /// templates are all still in this set: after an edit, the pods that ask for them find them ready.
-    pub fn assemble_combinations_of(&self, previous: &TemplateSet) {
-        for combination in previous.combinations.load().iter() {
-            let names: Vec<&str> = combination.key.split(',').collect();
-            if names.iter().all(|n| self.templates.iter().any(|t| t.name() == *n)) {
-                // As in `assemble_pending`: kept either way.
-                let _ = self.assemble_combination(&names);
-            }
-        }
+        assembly::assemble(&parts, &self.hash, &self.settings)
     }
 }
 
