@@ -57,7 +57,7 @@ use yaml::YNode;
 /// The template compiled into the binary: `templates/default.yaml`.
 pub const BUILTIN_SOURCE: &str = include_str!("../../../templates/default.yaml");
 /// The templates this release ships (`templates/`), by file name: what `certs` seeds the templates directory of
-/// an overlay with. The base's ConfigMap holds the same files (tests/manifests.rs checks both against `templates/`).
+/// an overlay with. The base's ConfigMap holds the same files (tests/suite/manifests.rs checks both against `templates/`).
 pub const SHIPPED: &[(&str, &str)] = &[
     ("default.yaml", BUILTIN_SOURCE),
     ("demo.yaml", include_str!("../../../templates/demo.yaml")),

@@ -1,6 +1,6 @@
 //! Injection that knows the workload (issue 23): the pods of Jobs, and kubectl's default container.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -1,6 +1,6 @@
 //! The engine's rules, one test each, with the exact patch where the exact patch is the point.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

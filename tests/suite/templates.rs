@@ -1,7 +1,7 @@
 //! Template sets: selection by annotation, combinations, shared values, overrides, error policies, warnings and
 //! audit annotations, as the engine answers them.
 
-mod common;
+use crate::common;
 
 use common::{answer, apply, review};
 use serde_json::{Value, json};

@@ -4,7 +4,7 @@
 //! strategy; 1.20's where they differ); the e2e differential (`tests/e2e/admission_chain.rs`) judges the same
 //! classes on the real admission chain.
 
-mod common;
+use crate::common;
 
 use common::{answer, apply, check_properties, review, validation};
 use serde_json::{Value, json};
@@ -117,7 +117,7 @@ fn class_3_bidirectional_propagation_needs_a_privileged_container() {
 
 #[test]
 fn class_4_a_mount_where_the_pod_has_a_block_device_is_withheld_by_the_shipped_demo() {
-    let engine = loaded(include_str!("../templates/demo.yaml"));
+    let engine = loaded(include_str!("../../templates/demo.yaml"));
     let spec = json!({
         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
         "containers": [{"name": "app", "image": "shop:1", "volumeDevices": [{"name": "data", "devicePath": "/var/run/demo"}]}],
@@ -134,7 +134,7 @@ fn class_4_a_mount_where_the_pod_has_a_block_device_is_withheld_by_the_shipped_d
 #[test]
 fn class_5_legacy_security_annotations_are_held_to_the_fields_a_template_sets() {
     // The shipped native-sidecar template sets the pod's seccomp profile where the pod has none.
-    let native = loaded(include_str!("../templates/native-sidecar.yaml"));
+    let native = loaded(include_str!("../../templates/native-sidecar.yaml"));
     let pod = app_pod(json!({}), json!({"seccomp.security.alpha.kubernetes.io/pod": "unconfined"}));
     assert_withheld(&native, &pod, "seccomp type in annotation and field must match");
     let agreeing = app_pod(json!({}), json!({"seccomp.security.alpha.kubernetes.io/pod": "runtime/default"}));

@@ -1,7 +1,7 @@
 //! Template reload as Kubernetes does it: a ConfigMap volume whose `..data` symlink the kubelet swaps by rename,
 //! under concurrent load, with broken edits refused while the last good set keeps serving.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use serde_json::Value;
 use sidecar_injector::server::reload::TemplateWatch;
 use sidecar_injector_core::{Engine, Settings, TemplateSet};
 
-const REVIEW: &[u8] = include_bytes!("data/pod-create.json");
+const REVIEW: &[u8] = include_bytes!("../data/pod-create.json");
 
 /// A template whose every version is recognisable in the patch: the image and an env var carry `tag`.
 fn template(tag: &str) -> String {

@@ -3,7 +3,7 @@
 //! Deployment is hardened and consistent with the binary's flags, and the ConfigMap carries `templates/`.
 //!
 //! The ConfigMap is generated from `templates/`: after editing a template, regenerate it with
-//! `SIDECAR_INJECTOR_BLESS=1 cargo test --test manifests`.
+//! `SIDECAR_INJECTOR_BLESS=1 cargo test --test suite manifests::`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -416,7 +416,7 @@ fn the_cert_manager_overlay_issues_the_secret_the_deployment_mounts_for_the_serv
 /// The ConfigMap of templates `manifests/` deploys under `name`, as generated from `templates/`.
 fn expected_configmap(name: &str) -> String {
     let mut text = format!(
-        "# Generated from templates/ by `SIDECAR_INJECTOR_BLESS=1 cargo test --test manifests`: edit the templates\n\
+        "# Generated from templates/ by `SIDECAR_INJECTOR_BLESS=1 cargo test --test suite manifests::`: edit the templates\n\
          # there, not here (a test fails when the two differ). A cluster's templates live in its overlay: `certs`\n\
          # writes templates/ there and a configMapGenerator that replaces this ConfigMap with its files (README).\n\
          apiVersion: v1\n\
@@ -454,7 +454,7 @@ fn the_configmap_carries_the_templates_and_they_pass_check() {
         let actual = std::fs::read_to_string(&path).unwrap();
         assert!(
             actual == expected,
-            "{} differs from templates/: run `SIDECAR_INJECTOR_BLESS=1 cargo test --test manifests`",
+            "{} differs from templates/: run `SIDECAR_INJECTOR_BLESS=1 cargo test --test suite manifests::`",
             path.display()
         );
     }
@@ -478,7 +478,7 @@ fn the_configmap_carries_the_templates_and_they_pass_check() {
 }
 
 /// `kubectl kustomize` builds the base and both overlays. Run it where kubectl is installed:
-/// `cargo test --test manifests -- --ignored kustomize`.
+/// `cargo test --test suite -- --ignored manifests::`.
 #[test]
 #[ignore = "needs kubectl on PATH (CI machines lack it)"]
 fn kustomize_builds_the_base_and_the_overlays() {

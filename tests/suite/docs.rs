@@ -2,7 +2,7 @@
 //! `serve`'s flags and defaults (clap), the metrics the server registers, and the exit codes the docs promise
 //! (run against the binary).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

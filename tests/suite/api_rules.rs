@@ -2,7 +2,7 @@
 //! refuses, or said nothing, kept as regression tests. The rules themselves are tested one by one in
 //! `core/src/validation/tests.rs`, and against a real API server in tests/e2e.rs.
 
-mod common;
+use crate::common;
 
 use common::{answer, apply, builtin, review, run};
 use serde_json::{Value, json};

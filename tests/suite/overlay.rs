@@ -1,9 +1,9 @@
 //! Issue 50: the user's templates live in the overlay `certs` writes, so that a renewal, an upgrade or a GitOps
 //! sync deploys them and never the shipped ones over them. What `certs` writes and keeps, and what `check` says
-//! about an overlay; `kubectl kustomize` of the result is judged in tests/manifests.rs and on the API server in
+//! about an overlay; `kubectl kustomize` of the result is judged in tests/suite/manifests.rs and on the API server in
 //! tests/e2e.rs.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

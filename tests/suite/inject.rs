@@ -1,7 +1,7 @@
 //! `sidecar-injector inject`: every workload kind's pod template injected once, other objects untouched, the
 //! output injected again unchanged, YAML read as kubectl reads it.
 
-mod common;
+use crate::common;
 
 use common::{env_value, run};
 use serde_json::Value;

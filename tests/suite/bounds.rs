@@ -2,7 +2,7 @@
 //! reset away, no peer can hold a connection slot by not reading, and an idle keep-alive connection gives its slot
 //! to a new one at the limit.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use common::server::*;
 use hyper::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const REVIEW: &[u8] = include_bytes!("data/pod-create.json");
+const REVIEW: &[u8] = include_bytes!("../data/pod-create.json");
 
 /// An HTTP/2 connection spoken with the `h2` crate (what hyper's client hides: the stream's reset reason, the
 /// flow-control window), and the task driving it, which ends when the server closes the connection.

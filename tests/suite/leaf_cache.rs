@@ -13,7 +13,7 @@
 //! otherwise. The cache may key an entry on only what the render read; whatever it keys on, a pod must never get
 //! the output rendered for another. Hand-written cases at the end pin the likeliest mistakes.
 
-mod common;
+use crate::common;
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -1,6 +1,6 @@
 //! Validation (`/validate`, `review --validate`): a pod passes exactly when injecting it again would add nothing.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -3,7 +3,7 @@
 //! sidecars held by their `startupProbe`. Exact patches, the refusals at load, idempotence and `uninject`, the
 //! shipped template at both versions. tests/cluster.rs runs it on a real 1.20 kubelet.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

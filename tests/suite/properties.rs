@@ -3,7 +3,7 @@
 //! original value, keeps container/init container/volume names unique, a second run gives no patch, and the
 //! validating webhook passes the injected pod and fails the original.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

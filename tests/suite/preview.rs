@@ -1,7 +1,7 @@
 //! The apply-time preview (`/preview`, issue 41): a workload's pod template injected as its pods will be, and what
 //! would go wrong said back as warnings. Never a refusal.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -1,6 +1,6 @@
 //! The `sidecar-injector` binary (`review`, `serve`, `check`), run as a person would run it.
 
-mod common;
+use crate::common;
 
 use common::run;
 use std::process::{Command, Output, Stdio};

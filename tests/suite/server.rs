@@ -1,6 +1,6 @@
 //! The real server on 127.0.0.1 (random ports), spoken to over real TLS, HTTP/1.1 and HTTP/2.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use sidecar_injector::server::tls::DevCertificates;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const REVIEW: &[u8] = include_bytes!("data/pod-create.json");
+const REVIEW: &[u8] = include_bytes!("../data/pod-create.json");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http1_and_http2_give_byte_identical_answers_and_h2_multiplexes() {
