@@ -12,6 +12,7 @@ use serde_json::Value as J;
 use super::Problem;
 use super::yaml::PathSeg;
 use crate::pod_api::releases::{self, Place};
+use crate::pod_api::spec::{CONTAINERS, INIT_CONTAINERS};
 use crate::pod_api::{decode, plugins, spec};
 use crate::validation::KubeVersion;
 
@@ -64,7 +65,7 @@ fn metadata(value: &J, path: Vec<PathSeg>, found: &mut Findings) {
 fn spec(value: &J, path: Vec<PathSeg>, found: &mut Findings) {
     // A template that injects only volumes or defaults may leave `containers` out: it decodes.
     typed::<PodSpec>(value, path.clone(), found);
-    for list in ["containers", "initContainers"] {
+    for list in [CONTAINERS, INIT_CONTAINERS] {
         for (i, c) in value.get(list).and_then(J::as_array).into_iter().flatten().enumerate() {
             let at = [path.clone(), vec![PathSeg::Key(list.into()), PathSeg::Index(i)]].concat();
             if c.get("image").and_then(J::as_str).is_none_or(str::is_empty) {

@@ -16,6 +16,7 @@ use super::{
     api_types, by_line, combine, hold, leaf_checks, several, tree,
 };
 use crate::pod_api::merge_rules::{Place, SAFE_TO_EVICT_LOCAL_VOLUMES};
+use crate::pod_api::spec::{CONTAINERS, INIT_CONTAINERS};
 use crate::settings::Settings;
 
 /// Which shape of a template to assemble.
@@ -256,8 +257,8 @@ impl Template {
             (Shape::AsWritten, _) => {}
         }
         let injects = Injects {
-            containers: names_in(&combined.pod, "containers"),
-            init_containers: names_in(&combined.pod, "initContainers"),
+            containers: names_in(&combined.pod, CONTAINERS),
+            init_containers: names_in(&combined.pod, INIT_CONTAINERS),
             volumes: names_in(&combined.pod, "volumes"),
         };
         // The injector's own part comes last, so the template's own value of what it writes wins.

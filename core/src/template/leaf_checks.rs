@@ -13,6 +13,7 @@ use serde_json::{Value as J, json};
 use super::tree::Rendered;
 use super::yaml::{self, PathSeg, YNode};
 use super::{ContainerEntries, PodContext, StrEntries, Template};
+use crate::pod_api::spec::{CONTAINERS, INIT_CONTAINERS};
 use crate::validation::{self, FieldError, FieldPath, KubeVersion, Rule, Seg};
 
 /// The name the container defaults go by when they are validated as a container of their own.
@@ -45,7 +46,7 @@ fn fragment(pod: &YNode, defaults: Option<&YNode>, slot: &mut dyn FnMut(usize) -
     let Some(spec) = fragment.as_object_mut().map(|f| f.entry("spec").or_insert_with(|| json!({}))) else {
         return (fragment, None);
     };
-    let Some(containers) = spec.as_object_mut().map(|s| s.entry("containers").or_insert_with(|| json!([]))) else {
+    let Some(containers) = spec.as_object_mut().map(|s| s.entry(CONTAINERS).or_insert_with(|| json!([]))) else {
         return (fragment, None);
     };
     let Some(list) = containers.as_array_mut() else { return (fragment, None) };
@@ -83,7 +84,7 @@ fn field_path_of(template_path: &[PathSeg], defaults_index: Option<usize>) -> Op
     match (head, defaults_index) {
         (PathSeg::Key(k), _) if k == "pod" => Some(rest.to_vec()),
         (PathSeg::Key(k), Some(index)) if k == "containerDefaults" => {
-            let mut path = vec![PathSeg::Key("spec".into()), PathSeg::Key("containers".into()), PathSeg::Index(index)];
+            let mut path = vec![PathSeg::Key("spec".into()), PathSeg::Key(CONTAINERS.into()), PathSeg::Index(index)];
             path.extend_from_slice(rest);
             Some(path)
         }
@@ -122,7 +123,7 @@ pub(super) fn fragment_problems(
 fn name_the_container(path: &mut FieldPath, fragment: &J) {
     if let [Seg::Field(spec), Seg::Field(list), Seg::Index(i), ..] = path.0.as_slice()
         && spec == "spec"
-        && matches!(list.as_ref(), "containers" | "initContainers")
+        && [CONTAINERS, INIT_CONTAINERS].contains(&list.as_ref())
         && let Some(name) = fragment["spec"][list.as_ref()][*i]["name"].as_str()
     {
         path.0[2] = Seg::Key(name.to_owned());

@@ -3,6 +3,7 @@
 //! the sidecars before the app.
 
 use super::yaml::{YNode, YValue};
+use crate::pod_api::spec::{CONTAINERS, INIT_CONTAINERS};
 
 /// Moves the template's containers to the end of its init containers, each with `restartPolicy: Always`: native
 /// sidecars, started in order after the template's own init containers (which may set up what they need) and
@@ -10,7 +11,7 @@ use super::yaml::{YNode, YValue};
 pub(super) fn as_native_sidecars(pod: &mut YNode) {
     let Some(spec) = pod.map_get_mut("spec") else { return };
     let YValue::Map(members) = &mut spec.value else { return };
-    let Some(at) = members.iter().position(|(key, _)| key == "containers") else { return };
+    let Some(at) = members.iter().position(|(key, _)| key == CONTAINERS) else { return };
     let (_, containers) = members.remove(at);
     let line = containers.line;
     let YValue::Seq(mut sidecars) = containers.value else { return };
@@ -22,8 +23,8 @@ pub(super) fn as_native_sidecars(pod: &mut YNode) {
             fields.push(("restartPolicy".into(), always));
         }
     }
-    match members.iter_mut().find(|(key, _)| key == "initContainers") {
+    match members.iter_mut().find(|(key, _)| key == INIT_CONTAINERS) {
         Some((_, YNode { value: YValue::Seq(init), .. })) => init.append(&mut sidecars),
-        _ => members.push(("initContainers".into(), YNode { line, value: YValue::Seq(sidecars) })),
+        _ => members.push((INIT_CONTAINERS.into(), YNode { line, value: YValue::Seq(sidecars) })),
     }
 }

@@ -16,7 +16,8 @@ use super::{Cx, Rule, pod_wide};
 use crate::pod_api::read::{items, object, strings};
 use crate::pod_api::releases::HOSTNAME_OVERRIDE;
 use crate::pod_api::spec::{
-    ENV_VAR_SOURCES, LIFECYCLE_HANDLERS, LIFECYCLE_HOOKS, PROBE_HANDLERS, PROBES, VOLUME_SOURCES,
+    CONTAINERS, ENV_VAR_SOURCES, EPHEMERAL_CONTAINERS, INIT_CONTAINERS, LIFECYCLE_HANDLERS, LIFECYCLE_HOOKS,
+    PROBE_HANDLERS, PROBES, VOLUME_SOURCES,
 };
 
 const FILE_MODE: &str = "must be a number between 0 and 0777 (octal), both inclusive";
@@ -163,25 +164,25 @@ fn labels_map(cx: &mut Cx, labels: &Map<String, J>, at: &FieldPath) {
 
 fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
     let volumes = volumes(cx, items(spec.get("volumes")), &path.child("volumes"));
-    let containers = items(spec.get("containers"));
-    let init_containers = items(spec.get("initContainers"));
+    let containers = items(spec.get(CONTAINERS));
+    let init_containers = items(spec.get(INIT_CONTAINERS));
     if containers.is_empty() {
-        cx.push(FieldError::required(&path.child("containers"), ""));
+        cx.push(FieldError::required(&path.child(CONTAINERS), ""));
     }
     let mut names = HashSet::new();
     let host_network = spec.get("hostNetwork").and_then(J::as_bool) == Some(true);
-    container_list(cx, containers, false, &volumes, &mut names, host_network, &path.child("containers"));
-    container_list(cx, init_containers, true, &volumes, &mut names, host_network, &path.child("initContainers"));
-    for (i, container) in items(spec.get("ephemeralContainers")).iter().enumerate() {
+    container_list(cx, containers, false, &volumes, &mut names, host_network, &path.child(CONTAINERS));
+    container_list(cx, init_containers, true, &volumes, &mut names, host_network, &path.child(INIT_CONTAINERS));
+    for (i, container) in items(spec.get(EPHEMERAL_CONTAINERS)).iter().enumerate() {
         let name = str_of(container, "name").unwrap_or_default();
         if !name.is_empty() && !names.insert(name) {
-            cx.push(FieldError::duplicate(&path.child("ephemeralContainers").index(i).child("name"), name));
+            cx.push(FieldError::duplicate(&path.child(EPHEMERAL_CONTAINERS).index(i).child("name"), name));
         }
     }
-    if !items(spec.get("ephemeralContainers")).is_empty() {
+    if !items(spec.get(EPHEMERAL_CONTAINERS)).is_empty() {
         // `ValidatePodCreate`: only the ephemeralcontainers subresource adds them (before 1.23 the API server
         // drops them instead, which would leave the template half-applied).
-        cx.push(FieldError::forbidden(&path.child("ephemeralContainers"), "cannot be set on create"));
+        cx.push(FieldError::forbidden(&path.child(EPHEMERAL_CONTAINERS), "cannot be set on create"));
     }
     if let Some(node) = str_of(spec, "nodeName").filter(|n| !n.is_empty()) {
         cx.rule(&path.child("nodeName"), node, Rule::Dns1123Subdomain);
@@ -195,7 +196,7 @@ fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
         }
     }
     let host_network = spec.get("hostNetwork").and_then(J::as_bool) == Some(true);
-    host_ports(cx, containers, host_network, &path.child("containers"));
+    host_ports(cx, containers, host_network, &path.child(CONTAINERS));
     pod_resources(cx, spec, path);
     if let Some(policy) = str_of(spec, "restartPolicy").filter(|p| !p.is_empty()) {
         cx.rule(&path.child("restartPolicy"), policy, Rule::OneOf(RESTART_POLICIES));
@@ -1264,7 +1265,7 @@ pub(super) fn pod_resources(cx: &mut Cx, spec: &J, path: &FieldPath) {
         }
     };
     let (mut sidecars, mut init_peak) = (HashMap::new(), HashMap::<String, u128>::new());
-    for init in items(spec.get("initContainers")) {
+    for init in items(spec.get(INIT_CONTAINERS)) {
         if str_of(init, "restartPolicy") == Some("Always") {
             add(&mut sidecars, &requests_of(init));
         } else {
@@ -1277,7 +1278,7 @@ pub(super) fn pod_resources(cx: &mut Cx, spec: &J, path: &FieldPath) {
         }
     }
     let mut aggregate = sidecars;
-    for container in items(spec.get("containers")) {
+    for container in items(spec.get(CONTAINERS)) {
         add(&mut aggregate, &requests_of(container));
     }
     for (name, peak) in init_peak {
@@ -1299,13 +1300,13 @@ pub(super) fn pod_resources(cx: &mut Cx, spec: &J, path: &FieldPath) {
     if cx.version.at_least(POD_REQUESTS_DEFAULTED_AFTER_ADMISSION_MINOR) {
         defaulted_requests_within_limits(cx, pod, &aggregate, &pod_limits, &at);
     }
-    for (i, container) in items(spec.get("containers")).iter().enumerate() {
+    for (i, container) in items(spec.get(CONTAINERS)).iter().enumerate() {
         let limits = container.get("resources").and_then(|r| object(r.get("limits")));
         for (name, value) in limits.into_iter().flatten() {
             let (Some(pod_limit), Ok(limit)) = (pod_limits.get(name), quantity::from_json(value)) else { continue };
             if limit.saturating_nanos() > *pod_limit {
                 let text = value.as_str().map(str::to_owned).unwrap_or_else(|| value.to_string());
-                let field = path.child("containers").index(i).child("resources").child("limits").key(name);
+                let field = path.child(CONTAINERS).index(i).child("resources").child("limits").key(name);
                 let detail = format!("must be less than or equal to pod limits of {}", show_nanos(*pod_limit));
                 cx.push(FieldError::invalid(&field, text.as_str(), detail));
             }
