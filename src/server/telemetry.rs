@@ -643,11 +643,31 @@ pub(crate) async fn report_connection_errors(metrics: Metrics) {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     /// The value of the series `series` (name and labels, as rendered), if it is there.
     fn value(rendered: &str, series: &str) -> Option<f64> {
         rendered.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// A family is described from its row of [`FAMILIES`]: one registered without a row there would be rendered
+    /// without its help line, and one with a row but never registered would be documented for nothing.
+    #[test]
+    fn every_family_rendered_is_one_of_the_table_and_has_its_help_line() {
+        let all = Metrics::new().unwrap();
+        let metrics = all.revision("default");
+        metrics.template_start("0123456789abcdef");
+        all.body_bytes(1024);
+        let rendered = all.render();
+        let typed: BTreeSet<&str> =
+            rendered.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split_whitespace().next()).collect();
+        let helped: BTreeSet<&str> =
+            rendered.lines().filter_map(|l| l.strip_prefix("# HELP ")?.split_whitespace().next()).collect();
+        let table: BTreeSet<&str> = FAMILIES.iter().map(|family| family.name).collect();
+        assert_eq!(typed, helped, "{rendered}");
+        assert_eq!(typed, table, "rendered families against the table");
     }
 
     #[test]
