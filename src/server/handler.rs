@@ -215,17 +215,20 @@ async fn read_and_review(
         return refuse(shared, &Refusal::Overloaded(shared.body_budget.total()));
     };
     let mut buf = Vec::with_capacity(capacity + sidecar_injector_core::PARSE_PADDING);
-    // The body as received, copied (the first review parses `buf` in place) where a review may be made twice.
+    // The body as received, copied (the first review parses `buf` in place) only where a review may be made twice:
+    // a revision that reads its ConfigMap for a template it lacks reviews again when the read changed the set.
     // Copied, not kept as hyper's frames: a frame is a slice of a read buffer, so a body sent a byte at a time
-    // would pin a read buffer per byte, counted nowhere (issue 51: 800 MiB from 200 connections).
-    let mut received = Vec::with_capacity(capacity);
+    // would pin a read buffer per byte, counted nowhere (issue 51: 800 MiB from 200 connections). The account
+    // holds room for the copy either way (`held_for`).
+    let keeps_copy = revision.refresh.is_some();
+    let mut received = Vec::with_capacity(if keeps_copy { capacity } else { 0 });
     while let Some(frame) = body.frame().await {
         let frame = match frame {
             Ok(frame) => frame,
             Err(e) => return refuse(shared, &Refusal::Body(e)),
         };
         if let Ok(data) = frame.into_data() {
-            let needed = received.len() + data.len();
+            let needed = buf.len() + data.len();
             if needed > max {
                 return refuse(shared, &Refusal::TooLarge(max));
             }
@@ -238,14 +241,19 @@ async fn read_and_review(
                 }
                 accounted = target;
             }
-            if needed > received.capacity() {
+            let room = buf.capacity() - sidecar_injector_core::PARSE_PADDING;
+            if needed > room {
                 // A chunked body outgrew its buffers: double them (as `Vec` would).
-                let target = needed.max(2 * received.capacity()).min(max);
-                received.reserve_exact(target - received.len());
+                let target = needed.max(2 * room).min(max);
                 buf.reserve_exact(target + sidecar_injector_core::PARSE_PADDING - buf.len());
+                if keeps_copy {
+                    received.reserve_exact(target - received.len());
+                }
             }
             buf.extend_from_slice(&data);
-            received.extend_from_slice(&data);
+            if keeps_copy {
+                received.extend_from_slice(&data);
+            }
         }
     }
     shared.metrics.body_bytes(buf.len());
@@ -335,7 +343,6 @@ struct Panicked(String);
 
 fn record(metrics: &RevisionMetrics, endpoint: Endpoint, outcome: &Outcome) {
     match outcome.verdict {
-        // Never answered: the handler assembles the combination and reviews again.
         Verdict::Complete => {
             metrics.validated_ok();
             tracing::debug!("validated: complete");
