@@ -18,10 +18,17 @@
 //! parameter is the review's size in bytes, so `cargo run -p loadtest --release -- plot-bench` can draw cost
 //! against size from criterion's estimates.
 //!
+//! The `pathological` group times the pods at the API server's limits (`benches/support/reviews.rs`) whose
+//! instruction counts the gate holds (`core/benches/gate.rs`).
+//!
 //! Run: `cargo bench --bench engine` (`-- stages` for that group alone). Compare ratios within one run: the
 //! machine is shared.
 
+#[path = "support/reviews.rs"]
+mod reviews;
+
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use reviews::{UNIQUE_APP, UNIQUE_NAME, digits_of, review_of_size, stamp};
 use serde_json::{Value, json};
 use sidecar_injector_core::{Engine, Settings, Stage, TemplateSet, Verdict};
 use std::hint::black_box;
@@ -31,54 +38,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 // The allocator the binary uses, so the numbers are the server's.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// The pod's name and its `app` label, whose 8 digits the benchmarks that vary them rewrite on every call.
-const UNIQUE_NAME: &str = "name-00000000";
-const UNIQUE_APP: &str = "app-00000000";
-
-/// Where the 8 digits of `placeholder` are in `body`.
-fn digits_of(body: &[u8], placeholder: &str) -> usize {
-    let at = body.windows(placeholder.len()).position(|w| w == placeholder.as_bytes());
-    at.expect("the placeholder is in the body") + placeholder.len() - 8
-}
-
-/// Writes `n` in hex over the 8 digits at `at`.
-fn stamp(buf: &mut [u8], at: usize, n: u32) {
-    for (i, digit) in buf[at..at + 8].iter_mut().enumerate() {
-        *digit = b"0123456789abcdef"[(n >> (28 - 4 * i)) as usize & 15];
-    }
-}
-
-/// The real API server request, grown with env vars and annotations to about `target` bytes.
-fn review_of_size(target: usize) -> Vec<u8> {
-    let base =
-        std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/reviews/apiserver-1.20-pod-create.json"))
-            .expect("the recorded review is in tests/corpus");
-    let mut review: Value = serde_json::from_slice(&base).unwrap();
-    review["request"]["object"]["metadata"]["name"] = json!(UNIQUE_NAME);
-    review["request"]["object"]["metadata"]["labels"]["app"] = json!(UNIQUE_APP);
-    let mut i = 0;
-    // The size is tracked by what is added (serialising 1 MB at every step would take minutes), then checked.
-    let mut length = serde_json::to_vec(&review).unwrap().len();
-    let object = &mut review["request"]["object"];
-    let mut env = object["spec"]["containers"][0]["env"].as_array_mut().map(std::mem::take).unwrap_or_default();
-    while length < target {
-        if i % 4 == 0 && i < 400 {
-            let (key, value) = (format!("example.com/note-{i}"), format!("a \"quoted\" note number {i}"));
-            length += key.len() + value.len() + 8;
-            object["metadata"]["annotations"][key] = json!(value);
-        } else {
-            let var = json!({"name": format!("SETTING_{i}"), "value": format!("value-{i}-{}", "x".repeat(24))});
-            length += var.to_string().len() + 1;
-            env.push(var);
-        }
-        i += 1;
-    }
-    object["spec"]["containers"][0]["env"] = Value::Array(env);
-    let bytes = serde_json::to_vec(&review).unwrap();
-    assert!(bytes.len() >= target && bytes.len() < target + target / 20 + 300, "{target}: {}", bytes.len());
-    bytes
-}
 
 /// Benchmarks `engine` reviewing `body`, copied into the parse buffer and rewritten by `vary(buffer, call number)`
 /// before each call (which may leave it as it is).
@@ -324,9 +283,35 @@ fn stages(c: &mut Criterion) {
     group.finish();
 }
 
+/// The pathological pods (`reviews::pathological`): pods at the API server's limits, each a new pod on every call.
+/// Their instruction counts are the gate's; this is their time.
+fn pathological(c: &mut Criterion) {
+    let engine = engine();
+    let mut group = c.benchmark_group("pathological");
+    let mut out = Vec::with_capacity(64 * 1024);
+    for (name, body) in reviews::pathological() {
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        let digits = digits_of(&body, UNIQUE_APP);
+        let mut buf = Vec::with_capacity(body.len());
+        let mut n = 0u32;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                buf.clear();
+                buf.extend_from_slice(&body);
+                n = n.wrapping_add(1);
+                stamp(&mut buf, digits, n);
+                // The pod beyond the API server's limits is refused unread: an error, by design.
+                let answered = engine.review(&mut buf, &mut out);
+                black_box(answered.is_ok() || name == reviews::BEYOND_API_LIMITS);
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(3));
-    targets = bench, snapshot, stages
+    targets = bench, snapshot, stages, pathological
 }
 criterion_main!(benches);

@@ -15,6 +15,10 @@ mod admission_chain;
 mod common;
 #[path = "e2e/differential.rs"]
 mod differential;
+/// The reviews the benches send, pathological pods among them.
+#[path = "../benches/support/reviews.rs"]
+#[allow(dead_code)]
+mod reviews;
 #[path = "e2e/status.rs"]
 mod status;
 
@@ -353,6 +357,24 @@ async fn against_a_real_api_server() {
     let (status, dry) = cluster.create(&format!("{PODS}?dryRun=All"), pod("dry", json!({}), json!({}))).await;
     assert_eq!((status, proxies(&dry)), (201, 1), "{dry}");
     assert_eq!(cluster.call(Method::GET, &format!("{PODS}/dry"), None).await.0, 404, "a dry run persists nothing");
+
+    // Pods at the API server's limits (issue 54): each injected once and stored by a dry run (the API server's
+    // validation passed); the one beyond them refused (by us, unread, or by the API server: either way not stored).
+    for (case, body) in reviews::pathological() {
+        let review: Value = serde_json::from_slice(&body).unwrap();
+        let mut pod = review["request"]["object"].clone();
+        let metadata = pod["metadata"].as_object_mut().unwrap();
+        metadata.insert("name".into(), json!(unique("limits")));
+        metadata.remove("managedFields");
+        // The priority admission plugin fills `priority` in from the class; the recorded pod carries it filled.
+        pod["spec"].as_object_mut().unwrap().remove("priority");
+        let (status, created) = cluster.create(&format!("{PODS}?dryRun=All"), pod).await;
+        if case == reviews::BEYOND_API_LIMITS {
+            assert!((400..500).contains(&status), "{case}: {status} {}", created["message"]);
+        } else {
+            assert_eq!((status, proxies(&created)), (201, 1), "{case}: {}", created["message"]);
+        }
+    }
 
     // Opted out, not opted in, excluded namespaces, other objects: untouched.
     let opted_out = cluster

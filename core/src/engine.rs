@@ -623,8 +623,13 @@ impl Engine {
         {
             return self.fail(failure, outcome);
         }
-        if judged_whole(&template, pod)
-            && let Some(failure) = self.pod_conflict_failure(&template, pod, overridden, work)
+        let counted_whole = validation::annotations_copied_from_fields(self.settings.kubernetes_version);
+        if judged_whole(&template, pod) || (pod.large_annotations() && counted_whole) {
+            if let Some(failure) = self.pod_conflict_failure(&template, pod, overridden, work) {
+                return self.fail(failure, outcome);
+            }
+        } else if pod.large_annotations()
+            && let Some(failure) = self.annotations_failure(&template, pod, overridden, work)
         {
             return self.fail(failure, outcome);
         }
@@ -840,9 +845,40 @@ impl Engine {
     ) -> Option<Failure> {
         let version = self.settings.kubernetes_version;
         let (original, injected) = injected_pod(template, pod, overridden, work)?;
+        // The pod's own problems matter only beside one of the injected pod's: most pods have neither.
+        let problems = validation::validate_pod(&injected, version);
+        if problems.is_empty() {
+            return None;
+        }
         let own: Vec<String> = validation::validate_pod(&original, version).iter().map(FieldError::body).collect();
-        let problem = validation::validate_pod(&injected, version).into_iter().find(|e| !own.contains(&e.body()))?;
-        Some(Failure {
+        let problem = problems.into_iter().find(|e| !own.contains(&e.body()))?;
+        Some(self.conflict(template, pod, &problem))
+    }
+
+    /// A pod whose annotations are close to the API server's total ([`PodView::large_annotations`]) with the
+    /// template's added may be over it: the pod's bytes (counted as it was read) and the patch's added up, as the
+    /// API server counts them, rather than the pod judged whole (which costs 20 times a review of its size). Over
+    /// the total is the sidecar's doing (the pod's own were within it, or the review was refused unread).
+    #[cold]
+    fn annotations_failure(
+        &self,
+        template: &Template,
+        pod: &PodView<'_, '_>,
+        overridden: bool,
+        work: &mut Work,
+    ) -> Option<Failure> {
+        if work.merge(template, overridden, pod, &mut ()) == 0 {
+            return None;
+        }
+        // Our own patch: it parses (the suite holds every patch to RFC 6902).
+        let added = crate::patch::annotation_bytes_added(&work.staged).ok()?;
+        let problem = validation::annotations_size(pod.annotation_bytes() + added, self.settings.kubernetes_version)?;
+        Some(self.conflict(template, pod, &problem))
+    }
+
+    /// The failure of a pod the API server would refuse with the sidecar merged in, for `problem`.
+    fn conflict(&self, template: &Template, pod: &PodView<'_, '_>, problem: &FieldError) -> Failure {
+        Failure {
             reason: SkipReason::PodConflict,
             policy: template.on_error().unwrap_or(self.settings.on_error),
             message: format!(
@@ -850,7 +886,7 @@ impl Engine {
                 pod.display_name(),
                 template.name(),
             ),
-        })
+        }
     }
 
     /// A warning for each annotation under our prefix that nothing reads: neither the injector's own, nor an

@@ -78,7 +78,7 @@ impl<'t, 'i> PodView<'t, 'i> {
                     pod.annotations = value.as_object().map(|_| value);
                     let (legacy, bytes) = read_annotations(value);
                     pod.annotation_bytes = bytes;
-                    pod.judged_whole |= legacy || bytes > LARGE_ANNOTATIONS;
+                    pod.judged_whole |= legacy;
                 }
                 "ownerReferences" => {
                     pod.runs_to_completion |= value.as_array().is_some_and(|owners| owners.iter().any(is_job))
@@ -204,10 +204,21 @@ impl<'t, 'i> PodView<'t, 'i> {
     /// Does the pod have what the API server's pod-wide rules read, so that what a template adds may break one of
     /// them: a host namespace or `hostNetwork` (whose ports take their container port on the host),
     /// `shareProcessNamespace`, a user namespace, an OS or Windows options, the legacy seccomp or AppArmor
-    /// annotations (held to the fields a template sets), or annotations large enough that the template's could
-    /// take them over the total size. Such pods (rare) are judged whole with the sidecar merged in.
+    /// annotations (held to the fields a template sets). Such pods (rare) are judged whole with the sidecar merged
+    /// in.
     pub(crate) fn judged_whole(&self) -> bool {
         self.judged_whole
+    }
+
+    /// Are the pod's annotations large enough that the template's could take them over the API server's total
+    /// ([`LARGE_ANNOTATIONS`])? Their bytes ([`PodView::annotation_bytes`]) and the patch's are then added up.
+    pub(crate) fn large_annotations(&self) -> bool {
+        self.annotation_bytes > LARGE_ANNOTATIONS
+    }
+
+    /// The annotations' keys and values, in bytes, as the API server's total limit counts them.
+    pub(crate) fn annotation_bytes(&self) -> usize {
+        self.annotation_bytes
     }
 
     /// Does the pod set topology spread constraints?
@@ -313,7 +324,7 @@ fn is_job(owner: Value<'_, '_>) -> bool {
 }
 
 /// Annotations large enough that a template's own could take the pod over the API server's total (pods this
-/// close to it are judged whole): half the limit.
+/// close to it have their annotations and the patch's added up): half the limit.
 const LARGE_ANNOTATIONS: usize = crate::validation::TOTAL_ANNOTATION_SIZE_LIMIT_B / 2;
 
 /// What the pod's annotations hold for the rules: whether one is a legacy seccomp or AppArmor annotation (the

@@ -5,6 +5,10 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+/// The reviews the benches send, pathological pods among them.
+#[path = "../../benches/support/reviews.rs"]
+#[allow(dead_code)]
+mod reviews;
 
 mod api_rules;
 mod architecture;
@@ -17,6 +21,7 @@ mod inject;
 mod leaf_cache;
 mod manifests;
 mod overlay;
+mod pathological;
 mod pod_wide;
 mod preview;
 mod properties;

@@ -8,7 +8,7 @@
 mod apply;
 mod sink;
 
-pub(crate) use apply::{ApplyError, apply, apply_ops};
+pub(crate) use apply::{ApplyError, annotation_bytes_added, apply, apply_ops};
 pub(crate) use sink::{Base64Sink, Fragment, Sink};
 
 /// A JSON Pointer under construction, as JSON-escaped text. `push_*` returns the previous length so the caller

@@ -10,29 +10,44 @@
 //!   bit of a 64-bit filter, from its length and its first and last bytes; only a key whose bit was set already
 //!   is compared with the (at most [`SMALL_OBJECT`] - 1) keys before it;
 //! - a map of two scalars (an env var, a port: most objects of a large pod) has its two keys compared directly;
-//! - more: the keys are sorted, by their last 8 bytes first (one integer comparison where keys share a prefix),
-//!   and neighbours compared. An attacker who picks keys that collide in a filter or share their tails gains
-//!   nothing here: ties fall back to comparing the strings.
+//! - up to [`SORTED_OBJECT`] keys (a pod's labels and annotations, as people write them): the keys are sorted, by
+//!   their last 8 bytes first (one integer comparison where keys share a prefix), and neighbours compared. An
+//!   attacker who picks keys that collide in the filter or share their tails gains nothing: ties fall back to
+//!   comparing the strings;
+//! - more (10,000 annotations, which the API server allows): each key goes into a hash set, linear where sorting
+//!   is `n log n`, seeded at random in each process so that an attacker cannot pick keys that collide in it.
 
 use simd_json::tape::Node;
+use std::collections::HashSet;
+
+/// Scratch for the keys of the large object being checked, empty between uses: sorted, or in a hash set.
+#[derive(Default)]
+struct Seen<'i> {
+    sorted: Vec<(u64, &'i str)>,
+    hashed: HashSet<&'i str, foldhash::fast::RandomState>,
+}
 
 /// The most keys an object may have to be checked with the bit filter.
 const SMALL_OBJECT: usize = 16;
 
+/// The most keys an object may have to be checked by sorting them: below this, a sort costs less than hashing
+/// (its scratch is reused, its count the same on every run); above, the hash set costs a third.
+const SORTED_OBJECT: usize = 512;
+
 /// Walks `nodes` (a whole document's tape); returns the first duplicate key found (in the order of the walk).
 pub(super) fn find<'i>(nodes: &[Node<'i>]) -> Option<&'i str> {
-    let mut sorted = Vec::new();
-    walk(nodes, 0, &mut sorted).err()
+    let mut seen = Seen::default();
+    walk(nodes, 0, &mut seen).err()
 }
 
 /// Walks the value at `nodes[at]`; returns the position after it, or the first duplicate key found in it.
-/// `sorted` is scratch space for the keys of large objects, empty between uses.
-fn walk<'i>(nodes: &[Node<'i>], at: usize, sorted: &mut Vec<(u64, &'i str)>) -> Result<usize, &'i str> {
+/// `large` is scratch space for the keys of large objects, empty between uses.
+fn walk<'i>(nodes: &[Node<'i>], at: usize, large: &mut Seen<'i>) -> Result<usize, &'i str> {
     match nodes.get(at) {
         Some(&Node::Object { len, count }) => {
             let small = len <= SMALL_OBJECT;
             if !small {
-                check_large(nodes, at, len, sorted)?;
+                check_large(nodes, at, len, large)?;
             }
             // A map of scalars (labels, annotations) has two nodes per key: nothing inside to enter.
             let flat = count == 2 * len;
@@ -48,7 +63,7 @@ fn walk<'i>(nodes: &[Node<'i>], at: usize, sorted: &mut Vec<(u64, &'i str)>) -> 
                     }
                     seen |= bit;
                 }
-                next = if flat { next + 2 } else { step_over(nodes, next + 1, sorted)? };
+                next = if flat { next + 2 } else { step_over(nodes, next + 1, large)? };
             }
             Ok(at + count + 1)
         }
@@ -57,7 +72,7 @@ fn walk<'i>(nodes: &[Node<'i>], at: usize, sorted: &mut Vec<(u64, &'i str)>) -> 
             if count > len {
                 let mut next = at + 1;
                 for _ in 0..len {
-                    next = step_over(nodes, next, sorted)?;
+                    next = step_over(nodes, next, large)?;
                 }
             }
             Ok(at + count + 1)
@@ -70,7 +85,7 @@ fn walk<'i>(nodes: &[Node<'i>], at: usize, sorted: &mut Vec<(u64, &'i str)>) -> 
 /// call to [`walk`]. Inlined into `walk` by force: with the two-key arm it is past the compiler's own limit, and a
 /// call per value would cost small reviews what the arm saves large ones.
 #[inline(always)]
-fn step_over<'i>(nodes: &[Node<'i>], at: usize, sorted: &mut Vec<(u64, &'i str)>) -> Result<usize, &'i str> {
+fn step_over<'i>(nodes: &[Node<'i>], at: usize, large: &mut Seen<'i>) -> Result<usize, &'i str> {
     match nodes.get(at) {
         Some(Node::String(_) | Node::Static(_) | Node::Object { len: 0, .. } | Node::Array { len: 0, .. }) => {
             Ok(at + 1)
@@ -81,7 +96,7 @@ fn step_over<'i>(nodes: &[Node<'i>], at: usize, sorted: &mut Vec<(u64, &'i str)>
             (Some(&Node::String(first)), Some(&Node::String(second))) if first == second => Err(second),
             _ => Ok(at + 5),
         },
-        _ => walk(nodes, at, sorted),
+        _ => walk(nodes, at, large),
     }
 }
 
@@ -117,17 +132,25 @@ fn filter_bit(key: &str) -> u32 {
     (mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as u32
 }
 
-/// Checks an object of more than [`SMALL_OBJECT`] keys by sorting them: `n log n` whatever the keys are.
+/// Checks an object of more than [`SMALL_OBJECT`] keys: sorted, or through a hash set above [`SORTED_OBJECT`].
 #[cold]
-fn check_large<'i>(nodes: &[Node<'i>], at: usize, len: usize, sorted: &mut Vec<(u64, &'i str)>) -> Result<(), &'i str> {
-    sorted.clear();
-    sorted.extend(keys(nodes, at, len).map(|(_, key)| (tail_word(key), key)));
-    sorted.sort_unstable();
-    let duplicate = sorted.windows(2).find(|pair| pair[0] == pair[1]).map(|pair| pair[0].1);
-    sorted.clear();
+fn check_large<'i>(nodes: &[Node<'i>], at: usize, len: usize, seen: &mut Seen<'i>) -> Result<(), &'i str> {
+    let duplicate = if len <= SORTED_OBJECT {
+        let sorted = &mut seen.sorted;
+        sorted.extend(keys(nodes, at, len).map(|(_, key)| (tail_word(key), key)));
+        sorted.sort_unstable();
+        let duplicate = sorted.windows(2).find(|pair| pair[0] == pair[1]).map(|pair| pair[0].1);
+        sorted.clear();
+        duplicate
+    } else {
+        let hashed = &mut seen.hashed;
+        hashed.reserve(len);
+        let duplicate = keys(nodes, at, len).map(|(_, key)| key).find(|key| !hashed.insert(key));
+        hashed.clear();
+        duplicate
+    };
+    // Name the second occurrence, where a reader that takes the last one differs from one that takes the first.
     match duplicate {
-        // Name the second occurrence, where a reader that takes the last one differs from one that takes the
-        // first.
         Some(key) => Err(keys(nodes, at, len).filter(|&(_, k)| k == key).nth(1).map_or(key, |(_, k)| k)),
         None => Ok(()),
     }
@@ -249,6 +272,25 @@ mod tests {
                 None => prop_assert!(expected.is_empty(), "missed one of {expected:?} in {text}"),
                 Some(key) => prop_assert!(expected.iter().any(|k| k == key), "{key:?} is not a duplicate in {text}"),
             }
+        }
+    }
+
+    proptest! {
+        /// Objects on both sides of `SORTED_OBJECT` (sorted below, hashed above), with or without a duplicate of
+        /// one of their keys, in any place.
+        #[test]
+        fn large_objects_are_checked_on_both_sides_of_the_sorted_limit(
+            len in 400usize..700,
+            duplicate in prop::option::of((0usize..400, 0usize..700)),
+        ) {
+            let mut keys: Vec<String> = (0..len).map(|i| format!("example.com/note-{i}")).collect();
+            if let Some((of, at)) = duplicate {
+                keys.insert(at.min(keys.len()), keys[of].clone());
+            }
+            let members: Vec<String> = keys.iter().map(|k| format!("\"{k}\":1")).collect();
+            let mut text = format!("{{{}}}", members.join(",")).into_bytes();
+            let found = super::find(&simd_json::to_tape(&mut text).unwrap().0).map(str::to_owned);
+            prop_assert_eq!(found, duplicate.map(|(of, _)| format!("example.com/note-{of}")));
         }
     }
 

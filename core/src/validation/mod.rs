@@ -31,7 +31,7 @@ pub(crate) use names::{
     DNS1123_LABEL_MAX_LENGTH, DNS1123_SUBDOMAIN_MAX_LENGTH, LABEL_VALUE_MAX_LENGTH, QUALIFIED_NAME_MAX_LENGTH,
     TOTAL_ANNOTATION_SIZE_LIMIT_B,
 };
-pub(crate) use pod_wide::annotation_copied_into_a_field;
+pub(crate) use pod_wide::{annotation_copied_into_a_field, annotations_copied_from_fields};
 
 /// The problems the API server would report for `pod` (a Pod's JSON: `metadata` and `spec`), if Kubernetes
 /// `version` judged it; empty when it would accept it.
@@ -55,6 +55,14 @@ pub(crate) fn pod_resources(pod: &J, version: KubeVersion) -> Vec<FieldError> {
         pod::pod_resources(&mut cx, spec, &FieldPath::default().child("spec"));
     }
     cx.errors
+}
+
+/// The API server's error for a pod whose annotations (keys and values) come to `total` bytes, if that is over its
+/// limit. Where `version` adds annotations of its own before counting ([`annotations_copied_from_fields`]), only
+/// [`validate_pod`] counts them. For the engine, which adds up a large-annotation pod's and its patch's bytes.
+pub(crate) fn annotations_size(total: usize, version: KubeVersion) -> Option<FieldError> {
+    let at = FieldPath::default().child("metadata").child("annotations");
+    pod::annotations_size(total, version, &at)
 }
 
 /// The rule each string field of `pod` is held to, by path: what a per-pod value rendered into that field must

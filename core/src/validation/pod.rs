@@ -120,15 +120,24 @@ fn object_meta(cx: &mut Cx, metadata: &J, added: usize, path: &FieldPath) {
             cx.rule_as(&at, &key.to_lowercase(), key, Rule::QualifiedName);
             total += key.len() + value.as_str().map_or(0, str::len);
         }
-        if total > super::names::TOTAL_ANNOTATION_SIZE_LIMIT_B {
-            let limit = super::names::TOTAL_ANNOTATION_SIZE_LIMIT_B;
-            let detail = match cx.version.at_least(TOO_LONG_WORDING_MINOR) {
-                true => format!("may not be more than {limit} bytes"),
-                false => format!("must have at most {limit} bytes"),
-            };
-            cx.push(FieldError::new(&at, super::field::ErrorKind::TooLong, detail));
+        if let Some(error) = annotations_size(total, cx.version, &at) {
+            cx.push(error);
         }
     }
+}
+
+/// The API server's error for annotations (at `at`) whose keys and values come to `total` bytes, if that is over
+/// its limit.
+pub(super) fn annotations_size(total: usize, version: super::KubeVersion, at: &FieldPath) -> Option<FieldError> {
+    let limit = super::names::TOTAL_ANNOTATION_SIZE_LIMIT_B;
+    if total <= limit {
+        return None;
+    }
+    let detail = match version.at_least(TOO_LONG_WORDING_MINOR) {
+        true => format!("may not be more than {limit} bytes"),
+        false => format!("must have at most {limit} bytes"),
+    };
+    Some(FieldError::new(at, super::field::ErrorKind::TooLong, detail))
 }
 
 /// `validatePodHostName`: a `hostnameOverride` is a DNS-1123 subdomain of at most 64 characters, and neither

@@ -275,10 +275,16 @@ fn windows_pod(spec: &J) -> bool {
     spec.get("os").is_some_and(|os| text(os.get("name")) == "windows")
 }
 
-/// The bytes the API server adds to the annotations before it counts them: from 1.20 to 1.24 it copies each
-/// seccomp field whose annotation is absent into an annotation (`applySeccompVersionSkew`).
+/// Does `version`'s API server add annotations of its own before it counts them (from 1.20 to 1.24 it copies each
+/// seccomp field whose annotation is absent into an annotation: `applySeccompVersionSkew`)?
+pub(crate) fn annotations_copied_from_fields(version: KubeVersion) -> bool {
+    !version.at_least(SECCOMP_FIELD_COPIED_UNTIL + 1)
+}
+
+/// The bytes the API server adds to the annotations before it counts them (see
+/// [`annotations_copied_from_fields`]).
 pub(super) fn annotation_bytes_added(cx: &Cx, pod: &J) -> usize {
-    if cx.version.at_least(SECCOMP_FIELD_COPIED_UNTIL + 1) {
+    if !annotations_copied_from_fields(cx.version) {
         return 0;
     }
     let Some(spec) = pod.get("spec") else { return 0 };
