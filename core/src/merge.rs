@@ -229,4 +229,8 @@ impl<'t, 'i> Existing<'i> for Value<'t, 'i> {
     fn list_is_empty(self) -> Option<bool> {
         self.as_array().map(|a| a.is_empty())
     }
+
+    fn large_map_entries(self, more_than: usize) -> Option<impl Iterator<Item = (&'i str, Self)>> {
+        self.as_object().filter(|o| o.len() > more_than).map(|o| o.iter())
+    }
 }

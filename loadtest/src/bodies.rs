@@ -15,6 +15,9 @@ pub enum BodySpec {
     Corpus,
     /// The real API server capture, its pod grown with env vars and annotations to about this many bytes.
     Size(usize),
+    /// A pod at the API server's limits, by its name in `benches/support/reviews.rs` (`env-1500`,
+    /// `containers-250`, `annotations-10000`, `last-applied-250KiB`, `volumes-1000`).
+    Pathological(&'static str),
 }
 
 impl FromStr for BodySpec {
@@ -24,6 +27,11 @@ impl FromStr for BodySpec {
         if s == "corpus" {
             return Ok(BodySpec::Corpus);
         }
+        // The pod beyond the API server's limits is refused (400), which the harness counts as a failed answer.
+        let pathological = crate::reviews::pathological().into_iter().map(|(name, _)| name);
+        if let Some(name) = pathological.filter(|n| *n != crate::reviews::BEYOND_API_LIMITS).find(|n| *n == s) {
+            return Ok(BodySpec::Pathological(name));
+        }
         let lower = s.to_ascii_lowercase();
         let (digits, unit) = match lower.strip_suffix(['k', 'm']) {
             Some(digits) => (digits, if lower.ends_with('k') { 1_000 } else { 1_000_000 }),
@@ -31,7 +39,10 @@ impl FromStr for BodySpec {
         };
         match digits.parse::<f64>() {
             Ok(n) if n >= 1.0 => Ok(BodySpec::Size((n * unit as f64) as usize)),
-            _ => Err(format!("{s:?}: expected `corpus` or a size such as 2k, 6k, 60k, 1m")),
+            _ => Err(format!(
+                "{s:?}: expected `corpus`, a size such as 2k, 6k, 60k, 1m, or a pod at the API server's limits: \
+                 env-1500, containers-250, annotations-10000, last-applied-250KiB, volumes-1000"
+            )),
         }
     }
 }
@@ -144,6 +155,7 @@ pub fn load(
     match spec {
         BodySpec::Corpus => from_pods(pods_dir),
         BodySpec::Size(size) => Ok((vec![of_size(*size, naming, &corpus_dir.join(CAPTURE))?], Vec::new())),
+        BodySpec::Pathological(name) => Ok((vec![pathological(name)], Vec::new())),
     }
 }
 
@@ -213,6 +225,15 @@ fn wrap(pod: Value) -> Value {
             "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
         }
     })
+}
+
+/// The pathological pod `name`, its uid the placeholder and its name varied per request.
+fn pathological(name: &str) -> Body {
+    let (_, body) = crate::reviews::pathological().into_iter().find(|(n, _)| *n == name).expect("parsed from the list");
+    let mut review: Value = serde_json::from_slice(&body).expect("the benches' reviews are JSON");
+    review["request"]["uid"] = json!(UID_PLACEHOLDER);
+    review["request"]["object"]["metadata"]["name"] = json!(NAME_PLACEHOLDER);
+    Body::new(format!("pathological {name}"), &review)
 }
 
 /// The capture, its pod named as `naming` says and grown to about `size` bytes: env vars on the first container,

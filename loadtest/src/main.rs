@@ -26,6 +26,10 @@ mod engine_cost;
 mod floor;
 mod plot;
 mod report;
+/// The reviews the benches send: the pathological pods (`--bodies env-1500`, ...).
+#[path = "../../benches/support/reviews.rs"]
+#[allow(dead_code)]
+mod reviews;
 mod run;
 mod server;
 mod stack_floor;

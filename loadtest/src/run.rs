@@ -183,8 +183,10 @@ const ENGINE_COST_DURATION: Duration = Duration::from_secs(2);
 async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String> {
     let corpus = args.corpus.clone().unwrap_or_else(bodies::default_corpus);
     let pods = args.pods.clone().unwrap_or_else(|| corpus.join("pods"));
-    if args.generate_name && args.bodies == bodies::BodySpec::Corpus {
-        return Err("--generate-name names generated pods (--bodies 6k, ...); corpus pods keep their own".into());
+    if args.generate_name && !matches!(args.bodies, bodies::BodySpec::Size(_)) {
+        return Err("--generate-name names generated pods (--bodies 6k, ...); corpus and pathological pods keep \
+                    their own"
+            .into());
     }
     let naming = if args.generate_name { bodies::Naming::Controller } else { bodies::Naming::Unique };
     let (bodies, skipped) = bodies::load(&args.bodies, naming, &pods, &corpus).map_err(|e| e.to_string())?;
@@ -355,6 +357,7 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
                 format!("generated ~{}, one ReplicaSet's pods", human_bytes(*n))
             }
             bodies::BodySpec::Size(n) => format!("generated ~{}, a new pod name per request", human_bytes(*n)),
+            bodies::BodySpec::Pathological(name) => format!("pathological {name}, a new pod name per request"),
         },
         body_count,
         mean_body_bytes,

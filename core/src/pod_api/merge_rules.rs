@@ -149,6 +149,9 @@ pub(crate) trait Existing<'a>: Copy {
     fn map_is_empty(self) -> Option<bool>;
     /// Whether the node, a list, is empty; `None` when it is no list.
     fn list_is_empty(self) -> Option<bool>;
+    /// The node's entries in order, if it is a map of more than `more_than` of them: the walk then finds its
+    /// members in one pass ([`Existing::member`] scans a tape's map, once for each member looked up).
+    fn large_map_entries(self, more_than: usize) -> Option<impl Iterator<Item = (&'a str, Self)>>;
 }
 
 /// May the template add the member `key` to `object`, an object of the given shape that lacks it? Not when the

@@ -17,6 +17,7 @@
 //! - more (10,000 annotations, which the API server allows): each key goes into a hash set, linear where sorting
 //!   is `n log n`, seeded at random in each process so that an attacker cannot pick keys that collide in it.
 
+use crate::pod_api::read::key_filter_bit;
 use simd_json::tape::Node;
 use std::collections::HashSet;
 
@@ -51,13 +52,13 @@ fn walk<'i>(nodes: &[Node<'i>], at: usize, large: &mut Seen<'i>) -> Result<usize
             }
             // A map of scalars (labels, annotations) has two nodes per key: nothing inside to enter.
             let flat = count == 2 * len;
-            // The keys of a small object seen so far, a bit each (see `filter_bit`).
+            // The keys of a small object seen so far, a bit each (see `key_filter_bit`).
             let mut seen = 0u64;
             let mut next = at + 1;
             for _ in 0..len {
                 let Some(&Node::String(key)) = nodes.get(next) else { break };
                 if small {
-                    let bit = 1u64 << filter_bit(key);
+                    let bit = 1u64 << key_filter_bit(key);
                     if seen & bit != 0 && earlier_key(nodes, at, next, key) {
                         return Err(key);
                     }
@@ -119,17 +120,6 @@ fn keys<'n, 'i>(nodes: &'n [Node<'i>], at: usize, len: usize) -> impl Iterator<I
 #[cold]
 fn earlier_key(nodes: &[Node<'_>], at: usize, key_at: usize, key: &str) -> bool {
     keys(nodes, at, SMALL_OBJECT).take_while(|&(earlier_at, _)| earlier_at < key_at).any(|(_, earlier)| earlier == key)
-}
-
-/// One of 64 bits for a key, from its length and its first and last bytes (without a branch on the length:
-/// keys of every length are mixed in one object, so such a branch would be mispredicted).
-fn filter_bit(key: &str) -> u32 {
-    let bytes = key.as_bytes();
-    let first = bytes.first().copied().unwrap_or_default();
-    let last = bytes.last().copied().unwrap_or_default();
-    let mixed = (bytes.len() as u64) << 16 | u64::from(first) << 8 | u64::from(last);
-    // The top six bits of a Fibonacci hash.
-    (mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as u32
 }
 
 /// Checks an object of more than [`SMALL_OBJECT`] keys: sorted, or through a hash set above [`SORTED_OBJECT`].

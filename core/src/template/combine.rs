@@ -241,6 +241,15 @@ impl<'a> Existing<'a> for &'a YNode {
             _ => None,
         }
     }
+
+    fn large_map_entries(self, more_than: usize) -> Option<impl Iterator<Item = (&'a str, Self)>> {
+        match &self.value {
+            YValue::Map(members) if members.len() > more_than => {
+                Some(members.iter().map(|(key, value)| (key.as_str(), value)))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// `node` with every render slot moved up by `offset` (the slots of the templates before it).

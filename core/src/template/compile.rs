@@ -101,10 +101,13 @@ pub(super) fn injector_part(
     let mut annotations = serde_json::Map::new();
     if !injects.containers.is_empty() && !written(DEFAULT_CONTAINER_ANNOTATION) {
         // `ours` is a JSON list of names, which is a minijinja list literal too. A pod whose every container is
-        // ours (it declares only the sidecar) gets an empty name, which kubectl ignores.
+        // ours (it declares only the sidecar) gets an empty name, which kubectl ignores. The first container
+        // answers at once when it is not ours (almost every pod): minijinja's filters are eager, and a walk of
+        // every name cost a pod of 250 containers half its review.
         let ours = serde_json::to_string(&injects.containers).expect("a list of strings serialises");
-        let leaf =
-            format!(r#"{{{{ pod.containers | map(attribute="name") | reject("in", {ours}) | first | default("") }}}}"#);
+        let leaf = format!(
+            r#"{{{{ pod.containers[0].name if pod.containers and pod.containers[0].name not in {ours} else (pod.containers | map(attribute="name") | reject("in", {ours}) | first | default("")) }}}}"#
+        );
         annotations.insert(DEFAULT_CONTAINER_ANNOTATION.into(), leaf.into());
     }
     let local = local_volumes(pod);
