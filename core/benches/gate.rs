@@ -266,6 +266,21 @@ fn self_test(exe: &Path, dir: &Path) -> ExitCode {
     }
 }
 
+/// The compiler the counts are of: `rustc -V`, as cargo runs it here.
+fn rustc_version() -> String {
+    let output = Command::new("rustc").arg("-V").output();
+    output.map_or_else(|e| format!("unknown ({e})"), |o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+}
+
+/// The line of the baseline that names the compiler it was counted with.
+const RUSTC_LINE: &str = "# counted with ";
+
+/// The compiler the committed baseline was counted with, if it says.
+fn baseline_rustc() -> Option<String> {
+    let text = std::fs::read_to_string(BASELINE).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(RUSTC_LINE)).map(str::to_owned)
+}
+
 /// The committed baseline: case name to instructions.
 fn read_baseline() -> BTreeMap<String, u64> {
     let text = std::fs::read_to_string(BASELINE).unwrap_or_default();
@@ -284,6 +299,7 @@ fn write_baseline(counts: &[(String, Count)]) -> std::io::Result<()> {
          # the bytes it answered. Written by `cargo bench -p sidecar-injector-core --bench gate -- --bless`; say why\n\
          # in the commit.\n",
     );
+    text += &format!("{RUSTC_LINE}{}\n", rustc_version());
     for (name, count) in counts {
         text += &format!("{name} {} {}\n", count.instructions, count.bytes);
     }
@@ -308,6 +324,17 @@ fn main() -> ExitCode {
         return passed;
     }
     let baseline = read_baseline();
+    // Another compiler generates other code, so other counts: a failure to bless, not a regression to chase.
+    let (counted_with, running) = (baseline_rustc(), rustc_version());
+    if !bless && counted_with.as_ref().is_some_and(|c| *c != running) {
+        eprintln!(
+            "gate: the baseline was counted with {}, and this is {running}; another compiler's code has other counts.\n\
+             Count with the baseline's compiler, or bless with this one: \
+             `cargo bench -p sidecar-injector-core --bench gate -- --bless` (say why in the commit)",
+            counted_with.unwrap_or_default()
+        );
+        return ExitCode::FAILURE;
+    }
 
     let mut counts = Vec::new();
     let mut failures = Vec::new();
