@@ -812,12 +812,8 @@ impl Engine {
         overridden: bool,
         work: &mut Work,
     ) -> Option<Failure> {
-        let version = self.settings.kubernetes_version;
-        let (original, injected) = injected_pod(template, pod, overridden, work)?;
-        let own: Vec<String> =
-            validation::pod_resources(&original, version).iter().map(|e| e.path.to_string()).collect();
-        let problem =
-            validation::pod_resources(&injected, version).into_iter().find(|e| !own.contains(&e.path.to_string()))?;
+        let by_path = |e: &FieldError| e.path.to_string();
+        let problem = self.sidecars_problem(template, pod, overridden, work, validation::pod_resources, by_path)?;
         Some(Failure {
             reason: SkipReason::PodResources,
             policy: template.on_error().unwrap_or(self.settings.on_error),
@@ -843,16 +839,31 @@ impl Engine {
         overridden: bool,
         work: &mut Work,
     ) -> Option<Failure> {
+        let problem =
+            self.sidecars_problem(template, pod, overridden, work, validation::validate_pod, FieldError::body)?;
+        Some(self.conflict(template, pod, &problem))
+    }
+
+    /// The first problem `check` finds in the pod with the sidecar merged in that it does not find in the pod alone
+    /// (told apart by `key`): one the pod has without the sidecar is the user's, and left to the API server. The
+    /// pod alone is judged only when the injected pod has a problem, which most have not.
+    fn sidecars_problem(
+        &self,
+        template: &Template,
+        pod: &PodView<'_, '_>,
+        overridden: bool,
+        work: &mut Work,
+        check: fn(&serde_json::Value, validation::KubeVersion) -> Vec<FieldError>,
+        key: impl Fn(&FieldError) -> String,
+    ) -> Option<FieldError> {
         let version = self.settings.kubernetes_version;
         let (original, injected) = injected_pod(template, pod, overridden, work)?;
-        // The pod's own problems matter only beside one of the injected pod's: most pods have neither.
-        let problems = validation::validate_pod(&injected, version);
+        let problems = check(&injected, version);
         if problems.is_empty() {
             return None;
         }
-        let own: Vec<String> = validation::validate_pod(&original, version).iter().map(FieldError::body).collect();
-        let problem = problems.into_iter().find(|e| !own.contains(&e.body()))?;
-        Some(self.conflict(template, pod, &problem))
+        let own: Vec<String> = check(&original, version).iter().map(&key).collect();
+        problems.into_iter().find(|e| !own.contains(&key(e)))
     }
 
     /// A pod whose annotations are close to the API server's total ([`PodView::large_annotations`]) with the
