@@ -25,6 +25,7 @@
 //! machine is shared.
 
 #[path = "support/reviews.rs"]
+#[allow(dead_code)] // each user takes what it needs of the shared reviews
 mod reviews;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};

@@ -62,78 +62,68 @@ pub fn review_of_size(target: usize) -> Vec<u8> {
     bytes
 }
 
-/// The pathological pod beyond the API server's limits (see [`pathological`]).
+/// The pathological pod beyond the API server's limits (see [`PATHOLOGICAL`]).
 pub const BEYOND_API_LIMITS: &str = "last-applied-1MiB";
 
 /// The API server's limit on a pod's annotations, keys and values together (`TotalAnnotationSizeLimitB`).
 pub const ANNOTATIONS_LIMIT: usize = 256 * 1024;
 
-/// Pods at (and one beyond) the API server's limits, each a review of the placeholder pod with one thing grown:
-/// what made other injectors take seconds (Istio's took 15 s and four CPUs for 1,500 env vars, istio#34799).
-/// Every one but `last-applied-1MiB` is a pod the API server accepts, injected; that one carries an annotation
-/// beyond the API server's limit, which the API server refuses only after the mutating webhooks have answered
-/// (validation follows mutation), so the webhook must answer it all the same.
+/// How a pathological pod grows the placeholder pod.
+pub type Grow = fn(&mut Value);
+
+/// Pods at (and one beyond) the API server's limits, by name, each the placeholder pod with one thing grown: what
+/// made other injectors take seconds (Istio's took 15 s and four CPUs for 1,500 env vars, istio#34799). Every one
+/// but [`BEYOND_API_LIMITS`] is a pod the API server accepts, injected; that one carries an annotation beyond the
+/// API server's limit, which the API server refuses only after the mutating webhooks have answered (validation
+/// follows mutation), so the webhook must answer it all the same.
+pub const PATHOLOGICAL: [(&str, Grow); 6] = [
+    ("env-1500", |pod| {
+        let env: Vec<Value> =
+            (0..1500).map(|i| json!({"name": format!("SETTING_{i}"), "value": format!("value-{i}")})).collect();
+        pod["spec"]["containers"][0]["env"] = Value::Array(env);
+    }),
+    ("containers-250", |pod| {
+        let first = pod["spec"]["containers"][0].clone();
+        let containers: Vec<Value> = (0..250)
+            .map(|i| {
+                let mut c = first.clone();
+                c["name"] = json!(format!("app-{i}"));
+                c
+            })
+            .collect();
+        pod["spec"]["containers"] = Value::Array(containers);
+    }),
+    ("annotations-10000", |pod| {
+        for i in 0..10_000 {
+            pod["metadata"]["annotations"][format!("example.com/note-{i}")] = json!(format!("n{i}"));
+        }
+    }),
+    ("last-applied-250KiB", |pod| last_applied(pod, ANNOTATIONS_LIMIT - 8 * 1024)),
+    (BEYOND_API_LIMITS, |pod| last_applied(pod, 1024 * 1024)),
+    ("volumes-1000", |pod| {
+        let volumes: Vec<Value> = (0..1000).map(|i| json!({"name": format!("data-{i}"), "emptyDir": {}})).collect();
+        let mounts: Vec<Value> =
+            (0..1000).map(|i| json!({"name": format!("data-{i}"), "mountPath": format!("/data/{i}")})).collect();
+        pod["spec"]["volumes"] = Value::Array(volumes);
+        pod["spec"]["containers"][0]["volumeMounts"] = Value::Array(mounts);
+    }),
+];
+
+/// The review of the pathological pod `name` ([`PATHOLOGICAL`]), built only when asked for (the largest is
+/// 1 MiB); `None` for a name not in the table.
+pub fn pathological_review(name: &str) -> Option<Vec<u8>> {
+    let (_, grow) = PATHOLOGICAL.iter().find(|(n, _)| *n == name)?;
+    let mut review = placeholder_review();
+    grow(&mut review["request"]["object"]);
+    let annotations = review["request"]["object"]["metadata"]["annotations"].as_object();
+    let total: usize = annotations.into_iter().flatten().map(|(k, v)| k.len() + v.as_str().map_or(0, str::len)).sum();
+    assert_eq!(total > ANNOTATIONS_LIMIT, name == BEYOND_API_LIMITS, "{name}: {total} bytes of annotations");
+    Some(serde_json::to_vec(&review).unwrap())
+}
+
+/// Every pathological pod's review, in [`PATHOLOGICAL`]'s order.
 pub fn pathological() -> Vec<(&'static str, Vec<u8>)> {
-    let grown = |grow: &dyn Fn(&mut Value)| {
-        let mut review = placeholder_review();
-        grow(&mut review["request"]["object"]);
-        serde_json::to_vec(&review).unwrap()
-    };
-    let pods = vec![
-        (
-            "env-1500",
-            grown(&|pod| {
-                let env: Vec<Value> =
-                    (0..1500).map(|i| json!({"name": format!("SETTING_{i}"), "value": format!("value-{i}")})).collect();
-                pod["spec"]["containers"][0]["env"] = Value::Array(env);
-            }),
-        ),
-        (
-            "containers-250",
-            grown(&|pod| {
-                let first = pod["spec"]["containers"][0].clone();
-                let containers: Vec<Value> = (0..250)
-                    .map(|i| {
-                        let mut c = first.clone();
-                        c["name"] = json!(format!("app-{i}"));
-                        c
-                    })
-                    .collect();
-                pod["spec"]["containers"] = Value::Array(containers);
-            }),
-        ),
-        (
-            "annotations-10000",
-            grown(&|pod| {
-                for i in 0..10_000 {
-                    pod["metadata"]["annotations"][format!("example.com/note-{i}")] = json!(format!("n{i}"));
-                }
-            }),
-        ),
-        ("last-applied-250KiB", grown(&|pod| last_applied(pod, ANNOTATIONS_LIMIT - 8 * 1024))),
-        (BEYOND_API_LIMITS, grown(&|pod| last_applied(pod, 1024 * 1024))),
-        (
-            "volumes-1000",
-            grown(&|pod| {
-                let volumes: Vec<Value> =
-                    (0..1000).map(|i| json!({"name": format!("data-{i}"), "emptyDir": {}})).collect();
-                let mounts: Vec<Value> = (0..1000)
-                    .map(|i| json!({"name": format!("data-{i}"), "mountPath": format!("/data/{i}")}))
-                    .collect();
-                pod["spec"]["volumes"] = Value::Array(volumes);
-                pod["spec"]["containers"][0]["volumeMounts"] = Value::Array(mounts);
-            }),
-        ),
-    ];
-    for (name, body) in &pods {
-        let review: Value = serde_json::from_slice(body).unwrap();
-        let annotations = review["request"]["object"]["metadata"]["annotations"].as_object();
-        let total: usize =
-            annotations.into_iter().flatten().map(|(k, v)| k.len() + v.as_str().map_or(0, str::len)).sum();
-        let beyond = *name == BEYOND_API_LIMITS;
-        assert_eq!(total > ANNOTATIONS_LIMIT, beyond, "{name}: {total} bytes of annotations");
-    }
-    pods
+    PATHOLOGICAL.iter().map(|(name, _)| (*name, pathological_review(name).expect("a name of the table"))).collect()
 }
 
 /// Gives `pod` a `kubectl.kubernetes.io/last-applied-configuration` of about `bytes`: the pod itself, as kubectl

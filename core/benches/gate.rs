@@ -18,6 +18,7 @@
 //! them too: bless with the reason in the commit (docs/performance.md, "The gate").
 
 #[path = "../../benches/support/reviews.rs"]
+#[allow(dead_code)] // each user takes what it needs of the shared reviews
 mod reviews;
 
 use serde_json::{Value, json};
@@ -99,9 +100,9 @@ fn cases() -> Vec<(String, Box<dyn Fn() -> Case>)> {
     ));
     cases.push(("validate-8KB-injected".into(), Box::new(validate_injected)));
     cases.push(("corpus".into(), Box::new(corpus)));
-    for (name, _) in reviews::pathological() {
+    for (name, _) in reviews::PATHOLOGICAL {
         let build = move || {
-            let (_, body) = reviews::pathological().into_iter().find(|(n, _)| *n == name).unwrap();
+            let body = reviews::pathological_review(name).expect("a name of the table");
             let expect = if name == reviews::BEYOND_API_LIMITS { beyond_api_limit } else { injected };
             Case { expect, ..case(body, true) }
         };

@@ -28,8 +28,11 @@ impl FromStr for BodySpec {
             return Ok(BodySpec::Corpus);
         }
         // The pod beyond the API server's limits is refused (400), which the harness counts as a failed answer.
-        let pathological = crate::reviews::pathological().into_iter().map(|(name, _)| name);
-        if let Some(name) = pathological.filter(|n| *n != crate::reviews::BEYOND_API_LIMITS).find(|n| *n == s) {
+        let pathological = || {
+            let names = crate::reviews::PATHOLOGICAL.iter().map(|(name, _)| *name);
+            names.filter(|name| *name != crate::reviews::BEYOND_API_LIMITS)
+        };
+        if let Some(name) = pathological().find(|name| *name == s) {
             return Ok(BodySpec::Pathological(name));
         }
         let lower = s.to_ascii_lowercase();
@@ -40,8 +43,8 @@ impl FromStr for BodySpec {
         match digits.parse::<f64>() {
             Ok(n) if n >= 1.0 => Ok(BodySpec::Size((n * unit as f64) as usize)),
             _ => Err(format!(
-                "{s:?}: expected `corpus`, a size such as 2k, 6k, 60k, 1m, or a pod at the API server's limits: \
-                 env-1500, containers-250, annotations-10000, last-applied-250KiB, volumes-1000"
+                "{s:?}: expected `corpus`, a size such as 2k, 6k, 60k, 1m, or a pod at the API server's limits: {}",
+                pathological().collect::<Vec<_>>().join(", ")
             )),
         }
     }
@@ -229,7 +232,7 @@ fn wrap(pod: Value) -> Value {
 
 /// The pathological pod `name`, its uid the placeholder and its name varied per request.
 fn pathological(name: &str) -> Body {
-    let (_, body) = crate::reviews::pathological().into_iter().find(|(n, _)| *n == name).expect("parsed from the list");
+    let body = crate::reviews::pathological_review(name).expect("parsed from the table");
     let mut review: Value = serde_json::from_slice(&body).expect("the benches' reviews are JSON");
     review["request"]["uid"] = json!(UID_PLACEHOLDER);
     review["request"]["object"]["metadata"]["name"] = json!(NAME_PLACEHOLDER);

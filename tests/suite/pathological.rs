@@ -34,7 +34,7 @@ fn pods_at_the_api_servers_limits_are_injected_with_every_property_of_an_ordinar
 #[test]
 fn a_pod_beyond_the_api_servers_annotation_limit_is_refused_unread() {
     let engine = builtin();
-    let (_, mut body) = reviews::pathological().into_iter().find(|(n, _)| *n == reviews::BEYOND_API_LIMITS).unwrap();
+    let mut body = reviews::pathological_review(reviews::BEYOND_API_LIMITS).unwrap();
     let error = engine.review(&mut body, &mut Vec::new()).expect_err("refused");
     assert!(matches!(error, ReviewError::BeyondApiLimit { .. }), "{error}");
     assert!(error.to_string().contains("metadata.annotations"), "{error}");
