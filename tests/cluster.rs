@@ -150,6 +150,46 @@ impl Drop for Cluster {
     }
 }
 
+/// Builds what the cluster needs (cached), brings it up, builds the image from the binary under test (`image.sh`, as
+/// the Dockerfile's: checked), imports it, and runs the README's deploy block as written (for a cluster older than
+/// 1.30, with the change it documents).
+impl Cluster {
+    fn up_with_the_readme_deploy(dir: &Path) -> Cluster {
+        let output = Command::new(SCRIPT).arg("build").output().unwrap();
+        assert!(output.status.success(), "cluster.sh build failed:\n{}", text(&output));
+        let cluster = Cluster::up(dir);
+        let archive = dir.join("image.tar");
+        build_image(IMAGE, Path::new(BINARY), &archive);
+        check_image_matches_the_dockerfile(&image_config(&archive));
+        cluster.import(&archive);
+        let deploy = readme_block("deploy");
+        let certs_line =
+            deploy.lines().find(|l| l.starts_with("sidecar-injector certs")).expect("a certs line").to_owned();
+        let deploy = deploy.replace(&certs_line, &format!("{certs_line}{}", certs_version_flag()));
+        let output = cluster.shell(&deploy);
+        assert!(output.status.success(), "the README's deploy block failed:\n{deploy}\n{}", text(&output));
+        cluster
+    }
+
+    /// Imports an image archive into the node's containerd.
+    fn import(&self, archive: &Path) {
+        let output = Command::new(SCRIPT).arg("import").arg(&self.dir).arg(archive).output().unwrap();
+        assert!(output.status.success(), "import:\n{}", text(&output));
+    }
+}
+
+/// The image `tag` of `binary`, without a daemon (`manifests/image.sh`), written to `archive`.
+fn build_image(tag: &str, binary: &Path, archive: &Path) {
+    let output = Command::new(Path::new(ROOT).join("manifests/image.sh"))
+        .args(["--tag", tag, "--binary"])
+        .arg(binary)
+        .arg("--out")
+        .arg(archive)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "manifests/image.sh:\n{}", text(&output));
+}
+
 fn text(output: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
@@ -1048,14 +1088,8 @@ fn check_certificate_rotation(cluster: &Cluster) {
 fn check_upgrade_in_place(cluster: &Cluster, archive_dir: &Path) {
     // The new release's image: the same binary under a new tag, built and imported as the first.
     let archive = archive_dir.join("image-next.tar");
-    let output = Command::new(Path::new(ROOT).join("manifests/image.sh"))
-        .args(["--tag", NEXT_IMAGE, "--binary", BINARY, "--out"])
-        .arg(&archive)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "manifests/image.sh:\n{}", text(&output));
-    let output = Command::new(SCRIPT).arg("import").arg(&cluster.dir).arg(&archive).output().unwrap();
-    assert!(output.status.success(), "import:\n{}", text(&output));
+    build_image(NEXT_IMAGE, Path::new(BINARY), &archive);
+    cluster.import(&archive);
     // The new release's manifests, where the README's commands find them.
     let next = cluster.work.join("manifests-next");
     copy_tree(&Path::new(ROOT).join("manifests"), &next);
@@ -1345,29 +1379,8 @@ fn creation_median_ms(cluster: &Cluster, n: usize, label: &str) -> u128 {
 #[test]
 #[ignore = "needs root and a one-node cluster: tests/e2e/cluster.sh (tests/e2e/README.md)"]
 fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
-    let output = Command::new(SCRIPT).arg("build").output().unwrap();
-    assert!(output.status.success(), "cluster.sh build failed:\n{}", text(&output));
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = Cluster::up(dir.path());
-
-    // The image, without a daemon, from the binary under test; the same as the Dockerfile's.
-    let archive = dir.path().join("image.tar");
-    let output = Command::new(Path::new(ROOT).join("manifests/image.sh"))
-        .args(["--tag", IMAGE, "--binary", BINARY, "--out"])
-        .arg(&archive)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "manifests/image.sh:\n{}", text(&output));
-    check_image_matches_the_dockerfile(&image_config(&archive));
-    let output = Command::new(SCRIPT).arg("import").arg(dir.path()).arg(&archive).output().unwrap();
-    assert!(output.status.success(), "import:\n{}", text(&output));
-
-    // The README's deploy path as written (for a cluster older than 1.30, with the change it documents).
-    let deploy = readme_block("deploy");
-    let certs_line = deploy.lines().find(|l| l.starts_with("sidecar-injector certs")).expect("a certs line").to_owned();
-    let deploy = deploy.replace(&certs_line, &format!("{certs_line}{}", certs_version_flag()));
-    let output = cluster.shell(&deploy);
-    assert!(output.status.success(), "the README's deploy block failed:\n{deploy}\n{}", text(&output));
+    let mut cluster = Cluster::up_with_the_readme_deploy(dir.path());
     if older_cluster() {
         check_overlay_changes_only_what_the_readme_says(&cluster);
     } else {
@@ -1421,6 +1434,325 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     // A second teardown is harmless.
     let output = Command::new(SCRIPT).arg("down").arg(dir.path()).output().unwrap();
     assert!(output.status.success(), "a second down:\n{}", text(&output));
+}
+
+/// The floor the API server times our webhooks against (issue 54): the load harness's stack floor (`loadtest
+/// __floor-server --allow-all`: hyper and rustls set up as `serve` sets them up; the review not parsed, its uid
+/// echoed, allowed), deployed as ours is: the base's Deployment and Service renamed, its own image and certificate.
+/// Three webhooks call it, each a copy of one of ours (its conditions, timeout and policies) with its own namespace
+/// selector: a mutating one where it answers our patch to the measured pod (`--patch`; the API server then applies
+/// the same patch as after ours, and on its second call gets none, as from ours), a validating one on the pods it
+/// injected (as our validating webhook sees ours), and a mutating one where it answers nothing (its pods carry the
+/// status annotation that withholds the patch): the do-nothing webhook.
+const FLOOR: &str = "stack-floor";
+const FLOOR_IMAGE: &str = "stack-floor:test";
+const FLOOR_WEBHOOKS: [&str; 3] =
+    ["floor-patch.sidecar-injector.io", "floor-validate.sidecar-injector.io", "floor-nothing.sidecar-injector.io"];
+const OUR_WEBHOOKS: [&str; 2] = ["inject.sidecar-injector.io", "validate.sidecar-injector.io"];
+/// The measurement's namespaces: ours, the floor with our patch, the do-nothing floor, and one no webhook selects.
+const TIMED: [&str; 4] = ["timed-ours", "timed-floor", "timed-nothing", "timed-none"];
+/// The label of each of [`TIMED`] that the webhooks select.
+const TIMED_LABELS: [Option<&str>; 4] =
+    [Some("sidecar-injector.io/inject=enabled"), Some("stack-floor=patch"), Some("stack-floor=nothing"), None];
+/// The annotation whose key withholds the floor's patch (`--unless-body-contains`): the status annotation ours writes.
+const STATUS_KEY: &str = "sidecar-injector.io/status";
+
+/// The measured pod, `name` in `namespace`: a small app pod of the default template, as a Deployment's. In the
+/// do-nothing floor's namespace it carries the status annotation, so that the floor answers it nothing.
+fn timed_pod(namespace: &str, name: &str) -> Value {
+    let mut pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "timed"}},
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"],
+                 "ports": [{"containerPort": 8080}], "resources": {"requests": {"cpu": "10m"}}}]}});
+    if namespace == TIMED[2] {
+        pod["metadata"]["annotations"] = serde_json::json!({STATUS_KEY: "{}"});
+    }
+    pod
+}
+
+/// Our patch to the measured pod as the API server sends it to a webhook: the pod dry-run created where no webhook
+/// is called yet (the API server's defaults and in-tree plugins applied), answered by `sidecar-injector review`
+/// with the deployed templates.
+fn our_patch(cluster: &Cluster) -> String {
+    let output = cluster.kubectl_with_input(
+        &["create", "--dry-run=server", "-o", "json", "-f", "-"],
+        &timed_pod(TIMED[1], "patch-source").to_string(),
+    );
+    assert!(output.status.success(), "{}", text(&output));
+    let pod: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let review = sidecar_injector_core::offline::pod_create_review("measured", TIMED[1], pod);
+    let output = cluster.with_input(
+        "sidecar-injector",
+        &["review", "--template-dir", "my-injector/templates"],
+        &review.to_string(),
+    );
+    assert!(output.status.success(), "sidecar-injector review:\n{}", text(&output));
+    let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+    use base64::Engine as _;
+    let patch = answer["response"]["patch"].as_str().expect("our answer has a patch");
+    let patch = base64::engine::general_purpose::STANDARD.decode(patch).unwrap();
+    String::from_utf8(patch).unwrap()
+}
+
+/// Deploys the floor ([`FLOOR`]) answering `patch`; its webhook configurations are returned, not applied.
+fn deploy_the_floor(cluster: &Cluster, patch: &str) -> Value {
+    let loadtest = Path::new(BINARY).with_file_name("loadtest");
+    assert!(loadtest.exists(), "{} is missing: `cargo build --release -p loadtest` first", loadtest.display());
+    let archive = cluster.dir.join("floor.tar");
+    build_image(FLOOR_IMAGE, &loadtest, &archive);
+    cluster.import(&archive);
+    let output =
+        cluster.command("sidecar-injector").args(["certs", "--service", FLOOR, "--out", "floor-certs"]).output();
+    let output = output.unwrap();
+    assert!(output.status.success(), "certs for the floor:\n{}", text(&output));
+    cluster.kubectl_ok(&[
+        "-n",
+        "sidecar-injector",
+        "create",
+        "secret",
+        "tls",
+        "stack-floor-tls",
+        "--cert=floor-certs/tls.crt",
+        "--key=floor-certs/tls.key",
+    ]);
+    std::fs::write(cluster.work.join("floor-patch.json"), patch).unwrap();
+    cluster.kubectl_ok(&[
+        "-n",
+        "sidecar-injector",
+        "create",
+        "configmap",
+        "stack-floor-patch",
+        "--from-file=patch.json=floor-patch.json",
+    ]);
+    let objects = kustomized(cluster, "manifests/base");
+    let of_kind = |kind: &str| objects.iter().find(|o| o["kind"] == kind).unwrap().clone();
+    let labels = serde_json::json!({"app.kubernetes.io/name": FLOOR});
+    let mut deployment = of_kind("Deployment");
+    deployment["metadata"]["name"] = FLOOR.into();
+    deployment["metadata"]["labels"] = labels.clone();
+    deployment["spec"]["selector"]["matchLabels"] = labels.clone();
+    let template = &mut deployment["spec"]["template"];
+    template["metadata"]["labels"] =
+        serde_json::json!({"app.kubernetes.io/name": FLOOR, "sidecar-injector.io/inject": "false"});
+    let spec = template["spec"].as_object_mut().unwrap();
+    spec.remove("topologySpreadConstraints");
+    spec.insert(
+        "volumes".into(),
+        serde_json::json!([{"name": "tls", "secret": {"secretName": "stack-floor-tls"}},
+                           {"name": "patch", "configMap": {"name": "stack-floor-patch"}}]),
+    );
+    let container = spec["containers"][0].as_object_mut().unwrap();
+    let tls = "/etc/sidecar-injector/tls";
+    for (key, value) in [
+        ("name", serde_json::json!(FLOOR)),
+        ("image", serde_json::json!(FLOOR_IMAGE)),
+        (
+            "args",
+            serde_json::json!([
+                "__floor-server",
+                "--listen=0.0.0.0:8443",
+                format!("--tls-cert={tls}/tls.crt"),
+                format!("--tls-key={tls}/tls.key"),
+                "--allow-all",
+                "--patch=/etc/stack-floor/patch.json",
+                format!("--unless-body-contains={STATUS_KEY}")
+            ]),
+        ),
+        ("ports", serde_json::json!([{"name": "https", "containerPort": 8443, "protocol": "TCP"}])),
+        ("readinessProbe", serde_json::json!({"tcpSocket": {"port": "https"}, "periodSeconds": 2})),
+        (
+            "volumeMounts",
+            serde_json::json!([{"name": "tls", "mountPath": tls, "readOnly": true},
+                               {"name": "patch", "mountPath": "/etc/stack-floor", "readOnly": true}]),
+        ),
+    ] {
+        container.insert(key.into(), value);
+    }
+    container.remove("env");
+    container.remove("livenessProbe");
+    let mut service = of_kind("Service");
+    service["metadata"]["name"] = FLOOR.into();
+    service["metadata"]["labels"] = labels.clone();
+    service["spec"]["selector"] = labels;
+    service["spec"]["ports"] =
+        serde_json::json!([{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]);
+    cluster.apply(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [deployment, service]}).to_string());
+    cluster.kubectl_ok(&["-n", "sidecar-injector", "rollout", "status", "deployment/stack-floor", "--timeout=120s"]);
+
+    let ca = std::fs::read(cluster.work.join("floor-certs/ca.crt")).unwrap();
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca);
+    // Each of ours as the pattern of the floor's: (the floor's name, its namespace's label, our configuration).
+    let floor = [
+        (FLOOR_WEBHOOKS[0], TIMED_LABELS[1], "mutatingwebhookconfiguration"),
+        (FLOOR_WEBHOOKS[1], TIMED_LABELS[1], "validatingwebhookconfiguration"),
+        (FLOOR_WEBHOOKS[2], TIMED_LABELS[2], "mutatingwebhookconfiguration"),
+    ];
+    let configs = ["mutatingwebhookconfiguration", "validatingwebhookconfiguration"].map(|kind| {
+        let ours = cluster.json(&["get", kind, "sidecar-injector"]);
+        let webhooks: Vec<Value> = floor
+            .iter()
+            .filter(|(_, _, of)| *of == kind)
+            .map(|(name, label, _)| {
+                let mut webhook = ours["webhooks"][0].clone();
+                assert!(OUR_WEBHOOKS.contains(&webhook["name"].as_str().unwrap()), "{webhook}");
+                webhook["name"] = (*name).into();
+                // The floor answers one path; the validating call gets no patch, the pod carrying the status.
+                webhook["clientConfig"]["service"]["name"] = FLOOR.into();
+                webhook["clientConfig"]["service"]["path"] = "/mutate".into();
+                webhook["clientConfig"]["caBundle"] = ca.clone().into();
+                let (key, value) = label.unwrap().split_once('=').unwrap();
+                webhook["namespaceSelector"] = serde_json::json!({"matchLabels": {key: value}});
+                webhook
+            })
+            .collect();
+        let mut config = serde_json::json!({"metadata": {"name": FLOOR}, "webhooks": webhooks});
+        config["apiVersion"] = ours["apiVersion"].clone();
+        config["kind"] = ours["kind"].clone();
+        config
+    });
+    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": configs})
+}
+
+/// The sum and count of a histogram of the API server's `/metrics`, over its series with every one of `labels`.
+fn histogram(page: &str, family: &str, labels: &[&str]) -> (f64, f64) {
+    let total = |suffix: &str| -> f64 {
+        let name = format!("{family}_{suffix}{{");
+        page.lines()
+            .filter(|l| l.starts_with(&name) && labels.iter().all(|label| l.contains(label)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    (total("sum"), total("count"))
+}
+
+/// What the API server has timed so far, each as (seconds, count): the calls of each admission webhook
+/// ([`OUR_WEBHOOKS`], then [`FLOOR_WEBHOOKS`]), and the pod creations (server-side dry runs).
+fn api_server_clock(cluster: &Cluster) -> [(f64, f64); 6] {
+    let page = cluster.kubectl_ok(&["get", "--raw", "/metrics"]);
+    let webhook = |name: &str| {
+        let name = format!("name=\"{name}\"");
+        histogram(&page, "apiserver_admission_webhook_admission_duration_seconds", &[&name, r#"operation="CREATE""#])
+    };
+    let creations = histogram(
+        &page,
+        "apiserver_request_duration_seconds",
+        &[r#"verb="POST""#, r#"resource="pods""#, r#"subresource="""#, r#"dry_run="All""#],
+    );
+    let [inject, validate] = OUR_WEBHOOKS.map(webhook);
+    let [floor_patch, floor_validate, floor_nothing] = FLOOR_WEBHOOKS.map(webhook);
+    [inject, validate, floor_patch, floor_validate, floor_nothing, creations]
+}
+
+/// Creates `pods` (server-side dry runs, one kubectl, one request each, in order); what the API server timed
+/// meanwhile, by [`api_server_clock`].
+fn time_pods(cluster: &Cluster, pods: Vec<Value>) -> [(f64, f64); 6] {
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": pods}).to_string();
+    let before = api_server_clock(cluster);
+    let output = cluster.kubectl_with_input(&["create", "--dry-run=server", "-o", "name", "-f", "-"], &list);
+    assert!(output.status.success(), "{}", text(&output));
+    let after = api_server_clock(cluster);
+    std::array::from_fn(|i| (after[i].0 - before[i].0, after[i].1 - before[i].1))
+}
+
+/// The API server takes a moment to see a new webhook configuration: creates one pod in each webhook's namespace
+/// until every webhook is called.
+fn settle(cluster: &Cluster) {
+    let mut calls = [0.0; 5];
+    for round in 0..60 {
+        let pods = TIMED[..3].iter().map(|namespace| timed_pod(namespace, &format!("settle-{round}"))).collect();
+        let timed = time_pods(cluster, pods);
+        calls = [0, 1, 2, 3, 4].map(|i| timed[i].1);
+        if calls.iter().all(|count| *count > 0.0) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    panic!("the API server did not call each of {OUR_WEBHOOKS:?} and {FLOOR_WEBHOOKS:?} (the last: {calls:?})");
+}
+
+/// The API server's own clock on our webhooks (issue 54, docs/performance.md "As the API server sees it"), on the
+/// cluster as the README deploys it, with the floor ([`deploy_the_floor`]) beside ours. First `n` pods in each of
+/// the three webhooks' namespaces, interleaved (the same seconds for all): each webhook's mean call as the API
+/// server timed it (`apiserver_admission_webhook_admission_duration_seconds`, sum ÷ count, which includes the API
+/// server's own work on the answer: decoding and applying the patch), ours ÷ the floor's; then `n` pods at a time in
+/// each namespace: the mean pod creation as it timed it (`apiserver_request_duration_seconds`, POST pods).
+/// Asserted: each webhook was called for each of its pods (the mutating ones twice where a patch added the sidecar:
+/// the ServiceAccount plugin then mounts its token into the sidecar, and the API server calls every `IfNeeded`
+/// webhook again), and the floor's pods were injected as ours.
+#[test]
+#[ignore = "a measurement for docs/performance.md, not run by .ci/run: needs root, the cluster (tests/e2e/cluster.sh) \
+            and target/release/loadtest (cargo build --release -p loadtest)"]
+fn the_api_server_times_our_webhooks_beside_a_do_nothing_one() {
+    let n: usize = std::env::var("TIMED_PODS").map_or(300, |n| n.parse().expect("TIMED_PODS is a number"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::up_with_the_readme_deploy(dir.path());
+    check_the_injector_runs_as_shipped(&cluster);
+    for (namespace, label) in TIMED.iter().zip(TIMED_LABELS) {
+        cluster.kubectl_ok(&["create", "namespace", namespace]);
+        if let Some(label) = label {
+            cluster.kubectl_ok(&["label", "namespace", namespace, label]);
+        }
+    }
+    let config = deploy_the_floor(&cluster, &our_patch(&cluster));
+    cluster.apply(&config.to_string());
+    settle(&cluster);
+    let injected = |namespace: &str| {
+        let output = cluster.kubectl_with_input(
+            &["create", "--dry-run=server", "-o", "json", "-f", "-"],
+            &timed_pod(namespace, "look").to_string(),
+        );
+        assert!(output.status.success(), "{}", text(&output));
+        let pod: Value = serde_json::from_slice(&output.stdout).unwrap();
+        (names(&pod, "containers").iter().map(|s| s.to_string()).collect::<Vec<_>>(), pod["metadata"]["labels"].clone())
+    };
+    assert_eq!(injected(TIMED[1]), injected(TIMED[0]), "the floor's patch injects as ours does");
+
+    let pods = (0..n)
+        .flat_map(|i| TIMED[..3].iter().map(move |namespace| timed_pod(namespace, &format!("all-{i}"))))
+        .collect();
+    let timed = time_pods(&cluster, pods);
+    let calls = timed.map(|(_, count)| count);
+    let n_calls = n as f64;
+    assert!(calls[0] >= n_calls && calls[1] == n_calls, "our calls for {n} pods each: {calls:?}");
+    let floor_called = calls[2] >= n_calls && calls[3] == n_calls && calls[4] == n_calls;
+    assert!(floor_called, "the floor's calls for {n} pods each: {calls:?}");
+    let mean_ms = |(seconds, count): (f64, f64)| 1000.0 * seconds / count;
+    let [inject, validate, floor_patch, floor_validate, floor_nothing, _] = timed.map(mean_ms);
+    eprintln!(
+        "as the API server timed them, {n} pods for each, interleaved: {} {inject:.3} ms a call ({} calls), the \
+         floor answering our patch {floor_patch:.3} ms ({}): {:.2}x; {} {validate:.3} ms ({}), the floor validating \
+         {floor_validate:.3} ms ({}): {:.2}x; the do-nothing floor {floor_nothing:.3} ms ({}), {} / it: {:.2}x",
+        OUR_WEBHOOKS[0],
+        calls[0],
+        calls[2],
+        inject / floor_patch,
+        OUR_WEBHOOKS[1],
+        calls[1],
+        calls[3],
+        validate / floor_validate,
+        calls[4],
+        OUR_WEBHOOKS[0],
+        inject / floor_nothing
+    );
+
+    let mut creations = Vec::new();
+    for (namespace, what) in
+        TIMED.iter().zip(["our webhooks", "the floor with our patch", "the do-nothing floor", "no webhook"])
+    {
+        let pods = (0..n).map(|i| timed_pod(namespace, &format!("alone-{i}"))).collect();
+        creations.push((what, mean_ms(time_pods(&cluster, pods)[5])));
+    }
+    let none = creations[3].1;
+    for (what, mean) in &creations {
+        eprintln!(
+            "pod creation (dry run) as the API server timed it, {n} pods: {what}: {mean:.3} ms ({:.2}x no webhook)",
+            mean / none
+        );
+    }
+    check_nothing_was_pulled(&cluster);
+    let changed = cluster.down();
+    assert!(changed.is_empty(), "the host differs after down:\n{}", changed.join("\n"));
 }
 
 /// The cluster script refuses what it cannot do in one line, before it changes anything.

@@ -8,6 +8,7 @@
 //! cargo bench -p sidecar-injector-core --bench gate -- --bless   # write the measured counts as the new baseline
 //! cargo bench -p sidecar-injector-core --bench gate -- env-1500  # the cases whose names contain an argument
 //! cargo bench -p sidecar-injector-core --bench gate -- --self-test  # shows a 5% slowdown of one case is caught
+//! cargo bench -p sidecar-injector-core --bench gate -- --parse   # also counts a bare simd-json parse of each body
 //! ```
 //!
 //! Each case runs in its own process under `valgrind --tool=callgrind`, counting nothing until `measured` is
@@ -141,15 +142,21 @@ fn corpus() -> Case {
 }
 
 /// The counted call. Its name is what `MEASURED` matches. `pad` iterations of a loop are added to it by
-/// `--self-test` only, to show that a slowdown trips the gate.
+/// `--self-test` only, to show that a slowdown trips the gate. With `parse_only`, each body is only parsed by
+/// simd-json into a tape (`--parse`: what the parser alone costs on the same bytes), and no answer is made.
 #[inline(never)]
-fn measured(case: &Case, bodies: &mut [Vec<u8>], out: &mut Vec<u8>, pad: u64) -> Vec<Answer> {
+fn measured(case: &Case, bodies: &mut [Vec<u8>], out: &mut Vec<u8>, pad: u64, parse_only: bool) -> Vec<Answer> {
     let mut sum = 0u64;
     for i in 0..pad {
         sum = black_box(sum.wrapping_add(i));
     }
     let mut answers = Vec::with_capacity(bodies.len());
     for body in bodies {
+        if parse_only {
+            let tape = simd_json::to_tape(body).expect("the case's body parses");
+            black_box(tape.as_value());
+            continue;
+        }
         out.clear();
         answers.push(if case.validate { case.engine.validate(body, out) } else { case.engine.review(body, out) });
     }
@@ -157,7 +164,7 @@ fn measured(case: &Case, bodies: &mut [Vec<u8>], out: &mut Vec<u8>, pad: u64) ->
 }
 
 /// The child: builds the case, warms up, and runs `measured` once (under callgrind, the one counted call).
-fn run_case(name: &str, pad: u64) -> ExitCode {
+fn run_case(name: &str, pad: u64, parse_only: bool) -> ExitCode {
     let Some((_, build)) = cases().into_iter().find(|(n, _)| n == name) else {
         eprintln!("gate: no case named {name}");
         return ExitCode::from(2);
@@ -169,7 +176,7 @@ fn run_case(name: &str, pad: u64) -> ExitCode {
         if let Some(at) = case.new_pod_at {
             bodies.iter_mut().for_each(|b| reviews::stamp(b, at, 1));
         }
-        measured(case, &mut bodies, out, 0)
+        measured(case, &mut bodies, out, 0, parse_only)
     };
     // The corpus is counted on its first pass (each pod new to the thread); the others warmed by one call.
     if name != "corpus" {
@@ -181,7 +188,7 @@ fn run_case(name: &str, pad: u64) -> ExitCode {
     if let Some(at) = case.new_pod_at {
         bodies.iter_mut().for_each(|b| reviews::stamp(b, at, 2));
     }
-    let answers = black_box(measured(&case, &mut bodies, &mut out, pad));
+    let answers = black_box(measured(&case, &mut bodies, &mut out, pad, parse_only));
     for answer in &answers {
         assert!((case.expect)(answer), "{name}: {answer:?}");
     }
@@ -198,6 +205,11 @@ struct Count {
 /// Runs `name` in a child under callgrind (with `pad` added, see [`measured`]) and reads its count from
 /// callgrind's output.
 fn count(exe: &Path, name: &str, pad: u64, dir: &Path) -> Result<Count, String> {
+    count_of(exe, name, pad, dir, false)
+}
+
+/// [`count`], or with `parse_only` the count of a bare parse of the case's bodies.
+fn count_of(exe: &Path, name: &str, pad: u64, dir: &Path, parse_only: bool) -> Result<Count, String> {
     let out_file = dir.join(format!("{name}.callgrind"));
     let output = Command::new("valgrind")
         .arg("--tool=callgrind")
@@ -206,6 +218,7 @@ fn count(exe: &Path, name: &str, pad: u64, dir: &Path) -> Result<Count, String> 
         .arg(format!("--callgrind-out-file={}", out_file.display()))
         .arg(exe)
         .args(["--case", name, "--pad", &pad.to_string()])
+        .args(parse_only.then_some("--parse-only"))
         .output()
         .map_err(|e| format!("valgrind could not be run ({e}): install it (Debian: apt-get install valgrind)"))?;
     if !output.status.success() {
@@ -311,9 +324,11 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value_of = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
     if let Some(name) = value_of("--case") {
-        return run_case(name, value_of("--pad").and_then(|p| p.parse().ok()).unwrap_or(0));
+        let pad = value_of("--pad").and_then(|p| p.parse().ok()).unwrap_or(0);
+        return run_case(name, pad, args.iter().any(|a| a == "--parse-only"));
     }
     let bless = args.iter().any(|a| a == "--bless");
+    let parse = args.iter().any(|a| a == "--parse");
     // `cargo bench` passes `--bench`; other flags are criterion's and mean nothing here.
     let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     let exe = std::env::current_exe().expect("the running executable has a path");
@@ -353,6 +368,17 @@ fn main() -> ExitCode {
             }
         };
         let per_byte = count.instructions as f64 / count.bytes as f64;
+        if parse {
+            match count_of(&exe, &name, 0, &dir, true) {
+                Ok(parsed) => println!(
+                    "{name:<34} a bare parse: {} instructions, {:.1} per byte; the rest {:.1} per byte",
+                    parsed.instructions,
+                    parsed.instructions as f64 / parsed.bytes as f64,
+                    count.instructions.saturating_sub(parsed.instructions) as f64 / count.bytes as f64
+                ),
+                Err(error) => eprintln!("{error}"),
+            }
+        }
         match baseline.get(&name) {
             Some(&before) => {
                 let change = change_percent(before, count.instructions);

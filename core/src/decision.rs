@@ -120,7 +120,7 @@ const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// skipped; an error for a pod whose echoed values the API server would refuse ([`PodView::beyond_api_limits`]).
 pub(crate) fn decide<'t, 'i>(
     review: &Review<'t, 'i>,
-    keys: &Keys,
+    keys: &'i Keys,
 ) -> Result<Result<PodView<'t, 'i>, SkipReason>, ReviewError> {
     let pod = match skip_or_view(review, keys) {
         Ok(pod) => pod,
@@ -133,7 +133,7 @@ pub(crate) fn decide<'t, 'i>(
 }
 
 /// The rules of [`decide`] that skip a request, or the pod to look at.
-fn skip_or_view<'t, 'i>(review: &Review<'t, 'i>, keys: &Keys) -> Result<PodView<'t, 'i>, SkipReason> {
+fn skip_or_view<'t, 'i>(review: &Review<'t, 'i>, keys: &'i Keys) -> Result<PodView<'t, 'i>, SkipReason> {
     let kind = review.kind;
     if !(kind.group.is_empty() && kind.version == "v1" && kind.kind == "Pod") {
         return Err(SkipReason::NotAPod);
@@ -147,7 +147,7 @@ fn skip_or_view<'t, 'i>(review: &Review<'t, 'i>, keys: &Keys) -> Result<PodView<
     let Some(object) = review.object.filter(|o| o.as_object().is_some()) else {
         return Err(SkipReason::NoObject);
     };
-    let pod = PodView::new(object, review.namespace);
+    let pod = PodView::new(object, review.namespace, &keys.prefix);
     if pod.annotation(MIRROR_ANNOTATION).is_some() {
         return Err(SkipReason::MirrorPod);
     }

@@ -752,8 +752,7 @@ impl Engine {
         overrides: &mut Vec<(String, serde_json::Value)>,
         warnings: &mut Vec<String>,
     ) {
-        let prefix = self.settings.annotation_prefix.as_str();
-        for (key, raw) in pod.annotation_entries().filter(|(key, _)| key.starts_with(prefix)) {
+        for (key, raw) in pod.own_annotation_entries() {
             let Some(spec) = template.overrides.iter().find(|s| s.annotation == key) else { continue };
             match spec.accept(raw) {
                 Ok(value) => overrides.push((spec.value.clone(), value)),
@@ -903,9 +902,8 @@ impl Engine {
     /// A warning for each annotation under our prefix that nothing reads: neither the injector's own, nor an
     /// override of `template`, nor one the template injects. A misspelt override is otherwise ignored in silence.
     fn unknown_annotations(&self, template: &Template, pod: &PodView<'_, '_>, warnings: &mut Vec<String>) {
-        let prefix = self.settings.annotation_prefix.as_str();
-        for (key, _) in pod.annotation_entries() {
-            if !key.starts_with(prefix) || self.keys.is_own(key) || template.reads_or_writes_annotation(key) {
+        for (key, _) in pod.own_annotation_entries() {
+            if self.keys.is_own(key) || template.reads_or_writes_annotation(key) {
                 continue;
             }
             warnings.push(self.unknown_annotation_warning(template, key));

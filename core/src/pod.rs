@@ -9,7 +9,7 @@ use crate::pod_api::spec::{CONTAINER_LISTS, legacy_security_annotation};
 /// The Pod under review. Accessors read the tape; nothing is copied. The metadata fields and the spec fields
 /// several stages read are located in one walk over each when the view is made (a `get` per field would rescan
 /// the keys each time).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct PodView<'t, 'i> {
     pub object: Value<'t, 'i>,
     spec: Option<Value<'t, 'i>>,
@@ -22,6 +22,10 @@ pub(crate) struct PodView<'t, 'i> {
     annotations: Option<Value<'t, 'i>>,
     /// The annotations' keys and values, in bytes (what the API server's total limit counts).
     annotation_bytes: usize,
+    /// The injector's prefix (`Keys::prefix`), and the annotations under it when the pod has so many annotations
+    /// that they were gathered in the pass above (see [`OwnAnnotations`]).
+    own_prefix: &'i str,
+    own_annotations: Option<OwnAnnotations<'i>>,
     /// `spec.serviceAccountName`, or its deprecated alias `spec.serviceAccount`, or "default".
     service_account_name: &'i str,
     host_network: bool,
@@ -40,7 +44,8 @@ pub(crate) struct PodView<'t, 'i> {
 }
 
 impl<'t, 'i> PodView<'t, 'i> {
-    pub(crate) fn new(object: Value<'t, 'i>, request_namespace: &'i str) -> Self {
+    /// The view of `object`; `own_prefix` is the prefix of the injector's annotations (`Keys::prefix`).
+    pub(crate) fn new(object: Value<'t, 'i>, request_namespace: &'i str, own_prefix: &'i str) -> Self {
         let mut pod = PodView {
             object,
             spec: None,
@@ -50,6 +55,8 @@ impl<'t, 'i> PodView<'t, 'i> {
             labels: None,
             annotations: None,
             annotation_bytes: 0,
+            own_prefix,
+            own_annotations: None,
             service_account_name: "default",
             host_network: false,
             sets_pod_resources: false,
@@ -76,9 +83,10 @@ impl<'t, 'i> PodView<'t, 'i> {
                 "labels" => pod.labels = value.as_object().map(|_| value),
                 "annotations" => {
                     pod.annotations = value.as_object().map(|_| value);
-                    let (legacy, bytes) = read_annotations(value);
-                    pod.annotation_bytes = bytes;
-                    pod.judged_whole |= legacy;
+                    let read = read_annotations(value, own_prefix);
+                    pod.annotation_bytes = read.bytes;
+                    pod.judged_whole |= read.legacy;
+                    pod.own_annotations = read.own;
                 }
                 "ownerReferences" => {
                     pod.runs_to_completion |= value.as_array().is_some_and(|owners| owners.iter().any(is_job))
@@ -150,12 +158,25 @@ impl<'t, 'i> PodView<'t, 'i> {
     }
 
     pub(crate) fn annotation(&self, key: &str) -> Option<&'i str> {
-        self.annotations.and_then(|m| m.get(key)).and_then(|v| v.into_string())
+        match &self.own_annotations {
+            Some(own) if key.starts_with(self.own_prefix) => own.get(key),
+            _ => self.annotations.and_then(|m| m.get(key)).and_then(|v| v.into_string()),
+        }
     }
 
     /// Every annotation whose value is a string, in the order the pod has them.
     pub(crate) fn annotation_entries(&self) -> impl Iterator<Item = (&'i str, &'i str)> + use<'t, 'i> {
         string_entries(self.annotations)
+    }
+
+    /// The annotations under the injector's prefix whose value is a string, in the order the pod has them.
+    pub(crate) fn own_annotation_entries(&self) -> impl Iterator<Item = (&'i str, &'i str)> + use<'_, 't, 'i> {
+        let prefix = self.own_prefix;
+        let (gathered, scanned) = match &self.own_annotations {
+            Some(own) => (Some(own.0.iter().copied()), None),
+            None => (None, Some(string_entries(self.annotations).filter(move |(key, _)| key.starts_with(prefix)))),
+        };
+        gathered.into_iter().flatten().chain(scanned.into_iter().flatten())
     }
 
     pub(crate) fn label(&self, key: &str) -> Option<&'i str> {
@@ -234,7 +255,7 @@ impl<'t, 'i> PodView<'t, 'i> {
     }
 
     /// The pod as a `serde_json` value: a copy, for the rare checks that judge the whole injected pod.
-    pub(crate) fn to_json(self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         to_json(self.object)
     }
 
@@ -327,15 +348,45 @@ fn is_job(owner: Value<'_, '_>) -> bool {
 /// close to it have their annotations and the patch's added up): half the limit.
 const LARGE_ANNOTATIONS: usize = crate::validation::TOTAL_ANNOTATION_SIZE_LIMIT_B / 2;
 
-/// What the pod's annotations hold for the rules: whether one is a legacy seccomp or AppArmor annotation (the
-/// pod-wide rules read those), and their keys' and values' bytes.
-fn read_annotations(annotations: Value<'_, '_>) -> (bool, usize) {
+/// A pod with more annotations than this has those under the injector's prefix gathered as they are counted: the
+/// engine reads a dozen of them by key, and each read would otherwise scan them all (10,000 annotations: 2.4 M
+/// instructions of scans, against 1.6 M for the whole of a 60 KB pod's answer). Below, a scan costs less than
+/// gathering.
+const GATHERED_ANNOTATIONS: usize = 32;
+
+/// The annotations under the injector's prefix whose value is a string, in the pod's order (allocated only for a
+/// pod with more than [`GATHERED_ANNOTATIONS`]). No key is here twice: the review was refused otherwise.
+#[derive(Debug, Clone)]
+struct OwnAnnotations<'i>(Vec<(&'i str, &'i str)>);
+
+impl<'i> OwnAnnotations<'i> {
+    fn get(&self, key: &str) -> Option<&'i str> {
+        self.0.iter().find(|(k, _)| *k == key).map(|(_, value)| *value)
+    }
+}
+
+/// What one pass over the pod's annotations finds.
+struct ReadAnnotations<'i> {
+    /// One is a legacy seccomp or AppArmor annotation (the pod-wide rules read those).
+    legacy: bool,
+    /// The keys' and values' bytes.
+    bytes: usize,
+    /// Those under `own_prefix`, when there are more than [`GATHERED_ANNOTATIONS`] annotations in all.
+    own: Option<OwnAnnotations<'i>>,
+}
+
+fn read_annotations<'i>(annotations: Value<'_, 'i>, own_prefix: &str) -> ReadAnnotations<'i> {
+    let gather = annotations.as_object().is_some_and(|map| map.len() > GATHERED_ANNOTATIONS);
+    let mut own = gather.then(|| OwnAnnotations(Vec::new()));
     let (mut legacy, mut bytes) = (false, 0);
     for (key, value) in string_entries(Some(annotations)) {
         legacy |= legacy_security_annotation(key).is_some();
         bytes += key.len() + value.len();
+        if let Some(gathered) = own.as_mut().filter(|_| key.starts_with(own_prefix)) {
+            gathered.0.push((key, value));
+        }
     }
-    (legacy, bytes)
+    ReadAnnotations { legacy, bytes, own }
 }
 
 /// The entries of a string-to-string map on the tape (an object, or none) whose value is a string, in the pod's
@@ -364,4 +415,45 @@ pub(crate) fn to_json(value: Value<'_, '_>) -> serde_json::Value {
     }
     let number = value.as_i64().map(J::from).or_else(|| value.as_u64().map(J::from));
     number.or_else(|| value.as_f64().and_then(serde_json::Number::from_f64).map(J::Number)).unwrap_or(J::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const PREFIX: &str = "sidecar-injector.io/";
+
+    proptest! {
+        /// Gathered or scanned (on both sides of [`GATHERED_ANNOTATIONS`]), a key reads the
+        /// same value, and the annotations under the prefix are the same, in the same order.
+        #[test]
+        fn gathered_annotations_read_as_a_scan_does(
+            others in 0..48usize,
+            own in proptest::collection::btree_set("[a-z]{1,3}", 0..20),
+            non_string in proptest::option::of("[a-z]{1,3}"),
+        ) {
+            let mut annotations = serde_json::Map::new();
+            for i in 0..others {
+                annotations.insert(format!("example.com/note-{i}"), serde_json::json!(format!("v{i}")));
+            }
+            for key in &own {
+                annotations.insert(format!("{PREFIX}{key}"), serde_json::json!(format!("own {key}")));
+            }
+            if let Some(key) = &non_string {
+                annotations.insert(format!("{PREFIX}{key}"), serde_json::json!(7));
+            }
+            let mut body = serde_json::to_vec(&serde_json::json!({"metadata": {"annotations": annotations}})).unwrap();
+            let tape = simd_json::to_tape(&mut body).unwrap();
+            let pod = PodView::new(tape.as_value(), "default", PREFIX);
+            let scanned: Vec<(&str, &str)> =
+                pod.annotation_entries().filter(|(key, _)| key.starts_with(PREFIX)).collect();
+            prop_assert_eq!(pod.own_annotation_entries().collect::<Vec<_>>(), scanned.clone());
+            for key in own.iter().chain(&non_string).map(|k| format!("{PREFIX}{k}")).chain(["sidecar-injector.io/none".into()]) {
+                let scan = scanned.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+                prop_assert_eq!(pod.annotation(&key), scan, "{}", key);
+            }
+            prop_assert_eq!(pod.annotation("example.com/note-0"), (others > 0).then_some("v0"));
+        }
+    }
 }

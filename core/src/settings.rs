@@ -91,6 +91,8 @@ pub enum Validation {
 /// The annotation keys the engine reads and writes, built once from the prefix.
 #[derive(Debug, Clone)]
 pub struct Keys {
+    /// The prefix every key below starts with, the template overrides' too (`sidecar-injector.io/`).
+    pub prefix: String,
     /// `<prefix>inject`: `"false"` opts a pod out (annotation or label).
     pub inject: String,
     /// `<prefix>status`: written on injected pods.
@@ -108,6 +110,7 @@ impl Keys {
     /// Keys under `prefix` (e.g. `sidecar-injector.io/`).
     pub fn new(prefix: &str) -> Self {
         Keys {
+            prefix: prefix.to_owned(),
             inject: format!("{prefix}inject"),
             status: format!("{prefix}status"),
             template: format!("{prefix}template"),

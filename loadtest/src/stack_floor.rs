@@ -68,8 +68,22 @@ pub struct FloorServerArgs {
     #[command(flatten)]
     pub server: crate::baseline::BaselineArgs,
     /// The answers, one per line: to each body the harness sends, in its order.
-    #[arg(long)]
-    pub answers: PathBuf,
+    #[arg(long, required_unless_present = "allow_all")]
+    pub answers: Option<PathBuf>,
+    /// Instead of fixed answers, allow every review with nothing changed: the do-nothing webhook a cluster calls
+    /// (its `request.uid` found in the body and echoed, as the API server requires; the review not parsed), the
+    /// floor beside our webhooks in the cluster's measurement (tests/cluster.rs, docs/performance.md).
+    #[arg(long, conflicts_with = "answers")]
+    pub allow_all: bool,
+    /// With --allow-all: answer this JSON Patch (a file, as our webhook would answer the pods the cluster's
+    /// measurement creates), so that the API server applies the same patch after the floor as after ours.
+    #[arg(long, requires = "allow_all")]
+    pub patch: Option<PathBuf>,
+    /// With --patch: no patch for a review whose body contains this text (the patch's own status annotation key:
+    /// the API server's second call, after it mounted the service account token into the added sidecar, and a pod
+    /// already injected, get none, as from ours).
+    #[arg(long, requires = "patch")]
+    pub unless_body_contains: Option<String>,
     /// The path answered; any other gets 404.
     #[arg(long, default_value = "/mutate")]
     pub path: String,
@@ -136,7 +150,20 @@ fn read_answers(path: &Path) -> Result<Vec<Bytes>, String> {
 
 /// Runs the floor until killed.
 pub fn run(args: &FloorServerArgs) -> Result<(), String> {
-    let answers = Arc::new(read_answers(&args.answers)?);
+    let answers = match &args.answers {
+        Some(path) => Arc::new(read_answers(path)?),
+        None => Arc::new(Vec::new()),
+    };
+    let allow = match &args.patch {
+        Some(path) => {
+            let patch = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            serde_json::from_slice::<json_patch::Patch>(&patch).map_err(|e| format!("{}: {e}", path.display()))?;
+            use base64::Engine as _;
+            let patch = base64::engine::general_purpose::STANDARD.encode(patch);
+            Allow { patch: Some(patch), unless: args.unless_body_contains.clone() }
+        }
+        None => Allow::default(),
+    };
     let tls = tls_config(&args.server.tls_cert, &args.server.tls_key)?;
     // As `serve`: one worker per CPU this process may use.
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -150,6 +177,8 @@ pub fn run(args: &FloorServerArgs) -> Result<(), String> {
         let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("{listen}: {e}"))?;
         let answering = Answering {
             answers,
+            allow_all: args.allow_all,
+            allow,
             path: Arc::from(args.path.as_str()),
             touch_bytes: args.touch_kib * 1024,
             busy: Duration::from_nanos(args.busy_ns),
@@ -180,6 +209,10 @@ fn tls_config(cert_file: &Path, key_file: &Path) -> Result<Arc<rustls::ServerCon
 /// What every request of the floor is answered from.
 struct Answering {
     answers: Arc<Vec<Bytes>>,
+    /// `--allow-all`: the answers are not used.
+    allow_all: bool,
+    /// What `--allow-all` answers beside `allowed`.
+    allow: Allow,
     path: Arc<str>,
     /// `--touch-kib`, in bytes.
     touch_bytes: usize,
@@ -220,6 +253,16 @@ async fn serve(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcc
 /// One request: the whole body read, the fixed answer sent.
 async fn answer(request: Request<Incoming>, answering: Arc<Answering>) -> Result<Response<Full<Bytes>>, Infallible> {
     let found = request.uri().path() == &*answering.path;
+    if answering.allow_all {
+        return Ok(match (found, request.into_body().collect().await) {
+            (false, _) => plain(StatusCode::NOT_FOUND, "not found"),
+            (true, Err(_)) => plain(StatusCode::BAD_REQUEST, "bad request: could not read the body"),
+            (true, Ok(body)) => match allowed(&body.to_bytes(), &answering.allow) {
+                Some(answer) => json(Bytes::from(answer)),
+                None => plain(StatusCode::BAD_REQUEST, "bad request: no request.uid"),
+            },
+        });
+    }
     let chosen = pick(&answering.answers, request.headers());
     let mut body = request.into_body();
     while let Some(frame) = body.frame().await {
@@ -236,12 +279,45 @@ async fn answer(request: Request<Incoming>, answering: Arc<Answering>) -> Result
     Ok(match (found, chosen) {
         (false, _) => plain(StatusCode::NOT_FOUND, "not found"),
         (true, None) => plain(StatusCode::BAD_REQUEST, "bad request: no such body in x-loadtest-body"),
-        (true, Some(answer)) => {
-            let mut response = Response::new(Full::new(answer.clone()));
-            response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            response
-        }
+        (true, Some(answer)) => json(answer.clone()),
     })
+}
+
+/// `--allow-all`'s patch (`--patch`, base64-encoded once), and the text that withholds it (`--unless-body-contains`).
+#[derive(Default)]
+struct Allow {
+    patch: Option<String>,
+    unless: Option<String>,
+}
+
+/// `--allow-all`'s answer to `review`: allowed, its uid echoed, with `--patch` unless the body holds the
+/// `--unless-body-contains` text. The uid is the first `"uid"` of the body: the API server writes `request` first
+/// after the review's kind and version, and the request's uid first in it (a pod's own `metadata.uid` comes later,
+/// inside `request.object`). Nothing else of the review is read.
+fn allowed(review: &[u8], allow: &Allow) -> Option<Vec<u8>> {
+    const KEY: &[u8] = br#""uid":""#;
+    let start = memchr::memmem::find(review, KEY)? + KEY.len();
+    let len = memchr::memchr(b'"', &review[start..])?;
+    let uid = &review[start..start + len];
+    let withheld = allow.unless.as_ref().is_some_and(|text| memchr::memmem::find(review, text.as_bytes()).is_some());
+    let patch = allow.patch.as_deref().filter(|_| !withheld);
+    let mut answer = Vec::with_capacity(128 + uid.len() + patch.map_or(0, str::len));
+    answer.extend_from_slice(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":""#);
+    answer.extend_from_slice(uid);
+    answer.extend_from_slice(br#"","allowed":true"#);
+    if let Some(patch) = patch {
+        answer.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
+        answer.extend_from_slice(patch.as_bytes());
+        answer.push(b'"');
+    }
+    answer.extend_from_slice(b"}}");
+    Some(answer)
+}
+
+fn json(answer: Bytes) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(answer));
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
 }
 
 thread_local! {
@@ -314,6 +390,30 @@ mod tests {
                 assert_eq!(out.len(), fixed.answers()[0].len(), "{naming:?}, request {seq}");
             }
         }
+    }
+
+    /// A review as the API server writes it (its field order): allowed, its uid echoed; a body without one refused.
+    #[test]
+    fn allow_all_echoes_the_request_uid_and_allows() {
+        let review = serde_json::json!({
+            "kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+            "request": {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "kind": {"kind": "Pod"},
+                        "object": {"metadata": {"uid": "not-this-one"}}},
+        });
+        let body = serde_json::to_vec(&review).unwrap();
+        let answer =
+            |allow: &Allow| -> serde_json::Value { serde_json::from_slice(&allowed(&body, allow).unwrap()).unwrap() };
+        let nothing = answer(&Allow::default());
+        assert_eq!(nothing["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+        assert_eq!(nothing["response"]["allowed"], true);
+        assert_eq!(nothing["apiVersion"], "admission.k8s.io/v1");
+        assert!(nothing["response"].get("patch").is_none());
+        assert_eq!(allowed(br#"{"request":{}}"#, &Allow::default()), None);
+        let patch = Allow { patch: Some("W10=".into()), unless: Some("not-this-one".into()) };
+        assert!(answer(&patch)["response"].get("patch").is_none(), "withheld: the body holds the text");
+        let patch = Allow { unless: Some("another text".into()), ..patch };
+        assert_eq!(answer(&patch)["response"]["patch"], "W10=");
+        assert_eq!(answer(&patch)["response"]["patchType"], "JSONPatch");
     }
 
     #[test]

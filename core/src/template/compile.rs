@@ -342,7 +342,7 @@ impl Template {
             jobs: if jobs_fell_back { JobPolicy::Skip } else { combined_settings.jobs },
             jobs_fell_back,
             defaults_for: parts.iter().find_map(|p| p.defaults_for.clone()),
-            containers_key: crate::settings::Keys::new(&settings.annotation_prefix).containers,
+            keys: crate::settings::Keys::new(&settings.annotation_prefix),
             job_shape: None,
             on_error: combined_settings.on_error,
             validation: combined_settings.validation,

@@ -112,9 +112,10 @@ pub struct Template {
     pub(crate) init_position: InitPosition,
     pub(crate) inject_host_network: bool,
     /// The containers `containerDefaults` reaches when the pod does not say (`containerDefaultsFor`; all when
-    /// `None`), and the pod annotation that says (`<prefix>containers`).
+    /// `None`); the pod annotation that says is `keys.containers`.
     defaults_for: Option<Vec<String>>,
-    containers_key: String,
+    /// The injector's annotation keys, under the prefix the template was compiled with.
+    pub(crate) keys: crate::settings::Keys,
     /// How the app's containers are held until the template's are ready (`holdApplicationUntilSidecarReady`), for
     /// the Kubernetes version: `None` when they are not.
     hold: Option<Hold>,
@@ -191,7 +192,7 @@ impl Template {
     /// comma-separated) says which containers it reaches, or else the template's `containerDefaultsFor`, or else
     /// every one.
     pub(crate) fn defaults_reach(&self, pod: &crate::pod::PodView<'_, '_>, name: &str) -> bool {
-        match pod.annotation(&self.containers_key) {
+        match pod.annotation(&self.keys.containers) {
             Some(names) => names.split(',').any(|n| n.trim() == name),
             None => self.defaults_for.as_ref().is_none_or(|names| names.iter().any(|n| n == name)),
         }

@@ -160,7 +160,7 @@ fn dry_run(template: &Template, pod: &J, overrides: &Overrides) -> Result<J, Dry
     // A `Value` always serialises.
     let mut bytes = serde_json::to_vec(pod).expect("JSON values serialise");
     let tape = simd_json::to_tape(&mut bytes).map_err(DryRunError::Pod)?;
-    let view = PodView::new(tape.as_value(), SAMPLE_NAMESPACE);
+    let view = PodView::new(tape.as_value(), SAMPLE_NAMESPACE, &template.keys.prefix);
     let context = view.context(template.reads());
     let (mut buf, mut ranges) = (Vec::new(), Vec::new());
     template.render(&context, overrides, None, &mut buf, &mut ranges).map_err(|e| DryRunError::Render(e.reason))?;
