@@ -15,6 +15,8 @@ mod admission_chain;
 mod common;
 #[path = "e2e/differential.rs"]
 mod differential;
+#[path = "e2e/policy.rs"]
+mod policy;
 /// The reviews the benches send, pathological pods among them.
 #[path = "../benches/support/reviews.rs"]
 #[allow(dead_code)]
@@ -302,6 +304,15 @@ async fn eventually<T>(what: &str, mut attempt: impl AsyncFnMut() -> Option<T>) 
 async fn the_admission_chain_accepts_every_pod_the_api_server_accepts_as_sent() {
     let cluster = Cluster::start();
     admission_chain::the_admission_chain_accepts_every_pod_it_accepted_as_sent(&cluster).await;
+}
+
+/// Issue 53: the templates compiled into MutatingAdmissionPolicies inject pods as the webhook does; see
+/// `tests/e2e/policy.rs`. Needs Kubernetes 1.36 or later (.ci/run skips it at the oldest release).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver of 1.36 or later: tests/e2e/apiserver.sh"]
+async fn policies_inject_pods_as_the_webhook_does() {
+    let cluster = Cluster::start();
+    policy::policies_inject_as_the_webhook_does(&cluster).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

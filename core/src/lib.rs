@@ -43,6 +43,7 @@ mod patch;
 mod pod;
 mod pod_api;
 pub mod pod_security;
+pub mod policy;
 pub(crate) mod preview;
 mod response;
 pub mod review;

@@ -120,6 +120,17 @@ fn pod_security_lines(template: &sidecar_injector_core::Template) -> String {
     text
 }
 
+/// Whether the template compiles into a MutatingAdmissionPolicy (`sidecar-injector policy`), or why not.
+fn policy_line(template: &sidecar_injector_core::Template, default_template: &str) -> String {
+    let selection = super::policy::shipped_selection();
+    match sidecar_injector_core::policy::compile(template, default_template, &selection) {
+        Ok(_) => {
+            "    policy: compiles into a MutatingAdmissionPolicy (`sidecar-injector policy`, Kubernetes 1.36+)\n".into()
+        }
+        Err(refusal) => format!("    policy: needs the webhook: {refusal}\n"),
+    }
+}
+
 /// Every problem of every file, one line each (a file's own problems are nested in the set's list).
 fn every_problem(error: &TemplateError, out: &mut Vec<String>) {
     match error {
@@ -156,6 +167,7 @@ fn summary(label: &str, set: &TemplateSet, version: sidecar_injector_core::valid
             text.push_str(&format!("    override: {annotation} ({kind})\n"));
         }
         text.push_str(&pod_security_lines(template));
+        text.push_str(&policy_line(template, set.default_template().name()));
     }
     for template in set.unavailable() {
         text.push_str(&format!(

@@ -9,6 +9,7 @@ pub mod check;
 pub mod inject;
 pub mod names;
 pub mod overlay;
+pub mod policy;
 pub mod review;
 pub mod serve;
 pub mod status;
@@ -83,6 +84,7 @@ where
         Command::Uninject(args) => inject::run_uninject(args),
         Command::Certs(args) => certs::run(args),
         Command::Status(args) => status::run(args),
+        Command::Policy(args) => policy::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -139,6 +141,9 @@ pub enum Command {
     /// (exit 1 on drift); `--restart` rolls the Deployments, StatefulSets and DaemonSets that do not.
     #[command(mut_arg("template_dir", |arg| arg.help(STATUS_TEMPLATE_DIR)))]
     Status(Box<status::StatusArgs>),
+    /// Compile templates into MutatingAdmissionPolicies and their bindings (Kubernetes 1.36+): injection by the
+    /// API server itself, with no webhook to run; templates that need the webhook are named, with the reason
+    Policy(policy::PolicyArgs),
 }
 
 /// Which templates: the options of every command that injects or judges pods (`serve`, `review`, `inject`,

@@ -85,7 +85,7 @@ const VALUES: &[&str] = &["web", "web.v2", "X-Auth", "X Auth Token", "../escape"
 
 /// One change to the base pod.
 #[derive(Debug, Clone)]
-enum Change {
+pub(super) enum Change {
     HostNetwork,
     HostPid,
     ShareProcessNamespace,
@@ -114,7 +114,7 @@ enum Change {
     LinuxOs,
 }
 
-fn change() -> impl Strategy<Value = Change> {
+pub(super) fn change() -> impl Strategy<Value = Change> {
     prop_oneof![
         Just(Change::HostNetwork),
         Just(Change::HostPid),
@@ -138,7 +138,7 @@ fn change() -> impl Strategy<Value = Change> {
 }
 
 /// The pod a case sends: an app container, then the changes in order.
-fn pod(name: &str, template: &str, changes: &[Change]) -> Value {
+pub(super) fn pod(name: &str, template: &str, changes: &[Change]) -> Value {
     let mut pod = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": {"app": "shop"}, "annotations": {"sidecar-injector.io/template": template}},

@@ -100,15 +100,7 @@ pub(super) fn injector_part(
     };
     let mut annotations = serde_json::Map::new();
     if !injects.containers.is_empty() && !written(DEFAULT_CONTAINER_ANNOTATION) {
-        // `ours` is a JSON list of names, which is a minijinja list literal too. A pod whose every container is
-        // ours (it declares only the sidecar) gets an empty name, which kubectl ignores. The first container
-        // answers at once when it is not ours (almost every pod): minijinja's filters are eager, and a walk of
-        // every name cost a pod of 250 containers half its review.
-        let ours = serde_json::to_string(&injects.containers).expect("a list of strings serialises");
-        let leaf = format!(
-            r#"{{{{ pod.containers[0].name if pod.containers and pod.containers[0].name not in {ours} else (pod.containers | map(attribute="name") | reject("in", {ours}) | first | default("")) }}}}"#
-        );
-        annotations.insert(DEFAULT_CONTAINER_ANNOTATION.into(), leaf.into());
+        annotations.insert(DEFAULT_CONTAINER_ANNOTATION.into(), default_container_leaf(&injects.containers).into());
     }
     let local = local_volumes(pod);
     if !local.is_empty() {
@@ -120,6 +112,26 @@ pub(super) fn injector_part(
     let source = serde_json::json!({"pod": {"metadata": {"annotations": annotations}}});
     let file = "(the injector's annotations)";
     Part::parse("injector", file, &source.to_string(), None, &settings.annotation_prefix).map(Some)
+}
+
+/// The default-container annotation's leaf for a template whose containers are `ours`: the pod's first container
+/// that is not one of ours. A pod whose every container is ours (it declares only the sidecar) gets an empty name,
+/// which kubectl ignores. The first container answers at once when it is not ours (almost every pod): minijinja's
+/// filters are eager, and a walk of every name cost a pod of 250 containers half its review.
+pub(crate) fn default_container_leaf(ours: &[String]) -> String {
+    // A JSON list of names is a minijinja list literal too.
+    let ours = serde_json::to_string(ours).expect("a list of strings serialises");
+    format!(
+        r#"{{{{ pod.containers[0].name if pod.containers and pod.containers[0].name not in {ours} else (pod.containers | map(attribute="name") | reject("in", {ours}) | first | default("")) }}}}"#
+    )
+}
+
+/// [`default_container_leaf`] as a policy's CEL (`policy`): the same name, from the pod's containers as the API
+/// server sends them.
+pub(crate) fn default_container_cel(ours: &[String]) -> String {
+    let ours: Vec<String> = ours.iter().map(|name| crate::policy::cel::string(name)).collect();
+    let others = format!("object.spec.?containers.orValue([]).map(c, c.name).filter(n, !(n in [{}]))", ours.join(", "));
+    format!("size({others}) > 0 ? string({others}[0]) : \"\"")
 }
 
 /// The names of the template's volumes that keep a node from being scaled down unless the pod says they may be

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use crate::settings::{Policy, Validation};
 use crate::validation::KubeVersion;
 
-pub(crate) use compile::Shape;
+pub(crate) use compile::{Shape, default_container_cel, default_container_leaf};
 pub use error::TemplateError;
 pub(crate) use error::{Problem, by_line, several};
 pub use hold::Hold;
@@ -348,6 +348,55 @@ impl Template {
             .map_err(|e| RenderError { slot: base + e.slot, reason: e.reason })?;
         }
         Ok(())
+    }
+
+    /// The leaf behind render slot `slot` as written (its minijinja text), and the values it may read.
+    pub(crate) fn slot_source(&self, slot: usize) -> Option<(&str, &serde_json::Value)> {
+        let mut local = slot;
+        for renderer in &self.renderers {
+            if local < renderer.slots() {
+                return renderer.leaf_source(local);
+            }
+            local -= renderer.slots();
+        }
+        None
+    }
+
+    /// The line of render slot `slot` in the template's own sections, when it is there.
+    pub(crate) fn slot_line(&self, slot: usize) -> Option<usize> {
+        fn find(node: &YNode, slot: usize) -> Option<usize> {
+            match &node.value {
+                yaml::YValue::Dynamic(s) if *s == slot => Some(node.line),
+                yaml::YValue::Map(members) => members.iter().find_map(|(_, v)| find(v, slot)),
+                yaml::YValue::Seq(items) => items.iter().find_map(|v| find(v, slot)),
+                _ => None,
+            }
+        }
+        find(&self.sources.pod, slot).or_else(|| self.sources.container_defaults.as_ref().and_then(|d| find(d, slot)))
+    }
+
+    /// The containers `containerDefaults` reaches when the pod's annotation does not say (`None`: every one).
+    pub(crate) fn defaults_for(&self) -> Option<&[String]> {
+        self.defaults_for.as_deref()
+    }
+
+    /// Does the template validate per-pod values beyond what each field's own rule judges, or hold the app?
+    /// What the policy compiler cannot carry (see `policy`): the reasons, if any.
+    pub(crate) fn needs_the_webhook(&self) -> Vec<&'static str> {
+        let mut reasons = Vec::new();
+        if !self.overrides.is_empty() {
+            reasons.push("it has overrides, vetted per pod against the API server's rules");
+        }
+        if self.hold.is_some() {
+            reasons.push("holdApplicationUntilSidecarReady");
+        }
+        if !self.leaf_checks.is_empty() || self.rendered_baseline.is_some() {
+            reasons.push("a per-pod value lands in a field the API server validates, which the webhook checks per pod");
+        }
+        if self.writes_host_ports {
+            reasons.push("it writes host ports, judged with each pod's own");
+        }
+        reasons
     }
 
     /// Where the expression behind render slot `slot` sits in the template, for messages.

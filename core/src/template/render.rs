@@ -114,6 +114,10 @@ pub(crate) fn is_template(source: &str) -> bool {
     source.contains("{{") || source.contains("{%")
 }
 
+/// What [`json_source`] puts around a leaf of text and expressions.
+const TEXT_LEAF_START: &str = "{% autoescape false %}{% filter tojson %}";
+const TEXT_LEAF_END: &str = "{% endfilter %}{% endautoescape %}";
+
 /// The leaf rewritten so that it renders to JSON (see the module documentation).
 fn json_source(source: &str) -> String {
     let trimmed = source.trim();
@@ -123,7 +127,7 @@ fn json_source(source: &str) -> String {
         Some(expr) if !expr.contains("{{") && !expr.contains("}}") => trimmed.to_owned(),
         // The text is rendered plain and then made one JSON string; the outer `autoescape false` prints that
         // string as it is, rather than serialising it a second time.
-        _ => format!("{{% autoescape false %}}{{% filter tojson %}}{source}{{% endfilter %}}{{% endautoescape %}}"),
+        _ => format!("{TEXT_LEAF_START}{source}{TEXT_LEAF_END}"),
     }
 }
 
@@ -215,6 +219,19 @@ impl Renderer {
     /// overrides anything (JSON text).
     pub(crate) fn override_defaults(&self) -> impl Iterator<Item = (usize, &str)> {
         self.override_slots.iter().copied().zip(self.override_defaults.split(SEPARATOR))
+    }
+
+    /// How many per-request leaves (slots) this renderer has.
+    pub(crate) fn slots(&self) -> usize {
+        self.leaves.len()
+    }
+
+    /// The leaf of local slot `slot` as written (before [`json_source`] wrapped it), and the values it reads.
+    pub(crate) fn leaf_source(&self, slot: usize) -> Option<(&str, &serde_json::Value)> {
+        let json = self.leaves.get(slot)?;
+        let source =
+            json.strip_prefix(TEXT_LEAF_START).and_then(|rest| rest.strip_suffix(TEXT_LEAF_END)).unwrap_or(json);
+        Some((source, &self.values_json))
     }
 
     /// True when the template has no per-request leaves at all.
