@@ -8,7 +8,7 @@ use minijinja::machinery::ast::{self, Expr, Stmt};
 
 use super::Refusal;
 use super::cel;
-use crate::template::{Template, default_container_cel, default_container_leaf};
+use crate::template::{Template, default_container_leaf};
 
 /// The CEL expression (a string) of every render slot of a template, or why it has none.
 pub(crate) struct Leaves {
@@ -40,6 +40,14 @@ impl Leaves {
             None => Err(Refusal::new(format!("render slot {slot} has no source"))),
         }
     }
+}
+
+/// The injector's default-container leaf ([`default_container_leaf`]) as CEL: the pod's first container that is not
+/// one of `ours`, or "" (the e2e differential holds the two to the same pods).
+fn default_container_cel(ours: &[String]) -> String {
+    let ours: Vec<String> = ours.iter().map(|name| cel::string(name)).collect();
+    let others = format!("object.spec.?containers.orValue([]).map(c, c.name).filter(n, !(n in [{}]))", ours.join(", "));
+    format!("size({others}) > 0 ? string({others}[0]) : \"\"")
 }
 
 /// A leaf (text with `{{ }}` expressions) as one CEL string expression.

@@ -126,14 +126,6 @@ pub(crate) fn default_container_leaf(ours: &[String]) -> String {
     )
 }
 
-/// [`default_container_leaf`] as a policy's CEL (`policy`): the same name, from the pod's containers as the API
-/// server sends them.
-pub(crate) fn default_container_cel(ours: &[String]) -> String {
-    let ours: Vec<String> = ours.iter().map(|name| crate::policy::cel::string(name)).collect();
-    let others = format!("object.spec.?containers.orValue([]).map(c, c.name).filter(n, !(n in [{}]))", ours.join(", "));
-    format!("size({others}) > 0 ? string({others}[0]) : \"\"")
-}
-
 /// The names of the template's volumes that keep a node from being scaled down unless the pod says they may be
 /// lost: `emptyDir` and `hostPath` ones.
 pub(super) fn local_volumes(pod: &YNode) -> Vec<&str> {

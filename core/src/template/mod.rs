@@ -38,7 +38,7 @@ use std::sync::Arc;
 use crate::settings::{Policy, Validation};
 use crate::validation::KubeVersion;
 
-pub(crate) use compile::{Shape, default_container_cel, default_container_leaf};
+pub(crate) use compile::{Shape, default_container_leaf};
 pub use error::TemplateError;
 pub(crate) use error::{Problem, by_line, several};
 pub use hold::Hold;
