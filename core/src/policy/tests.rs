@@ -33,6 +33,11 @@ pod:
         image: proxy:1
 ";
 
+/// [`CONTAINER`] with more lines of the proxy container (indented as its fields).
+fn proxy_with(lines: &str) -> String {
+    format!("{CONTAINER}{lines}\n")
+}
+
 #[test]
 fn a_keyed_item_is_found_by_its_merge_key_and_added_only_when_absent() {
     let cel = cel(CONTAINER);
@@ -58,40 +63,19 @@ pod:
 
 #[test]
 fn a_union_member_is_not_added_beside_its_rival() {
-    let cel = cel(r#"
-pod:
-  spec:
-    containers:
-      - name: proxy
-        image: proxy:1
-        env: [{ name: MODE, value: sidecar }]
-"#);
+    let cel = cel(&proxy_with("        env: [{ name: MODE, value: sidecar }]"));
     assert!(cel.contains(r#"![\"valueFrom\"].exists(r, r in "#), "value only where valueFrom is not set: {cel}");
 }
 
 #[test]
 fn a_resource_the_pod_sizes_in_the_other_map_is_the_pods() {
-    let cel = cel("
-pod:
-  spec:
-    containers:
-      - name: proxy
-        image: proxy:1
-        resources: { requests: { cpu: 10m } }
-");
+    let cel = cel(&proxy_with("        resources: { requests: { cpu: 10m } }"));
     assert!(cel.contains(".resources.?limits.?cpu.hasValue()"), "{cel}");
 }
 
 #[test]
 fn privilege_and_no_escalation_are_not_paired() {
-    let cel = cel("
-pod:
-  spec:
-    containers:
-      - name: proxy
-        image: proxy:1
-        securityContext: { allowPrivilegeEscalation: false }
-");
+    let cel = cel(&proxy_with("        securityContext: { allowPrivilegeEscalation: false }"));
     assert!(cel.contains(r#"?privileged.orValue(false) == true"#) && cel.contains("CAP_SYS_ADMIN"), "{cel}");
 }
 
@@ -108,14 +92,7 @@ pod:
 
 #[test]
 fn per_pod_values_become_cel_over_the_object() {
-    let cel = cel(r#"
-pod:
-  spec:
-    containers:
-      - name: proxy
-        image: proxy:1
-        args: ["--namespace={{ pod.namespace }}"]
-"#);
+    let cel = cel(&proxy_with(r#"        args: ["--namespace={{ pod.namespace }}"]"#));
     assert!(cel.contains("request.namespace"), "{cel}");
 }
 
@@ -155,16 +132,6 @@ pod:
         "holdApplicationUntilSidecarReady: true\n{CONTAINER}        startupProbe: {{ httpGet: {{ path: /ready, port: 15021 }} }}\n        lifecycle: {{ postStart: {{ exec: {{ command: [sh, -c, \"true\"] }} }} }}\n"
     ));
     assert!(hold.contains("holdApplicationUntilSidecarReady"), "{hold}");
-    let leaf = refused(
-        r#"
-pod:
-  spec:
-    containers:
-      - name: proxy
-        image: proxy:1
-        args:
-          - "{{ pod.containers[0].name }}"
-"#,
-    );
+    let leaf = refused(&proxy_with("        args:\n          - \"{{ pod.containers[0].name }}\""));
     assert!(leaf.starts_with("line 8: ") && leaf.contains("no CEL equivalent"), "{leaf}");
 }
