@@ -66,6 +66,10 @@ impl Selection {
     }
 }
 
+/// The most characters (code points) the API server's CEL parser takes in one expression (cel-go's default,
+/// which Kubernetes keeps).
+const MAX_EXPRESSION: usize = 100_000;
+
 /// The name of the policy (and of its binding) of the template `template`.
 pub fn policy_name(template: &str) -> String {
     format!("sidecar-injector-{template}")
@@ -100,6 +104,13 @@ pub fn compile(template: &Template, default_template: &str, selection: &Selectio
             (vec![expression], kept)
         }
     };
+    if let Some(long) = expressions.iter().map(|e| e.chars().count()).find(|n| *n > MAX_EXPRESSION) {
+        return Err(Refusal::new(format!(
+            "its policy's expression would be {long} characters, beyond the {MAX_EXPRESSION} the API server's CEL \
+             parser takes in one (every field of a container the pod may declare itself gets a guard): split the \
+             template, or keep it on the webhook"
+        )));
+    }
     if kept != "true" {
         conditions.push(json!({"name": "the-injected-pod-keeps-the-pod-wide-rules", "expression": kept}));
     }

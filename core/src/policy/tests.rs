@@ -134,4 +134,9 @@ pod:
     assert!(hold.contains("holdApplicationUntilSidecarReady"), "{hold}");
     let leaf = refused(&proxy_with("        args:\n          - \"{{ pod.containers[0].name }}\""));
     assert!(leaf.starts_with("line 8: ") && leaf.contains("no CEL equivalent"), "{leaf}");
+
+    // A container of hundreds of env vars: a guard for each, in case the pod declares the container itself.
+    let env: String = (0..600).map(|i| format!("          - {{ name: VAR_{i}, value: \"{i}\" }}\n")).collect();
+    let long = refused(&proxy_with(&format!("        env:\n{env}")));
+    assert!(long.contains("characters, beyond the 100000"), "{long}");
 }
