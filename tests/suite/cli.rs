@@ -518,3 +518,43 @@ fn a_reader_that_goes_away_ends_the_output_quietly() {
         assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
     }
 }
+
+/// `policy` writes a policy and a binding for each template that compiles, and names each that does not, with the
+/// reason, exiting 1 (what compiles is still written); `--out` writes them as a kustomization.
+#[test]
+fn policy_compiles_the_templates_it_can_and_names_the_others_with_the_reason() {
+    let templates = concat!(env!("CARGO_MANIFEST_DIR"), "/templates");
+    let output = run(&["policy", templates], "");
+    assert_eq!(output.status.code(), Some(1), "{}", String::from_utf8_lossy(&output.stderr));
+    let stderr = String::from_utf8(output.stderr.clone()).unwrap();
+    for (file, reason) in
+        [("default.yaml", "overrides"), ("restricted.yaml", "overrides"), ("wait-for-sidecar.yaml", "holdApplication")]
+    {
+        let line = stderr.lines().find(|l| l.contains(file)).unwrap_or_else(|| panic!("{file} named: {stderr}"));
+        assert!(line.contains(reason), "{line}");
+    }
+    let documents = sidecar_injector_core::offline::read_documents(&String::from_utf8(output.stdout).unwrap()).unwrap();
+    let names: Vec<(&str, &str)> =
+        documents.iter().map(|d| (d["kind"].as_str().unwrap(), d["metadata"]["name"].as_str().unwrap())).collect();
+    assert_eq!(
+        names,
+        [
+            ("MutatingAdmissionPolicy", "sidecar-injector-demo"),
+            ("MutatingAdmissionPolicyBinding", "sidecar-injector-demo"),
+            ("MutatingAdmissionPolicy", "sidecar-injector-native-sidecar"),
+            ("MutatingAdmissionPolicyBinding", "sidecar-injector-native-sidecar"),
+        ]
+    );
+    let spec = &documents[0]["spec"];
+    assert_eq!(spec["reinvocationPolicy"], "IfNeeded");
+    assert_eq!(spec["matchConstraints"]["resourceRules"][0]["resources"][0], "pods");
+    assert!(spec["mutations"][0]["jsonPatch"]["expression"].as_str().unwrap().contains("JSONPatch{op: \"add\""));
+
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("policies");
+    let output = run(&["policy", templates, "--out", dir.to_str().unwrap()], "");
+    assert_eq!(output.status.code(), Some(1));
+    let kustomization = std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap();
+    assert!(kustomization.contains("demo.yaml") && kustomization.contains("native-sidecar.yaml"), "{kustomization}");
+    assert!(dir.join("demo.yaml").is_file() && !dir.join("default.yaml").exists());
+}
