@@ -1247,7 +1247,16 @@ fn wait_for_the_injector_rollout(cluster: &Cluster) {
 
 /// The sum of every series of `name` in a Prometheus text page.
 fn metric_sum(page: &str, name: &str) -> f64 {
-    let series = |line: &&str| line.starts_with(name) && line[name.len()..].starts_with(['{', ' ']);
+    metric_sum_of(page, name, &[])
+}
+
+/// The sum of the series of `name` in a Prometheus text page that have every one of `labels`.
+fn metric_sum_of(page: &str, name: &str, labels: &[&str]) -> f64 {
+    let series = |line: &&str| {
+        line.starts_with(name)
+            && line[name.len()..].starts_with(['{', ' '])
+            && labels.iter().all(|label| line.contains(label))
+    };
     page.lines().filter(series).filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }
 
@@ -1616,13 +1625,7 @@ fn deploy_the_floor(cluster: &Cluster, patch: &str) -> Value {
 
 /// The sum and count of a histogram of the API server's `/metrics`, over its series with every one of `labels`.
 fn histogram(page: &str, family: &str, labels: &[&str]) -> (f64, f64) {
-    let total = |suffix: &str| -> f64 {
-        let name = format!("{family}_{suffix}{{");
-        page.lines()
-            .filter(|l| l.starts_with(&name) && labels.iter().all(|label| l.contains(label)))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
+    let total = |suffix: &str| metric_sum_of(page, &format!("{family}_{suffix}"), labels);
     (total("sum"), total("count"))
 }
 

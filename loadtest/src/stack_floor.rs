@@ -154,15 +154,16 @@ pub fn run(args: &FloorServerArgs) -> Result<(), String> {
         Some(path) => Arc::new(read_answers(path)?),
         None => Arc::new(Vec::new()),
     };
-    let allow = match &args.patch {
-        Some(path) => {
+    let allow = match (args.allow_all, &args.patch) {
+        (false, _) => None,
+        (true, None) => Some(Allow::default()),
+        (true, Some(path)) => {
             let patch = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
             serde_json::from_slice::<json_patch::Patch>(&patch).map_err(|e| format!("{}: {e}", path.display()))?;
             use base64::Engine as _;
             let patch = base64::engine::general_purpose::STANDARD.encode(patch);
-            Allow { patch: Some(patch), unless: args.unless_body_contains.clone() }
+            Some(Allow { patch: Some(patch), unless: args.unless_body_contains.clone() })
         }
-        None => Allow::default(),
     };
     let tls = tls_config(&args.server.tls_cert, &args.server.tls_key)?;
     // As `serve`: one worker per CPU this process may use.
@@ -177,7 +178,6 @@ pub fn run(args: &FloorServerArgs) -> Result<(), String> {
         let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("{listen}: {e}"))?;
         let answering = Answering {
             answers,
-            allow_all: args.allow_all,
             allow,
             path: Arc::from(args.path.as_str()),
             touch_bytes: args.touch_kib * 1024,
@@ -209,10 +209,8 @@ fn tls_config(cert_file: &Path, key_file: &Path) -> Result<Arc<rustls::ServerCon
 /// What every request of the floor is answered from.
 struct Answering {
     answers: Arc<Vec<Bytes>>,
-    /// `--allow-all`: the answers are not used.
-    allow_all: bool,
-    /// What `--allow-all` answers beside `allowed`.
-    allow: Allow,
+    /// With `--allow-all`, what is answered beside `allowed` (the answers are then not used).
+    allow: Option<Allow>,
     path: Arc<str>,
     /// `--touch-kib`, in bytes.
     touch_bytes: usize,
@@ -253,11 +251,11 @@ async fn serve(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcc
 /// One request: the whole body read, the fixed answer sent.
 async fn answer(request: Request<Incoming>, answering: Arc<Answering>) -> Result<Response<Full<Bytes>>, Infallible> {
     let found = request.uri().path() == &*answering.path;
-    if answering.allow_all {
+    if let Some(allow) = &answering.allow {
         return Ok(match (found, request.into_body().collect().await) {
             (false, _) => plain(StatusCode::NOT_FOUND, "not found"),
             (true, Err(_)) => plain(StatusCode::BAD_REQUEST, "bad request: could not read the body"),
-            (true, Ok(body)) => match allowed(&body.to_bytes(), &answering.allow) {
+            (true, Ok(body)) => match allowed(&body.to_bytes(), allow) {
                 Some(answer) => json(Bytes::from(answer)),
                 None => plain(StatusCode::BAD_REQUEST, "bad request: no request.uid"),
             },

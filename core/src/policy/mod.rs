@@ -165,7 +165,6 @@ fn patch(template: &Template, variables: &mut Vec<(String, String)>) -> Result<(
     let walk = |variables| Walk {
         leaves: &leaves,
         variables,
-        lists: Walk::pod_lists(),
         init_first: template.init_position == InitPosition::First,
         containers_first: template.containers_first(),
         adds: Vec::new(),

@@ -92,14 +92,16 @@ impl At {
         At { node, known: None, pointer, place }
     }
 
-    /// The same place, known to be there (the walk is under a guard that says so).
-    fn there(&self, parent: &At, key: &str) -> At {
-        let value = match &parent.known {
+    /// The member `key` of the value here, known to be there (the walk is under a guard that says so): read by
+    /// plain selection from a value the walk knows.
+    fn member_there(&self, key: &str) -> At {
+        let member = self.member(key);
+        let value = match &self.known {
             Some(value) if cel::is_identifier(key) => format!("{value}.{key}"),
             Some(value) => format!("{value}[{}]", cel::string(key)),
-            None => format!("{}.value()", self.node),
+            None => member.value(),
         };
-        At { known: Some(value), ..self.clone() }
+        At { known: Some(value), ..member }
     }
 
     /// The pod's value here (under a guard that says it is there).
@@ -145,9 +147,6 @@ pub(super) struct Walk<'a> {
     /// the template's, each computed once. `None` inside a loop over the pod's containers, where an index depends
     /// on the container and is written out.
     pub variables: Option<&'a mut Vec<(String, String)>>,
-    /// The pod's container lists, as CEL lists (in [`CONTAINER_LISTS`] order): a container's name is unique across
-    /// them.
-    pub lists: [String; 3],
     /// The template's init containers go in front of the pod's.
     pub init_first: bool,
     /// The template's containers go in front of the pod's.
@@ -174,11 +173,6 @@ impl Walk<'_> {
             return guard;
         }
         vec![self.variable("found", guard.join(" && "))]
-    }
-
-    /// The pod's container lists, as the webhook's merge reads them.
-    pub(super) fn pod_lists() -> [String; 3] {
-        CONTAINER_LISTS.map(|list| format!("object.spec.?{list}.orValue([])"))
     }
 
     /// Merges the root of a section (`pod`, or `containerDefaults` into a container) into the pod's value at `at`,
@@ -240,8 +234,7 @@ impl Walk<'_> {
                 && let ("metadata" | "spec", TNode::Object(section)) = (key, &member.node)
             {
                 // Every pod the API server admits has both, and neither empty (a namespace, containers).
-                let there = at.member(key).there(at, key);
-                self.map(section, &there, guard, None)?;
+                self.map(section, &at.member_there(key), guard, None)?;
                 continue;
             }
             let mut guard = guard.to_vec();
@@ -250,8 +243,7 @@ impl Walk<'_> {
             }
             let child = at.member(key);
             let linked = shape.linked(key).map(|other| at.member(other));
-            let there = child.there(at, key);
-            self.present(&member.node, &there, &with(&guard, child.present()), key, linked.as_ref())?;
+            self.present(&member.node, &at.member_there(key), &with(&guard, child.present()), key, linked.as_ref())?;
             let mut absent = with(&guard, child.absent());
             absent.extend(may_add_member(shape, key, at));
             self.add_whole(&member.node, &child, &absent, key, linked.as_ref())?;
@@ -346,7 +338,7 @@ impl Walk<'_> {
             (TNode::Object(object), Some(taken)) => {
                 let is_taken: Vec<String> = object.members.iter().map(|m| taken.member(&m.key).present()).collect();
                 let none_taken = format!("!({})", is_taken.join(" || "));
-                self.adds.push(Add { guard: with(guard, none_taken.clone()), pointer: at.pointer.clone(), value });
+                self.adds.push(Add { guard: with(guard, none_taken), pointer: at.pointer.clone(), value });
                 let some_taken = format!("({})", is_taken.join(" || "));
                 let empty = cel::value(&serde_json::json!({}), &at.place).map_err(|e| Refusal::new(e.to_string()))?;
                 let mut some = with(guard, some_taken);
@@ -412,12 +404,15 @@ impl Walk<'_> {
         CONTAINER_LISTS.contains(&field).then(|| format!("!({})", self.named_elsewhere(field, name)))
     }
 
-    /// See [`merge_rules::named_elsewhere`].
+    /// See [`merge_rules::named_elsewhere`]: the pod's container lists other than `field` (a container's name is
+    /// unique across them).
     fn named_elsewhere(&mut self, field: &str, name: &str) -> String {
-        let own = CONTAINER_LISTS.iter().position(|list| *list == field);
-        let others: Vec<String> = (0..3)
-            .filter(|i| Some(*i) != own)
-            .map(|i| format!("{}.exists(c, c.?name.orValue(\"\") == {})", self.lists[i], cel::string(name)))
+        let others: Vec<String> = CONTAINER_LISTS
+            .iter()
+            .filter(|list| **list != field)
+            .map(|list| {
+                format!("object.spec.?{list}.orValue([]).exists(c, c.?name.orValue(\"\") == {})", cel::string(name))
+            })
             .collect();
         self.variable("elsewhere", others.join(" || "))
     }
