@@ -555,7 +555,8 @@ impl Engine {
     }
 
     /// A warning for each name in the pod's `<prefix>containers` annotation that names none of its containers
-    /// (the defaults then reach no container by that name), with the container it differs from only in case.
+    /// (the defaults then reach no container by that name), with the closest container: the one it differs from
+    /// only in case, else one within two edits.
     #[cold]
     fn unmatched_containers(&self, pod: &PodView<'_, '_>, names: &str, warnings: &mut Vec<String>) {
         let containers: Vec<&str> = pod
@@ -569,7 +570,10 @@ impl Engine {
         for name in names.split(',').map(str::trim).filter(|n| !n.is_empty() && !containers.contains(n)) {
             let hint = match containers.iter().find(|c| c.eq_ignore_ascii_case(name)) {
                 Some(close) => format!("did you mean {close}? names are case-sensitive"),
-                None => format!("the pod's containers: {}", containers.join(", ")),
+                None => match crate::suggest::closest(name, containers.iter().copied()) {
+                    Some(close) => format!("did you mean {close}? the pod's containers: {}", containers.join(", ")),
+                    None => format!("the pod's containers: {}", containers.join(", ")),
+                },
             };
             warnings.push(format!(
                 "sidecar-injector: annotation {}: {:?} names no container of the pod ({hint}); the template's container \
@@ -987,12 +991,14 @@ impl Engine {
 /// merged in? When the template writes host ports (which the pod's containers may use), when the pod has what the
 /// API server's pod-wide rules read ([`PodView::judged_whole`]: host namespaces, `hostNetwork`, legacy security
 /// annotations, Windows options, large annotations), when the template writes mounts and the pod uses block
-/// devices, and when the template writes labels or spread constraints and the pod spreads. Everything else the
+/// devices, when the template writes labels or spread constraints and the pod spreads, and when the template
+/// writes resize policies and the pod runs to completion (`Never` allows only `NotRequired`). Everything else the
 /// merge keeps valid by itself (a container or mount path taken is the pod's), so other pods pay nothing.
 fn judged_whole(template: &Template, pod: &PodView<'_, '_>) -> bool {
     template.judged_with_the_pod()
         || pod.judged_whole()
         || (template.writes_spread_inputs() && pod.spreads())
+        || (template.writes_resize_policy() && pod.runs_to_completion())
         || (template.writes_mounts() && pod.has_volume_devices())
 }
 

@@ -82,6 +82,12 @@ enum Change {
     RenderedImage(&'static str),
     /// A label rendered from the pod's labels: `tier` set on the pod to this.
     RenderedLabel(&'static str),
+    /// A resize policy of the sidecar's (resource, restart policy); two of them may name one resource.
+    ResizePolicy(&'static str, &'static str),
+    /// An init container with a resize policy (restart policy), a native sidecar if set.
+    InitResize(&'static str, bool),
+    /// The app pod's `restartPolicy: Never`.
+    NeverRestarts,
 }
 
 /// A `dnsConfig`: its nameservers, its searches, and whether it has an option without a name.
@@ -178,6 +184,14 @@ fn change() -> impl Strategy<Value = Change> {
         prop::sample::select(vec!["example.com/note", "Example.com/Note", "bad key", "a/b/c"]).prop_map(AnnotationKey),
         prop::sample::select(vec!["127.0.0.1", "::1", "not-an-ip"]).prop_map(HostAliasIp),
         Just(InitContainerProbe),
+        (
+            prop::sample::select(vec!["cpu", "memory", "example.com/gpu", ""]),
+            prop::sample::select(vec!["NotRequired", "RestartContainer", "Restart", ""])
+        )
+            .prop_map(|(r, p)| ResizePolicy(r, p)),
+        (prop::sample::select(vec!["NotRequired", "RestartContainer"]), any::<bool>())
+            .prop_map(|(p, native)| InitResize(p, native)),
+        Just(NeverRestarts),
         dns(),
         prop::sample::select(vec!["example.com/ready", "ready", "not ready", "a/b/c", "", "-x"])
             .prop_map(ReadinessGate),
@@ -265,6 +279,8 @@ struct Case {
     annotations: Value,
     labels: Value,
     containers: Value,
+    /// The app pod's `restartPolicy`, if it sets one.
+    restart_policy: Option<&'static str>,
 }
 
 fn case(changes: &[Change]) -> Case {
@@ -286,6 +302,7 @@ fn case(changes: &[Change]) -> Case {
     let mut worker = None;
     let mut defaults = None;
     let mut init = None;
+    let mut restart_policy = None;
     for change in changes {
         use Change::*;
         match change {
@@ -456,6 +473,22 @@ fn case(changes: &[Change]) -> Case {
                 labels["tier"] = json!(value);
                 pod["metadata"]["labels"]["sidecar-tier"] = json!("{{ pod.labels.tier | default('none') }}-sidecar");
             }
+            ResizePolicy(resource, restart) => {
+                let policy = json!({"resourceName": resource, "restartPolicy": restart});
+                match proxy["resizePolicy"].as_array_mut() {
+                    Some(policies) => policies.push(policy),
+                    None => proxy["resizePolicy"] = json!([policy]),
+                }
+            }
+            InitResize(restart, native) => {
+                let mut container = json!({"name": "proxy-init", "image": "init:1",
+                                           "resizePolicy": [{"resourceName": "cpu", "restartPolicy": restart}]});
+                if *native {
+                    container["restartPolicy"] = json!("Always");
+                }
+                init = Some(container);
+            }
+            NeverRestarts => restart_policy = Some("Never"),
         }
     }
     pod["spec"]["containers"] = json!([proxy]);
@@ -476,7 +509,7 @@ fn case(changes: &[Change]) -> Case {
         Some(defaults) => format!("{template}containerDefaults: {defaults}\n"),
         None => template,
     };
-    Case { template, annotations, labels, containers: json!(containers) }
+    Case { template, annotations, labels, containers: json!(containers), restart_policy }
 }
 
 /// `spec.containers[1].name` as `spec.containers.name`; map keys (`limits[cpu]`) stay.
@@ -498,11 +531,15 @@ fn without_indices(field: &str) -> String {
 
 /// The pod the generated case is injected into.
 fn app_pod(case: &Case, name: &str) -> Value {
-    json!({
+    let mut pod = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": NAMESPACE, "labels": case.labels, "annotations": case.annotations},
         "spec": {"containers": case.containers},
-    })
+    });
+    if let Some(policy) = case.restart_policy {
+        pod["spec"]["restartPolicy"] = json!(policy);
+    }
+    pod
 }
 
 /// Why the API server refused a pod: its message and, for a validation refusal (422), the fields it names.

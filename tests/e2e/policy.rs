@@ -26,9 +26,139 @@ const POLICIES: &str = "/apis/admissionregistration.k8s.io/v1/mutatingadmissionp
 const BINDINGS: &str = "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings";
 /// Generated cases per template.
 const CASES: u32 = 40;
+/// Generated cases per template of the policy's own shapes ([`Shape`]).
+const SHAPED_CASES: u32 = 60;
+
+/// What a pod may already hold where a policy's guards look, beyond the admission chain's changes: lists of the
+/// pod's own beside and inside the sidecar's, the keys a template writes, the skip rules' inputs. (Ephemeral
+/// containers are not among them: the API server refuses them on create, the only operation we inject on.)
+#[derive(Debug, Clone)]
+enum Shape {
+    /// An init container of the pod's own, before the sidecar's; a native sidecar (`restartPolicy: Always`) if set.
+    InitContainer(&'static str, bool),
+    /// A container of the pod's own named as a template's sidecar, with its own env, mount and arguments.
+    SameNamedSidecar(&'static str),
+    /// A second app container, with its own requests and a mount of its own at a template's path.
+    SecondApp,
+    /// The app's own requests (a container default's field).
+    AppRequests,
+    /// The app's env var of the name a template's sidecar sets.
+    AppEnv,
+    /// An annotation or label a template writes, already there with another value.
+    OwnKey,
+    /// Opted out: the label or the annotation, in some case.
+    OptOut(&'static str),
+    /// A Windows pod, by `os` or by node selector.
+    Windows(bool),
+    /// Another version's status annotation.
+    OtherStatus,
+    /// Named by `generateName`, with a service account.
+    Generated,
+    /// Owned by a Job.
+    JobOwned,
+    /// `restartPolicy: Never` (a pod that runs to completion, whatever owns it).
+    NeverRestarts,
+}
+
+fn shape() -> impl Strategy<Value = Shape> {
+    prop_oneof![
+        (prop::sample::select(&["agent", "demo-sidecar", "leaves", "setup"][..]), any::<bool>())
+            .prop_map(|(n, native)| Shape::InitContainer(n, native)),
+        prop::sample::select(&["agent", "demo-sidecar", "leaves"][..]).prop_map(Shape::SameNamedSidecar),
+        Just(Shape::SecondApp),
+        Just(Shape::AppRequests),
+        Just(Shape::AppEnv),
+        Just(Shape::OwnKey),
+        prop::sample::select(&["disabled", "Disabled", "false"][..]).prop_map(Shape::OptOut),
+        any::<bool>().prop_map(Shape::Windows),
+        Just(Shape::OtherStatus),
+        Just(Shape::Generated),
+        Just(Shape::JobOwned),
+        Just(Shape::NeverRestarts),
+    ]
+}
+
+/// The generated base pod for `template` with `shapes` applied in order.
+fn shaped_pod(template: &str, shapes: &[Shape]) -> Value {
+    let mut pod = generated_pod("shaped", template, &[]);
+    for shape in shapes {
+        let spec = &mut pod["spec"];
+        match shape {
+            Shape::InitContainer(name, native) => {
+                let mut container = json!({"name": name, "image": "own:1", "args": ["--own"]});
+                if *native {
+                    container["restartPolicy"] = json!("Always");
+                }
+                push(spec, "initContainers", container);
+            }
+            Shape::SameNamedSidecar(name) => {
+                push(spec, "volumes", json!({"name": "own-sidecar", "emptyDir": {}}));
+                let container = json!({
+                    "name": name, "image": "own:1", "args": ["--own"],
+                    "env": [{"name": "POD_NAME", "value": "own"}, {"name": "OWN", "value": "1"}],
+                    "volumeMounts": [{"name": "own-sidecar", "mountPath": "/var/run/own"}],
+                    "resources": {"requests": {"cpu": "5m"}},
+                });
+                let list = if *name == "agent" { "initContainers" } else { "containers" };
+                push(spec, list, container);
+            }
+            Shape::SecondApp => {
+                push(spec, "volumes", json!({"name": "own-second", "emptyDir": {}}));
+                push(
+                    spec,
+                    "containers",
+                    json!({"name": "second", "image": "own:1", "resources": {"requests": {"memory": "64Mi"}},
+                        "volumeMounts": [{"name": "own-second", "mountPath": "/var/run/agent"}]}),
+                );
+            }
+            Shape::AppRequests => spec["containers"][0]["resources"] = json!({"requests": {"cpu": "1"}}),
+            Shape::AppEnv => push(&mut spec["containers"][0], "env", json!({"name": "POD_NAME", "value": "mine"})),
+            Shape::OwnKey => {
+                pod["metadata"]["annotations"]["sidecar-injector.io/agent-config"] = json!("/own.yaml");
+                pod["metadata"]["annotations"]["example.com/x"] = json!("own");
+                pod["metadata"]["labels"]["tier"] = json!("front");
+            }
+            Shape::OptOut(value) => match value.len() % 2 {
+                0 => pod["metadata"]["labels"]["sidecar-injector.io/inject"] = json!(value),
+                _ => pod["metadata"]["annotations"]["sidecar-injector.io/inject"] = json!(value),
+            },
+            Shape::Windows(by_os) => match by_os {
+                true => spec["os"] = json!({"name": "windows"}),
+                false => spec["nodeSelector"] = json!({"kubernetes.io/os": "windows"}),
+            },
+            Shape::OtherStatus => {
+                pod["metadata"]["annotations"]["sidecar-injector.io/status"] =
+                    json!(r#"{"version":"0.0.1","templates":["demo"]}"#)
+            }
+            Shape::Generated => {
+                let metadata = pod["metadata"].as_object_mut().unwrap();
+                metadata.remove("name");
+                metadata.insert("generateName".into(), json!("shaped-"));
+                pod["spec"]["serviceAccountName"] = json!("default");
+            }
+            Shape::JobOwned => {
+                pod["metadata"]["ownerReferences"] = json!([{
+                    "apiVersion": "batch/v1", "kind": "Job", "name": "nightly", "controller": true,
+                    "uid": "6c5b9b1e-0a3c-4c39-9d1e-2b1b7b0c7a11",
+                }]);
+                pod["spec"]["restartPolicy"] = json!("Never");
+            }
+            Shape::NeverRestarts => pod["spec"]["restartPolicy"] = json!("Never"),
+        }
+    }
+    pod
+}
+
+fn push(object: &mut Value, list: &str, item: Value) {
+    match object.get_mut(list).and_then(Value::as_array_mut) {
+        Some(items) => items.push(item),
+        None => object[list] = json!([item]),
+    }
+}
 
 /// A template whose per-pod values read the pod every way a policy translates (`or` chains of labels with
-/// defaults, names, the namespace, the service account), where no rule of the API server judges them.
+/// defaults, names, the namespace, the service account), where no rule of the API server judges them; and a resize
+/// policy that restarts the sidecar, which a pod that never restarts does not allow.
 const LEAVES: &str = r#"
 pod:
   spec:
@@ -43,6 +173,9 @@ pod:
         env:
           - name: POD
             value: "{{ pod.name }}"
+        resizePolicy:
+          - { resourceName: cpu, restartPolicy: NotRequired }
+          - { resourceName: memory, restartPolicy: RestartContainer }
 "#;
 
 async fn dry_run(cluster: &Cluster, namespace: &str, pod: &Value) -> (u16, Value) {
@@ -51,12 +184,16 @@ async fn dry_run(cluster: &Cluster, namespace: &str, pod: &Value) -> (u16, Value
     cluster.create(&format!("/api/v1/namespaces/{namespace}/pods?dryRun=All"), pod).await
 }
 
-/// What the API server gives every pod it stores, and the namespace (which templates may render): left out of the
-/// comparison, the namespace's name written as `NAMESPACE` wherever it is.
+/// What the API server gives every pod it stores (a generated name too), and the namespace (which templates may
+/// render): left out of the comparison, the namespace's name written as `NAMESPACE` wherever it is.
 fn comparable(mut pod: Value) -> Value {
     if let Some(metadata) = pod["metadata"].as_object_mut() {
         for field in ["uid", "creationTimestamp", "namespace", "managedFields", "resourceVersion", "generation"] {
             metadata.remove(field);
+        }
+        // A name the API server generates (after admission: no template saw it) differs between two creations.
+        if metadata.contains_key("generateName") {
+            metadata.remove("name");
         }
     }
     let text = pod.to_string().replace(BY_WEBHOOK, "NAMESPACE").replace(BY_POLICY, "NAMESPACE");
@@ -84,8 +221,8 @@ fn first_difference(a: &Value, b: &Value, at: &str) -> Option<String> {
     }
 }
 
-/// The two answers for `pod`: equal, or the difference with the pod and both results.
-async fn compare(cluster: &Cluster, pod: &Value) -> Result<(), String> {
+/// The two answers for `pod`: equal (whether injected), or the difference with the pod and both results.
+async fn compare(cluster: &Cluster, pod: &Value) -> Result<bool, String> {
     let (webhook_status, by_webhook) = dry_run(cluster, BY_WEBHOOK, pod).await;
     let (policy_status, by_policy) = dry_run(cluster, BY_POLICY, pod).await;
     if webhook_status != policy_status {
@@ -95,8 +232,9 @@ async fn compare(cluster: &Cluster, pod: &Value) -> Result<(), String> {
         ));
     }
     if webhook_status != 201 {
-        return Ok(()); // refused by the API server either way (its own rules, not ours)
+        return Ok(false); // refused by the API server either way (its own rules, not ours)
     }
+    let injected = by_webhook["metadata"]["annotations"].get("sidecar-injector.io/status").is_some();
     let (by_webhook, by_policy) = (comparable(by_webhook), comparable(by_policy));
     if let Some(difference) = first_difference(&by_webhook, &by_policy, "") {
         return Err(format!("{difference}\npod: {pod}\nby the webhook: {by_webhook}\nby the policy: {by_policy}"));
@@ -109,7 +247,7 @@ async fn compare(cluster: &Cluster, pod: &Value) -> Result<(), String> {
     if status != 201 || comparable(twice.clone()) != by_policy {
         return Err(format!("not idempotent: {status}\nonce: {by_policy}\ntwice: {twice}"));
     }
-    Ok(())
+    Ok(injected)
 }
 
 /// The corpus's pods as a user would create them: no server-set fields, no status, a name of their own.
@@ -246,7 +384,34 @@ pub(super) async fn policies_inject_as_the_webhook_does(cluster: &Cluster) {
         })
     });
     result.unwrap();
+    let mut runner = super::case_runner(SHAPED_CASES * compiled.len() as u32);
+    let strategy = (prop::sample::select(compiled.clone()), prop::collection::vec(shape(), 1..4));
+    let injected = std::cell::Cell::new([0usize; 2]);
+    let result = tokio::task::block_in_place(|| {
+        runner.run(&strategy, |(template, shapes)| {
+            let pod = shaped_pod(&template, &shapes);
+            match handle.block_on(compare(cluster, &pod)) {
+                Ok(was) => {
+                    let mut counts = injected.get();
+                    counts[usize::from(was)] += 1;
+                    injected.set(counts);
+                }
+                Err(difference) => generated
+                    .borrow_mut()
+                    .push(format!("{template} {shapes:?}: {}", difference.lines().next().unwrap_or(""))),
+            }
+            Ok(())
+        })
+    });
+    result.unwrap();
+    // Both sides of the guards are met: pods injected and pods left alone (opted out, Windows, another version).
+    let [left_alone, injected] = injected.get();
+    assert!(injected >= 40 && left_alone >= 20, "shaped pods: {injected} injected, {left_alone} left alone or refused");
     let generated = generated.into_inner();
     assert!(generated.is_empty(), "{} generated pods injected otherwise:\n{}", generated.len(), generated.join("\n"));
-    eprintln!("policies of {compiled:?}: {} corpus pods each, and generated pods, as the webhook", corpus.len());
+    eprintln!(
+        "policies of {compiled:?}: {} corpus pods each, and generated pods, as the webhook; shaped pods: {injected} \
+         injected, {left_alone} left alone or refused",
+        corpus.len()
+    );
 }

@@ -295,11 +295,17 @@ fn class_11_spread_constraints_are_told_apart_by_key_and_when_unsatisfiable() {
 #[test]
 fn a_containers_annotation_that_names_no_container_is_warned_of() {
     let engine = common::builtin();
-    let pod = app_pod(json!({}), json!({"sidecar-injector.io/containers": "App,worker"}));
+    let pod = app_pod(json!({}), json!({"sidecar-injector.io/containers": "App,worker,ap,app"}));
     let (outcome, _, _) = answer(&engine, &review(&pod));
     let warnings = outcome.warnings.join("\n");
     assert!(warnings.contains("\"App\" names no container of the pod (did you mean app?"), "{warnings}");
     assert!(warnings.contains("\"worker\" names no container of the pod (the pod's containers: app)"), "{warnings}");
+    // A typo within two edits: the closest container, and the list.
+    assert!(
+        warnings.contains("\"ap\" names no container of the pod (did you mean app? the pod's containers: app)"),
+        "{warnings}"
+    );
+    assert_eq!(outcome.warnings.len(), 3, "a name that matches is not warned of: {warnings}");
 }
 
 #[test]
@@ -309,4 +315,38 @@ fn an_undefined_value_is_named_with_the_closest_defined_one() {
         37,
     );
     assert!(reason.contains("`values.imag` is undefined (did you mean `values.image`?)"), "{reason}");
+}
+
+/// Issue 55: a template's resize policies. A pod that never restarts allows only `NotRequired`: such a pod (a Job's,
+/// whose sidecar is a native one) is admitted without the sidecar; a pod that restarts gets it, policies and all.
+#[test]
+fn a_resize_policy_that_restarts_the_sidecar_is_withheld_from_pods_that_never_restart() {
+    let engine = loaded(
+        "pod:\n  spec:\n    containers:\n      - name: proxy\n        image: proxy:1\n        resizePolicy:\n          \
+         - { resourceName: cpu, restartPolicy: NotRequired }\n          \
+         - { resourceName: memory, restartPolicy: RestartContainer }\n",
+    );
+    let injected = assert_injected_valid(&engine, &app_pod(json!({}), json!({})));
+    assert_eq!(injected["spec"]["containers"][1]["resizePolicy"][1]["restartPolicy"], "RestartContainer");
+    let mut never = app_pod(json!({}), json!({}));
+    never["spec"]["restartPolicy"] = json!("Never");
+    assert_withheld(&engine, &never, "must be 'NotRequired' when pod `restartPolicy` is 'Never'");
+    // `OnFailure` restarts: injected (as a native sidecar, a pod that runs to completion).
+    never["spec"]["restartPolicy"] = json!("OnFailure");
+    let injected = assert_injected_valid(&engine, &never);
+    assert_eq!(injected["spec"]["initContainers"][0]["resizePolicy"][0]["resourceName"], "cpu");
+    // Only `NotRequired`: pods that never restart get it too.
+    let engine = loaded(
+        "pod:\n  spec:\n    containers:\n      - name: proxy\n        image: proxy:1\n        resizePolicy:\n          \
+         - { resourceName: cpu, restartPolicy: NotRequired }\n",
+    );
+    never["spec"]["restartPolicy"] = json!("Never");
+    assert_injected_valid(&engine, &never);
+    // Before 1.33 the API server would drop the field: the template is refused at load.
+    let refused = refusal(
+        "pod:\n  spec:\n    containers:\n      - name: proxy\n        image: proxy:1\n        resizePolicy:\n          \
+         - { resourceName: cpu, restartPolicy: NotRequired }\n",
+        32,
+    );
+    assert!(refused.contains("InPlacePodVerticalScaling"), "{refused}");
 }

@@ -47,6 +47,8 @@ pub(crate) const HOST_PROCESS: GatedField =
     pod("spec.securityContext.windowsOptions.hostProcess", "WindowsHostProcessContainers", Some(23));
 /// `spec.hostUsers` (UserNamespacesStatelessPodsSupport from 1.25, UserNamespacesSupport from 1.28).
 pub(crate) const HOST_USERS: GatedField = pod("spec.hostUsers", "UserNamespacesSupport", Some(33));
+/// A container's `resizePolicy` (in-place resize), which the validator judges from the release that keeps it.
+pub(crate) const RESIZE_POLICY: GatedField = container("resizePolicy", "InPlacePodVerticalScaling", Some(33));
 /// A topology spread constraint's `minDomains`.
 pub(crate) const SPREAD_MIN_DOMAINS: GatedField =
     pod("spec.topologySpreadConstraints[].minDomains", "MinDomainsInPodTopologySpread", Some(27));
@@ -120,7 +122,7 @@ pub(crate) const GATED_FIELDS: &[GatedField] = &[
     container("startupProbe.terminationGracePeriodSeconds", "ProbeTerminationGracePeriod", Some(25)),
     container("securityContext.appArmorProfile", "AppArmorFields", Some(30)),
     container("volumeMounts[].recursiveReadOnly", "RecursiveReadOnlyMounts", Some(31)),
-    container("resizePolicy", "InPlacePodVerticalScaling", Some(33)),
+    RESIZE_POLICY,
     container("resources.claims", "DynamicResourceAllocation", Some(34)),
     container("restartPolicyRules", "ContainerRestartRules", Some(35)),
     container("env[].valueFrom.fileKeyRef", "EnvFiles", Some(35)),

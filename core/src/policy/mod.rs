@@ -189,6 +189,7 @@ fn patch(template: &Template, variables: &mut Vec<(String, String)>) -> Result<(
     pod_walk.root(&trees.pod, &At::root())?;
     kept.extend(withheld::annotations_total(&trees.pod, &pod_walk)?);
     kept.extend(withheld::pod_seccomp(&trees.pod));
+    kept.extend(withheld::resize_restarts(&[Some(&trees.pod), trees.container_defaults.as_ref()]));
     let adds: Vec<String> = pod_walk.adds.iter().map(walk::Add::cel).collect();
     lists.push(format!("[{}]", adds.join(", ")));
     let kept = if kept.is_empty() {

@@ -140,3 +140,24 @@ pod:
     let long = refused(&proxy_with(&format!("        env:\n{env}")));
     assert!(long.contains("characters, beyond the 100000"), "{long}");
 }
+
+#[test]
+fn a_resize_policy_that_restarts_keeps_the_policy_from_pods_that_never_restart() {
+    let kept = |source: &str| {
+        let [policy, _] = compiled(source).unwrap();
+        let conditions = policy["spec"]["matchConditions"].as_array().unwrap().clone();
+        conditions
+            .into_iter()
+            .find(|c| c["name"] == "the-injected-pod-keeps-the-pod-wide-rules")
+            .map(|c| c["expression"].clone())
+    };
+    let never = r#"string(object.spec.?restartPolicy.orValue("Always")) != "Never""#;
+    let restarts = proxy_with("        resizePolicy: [{ resourceName: memory, restartPolicy: RestartContainer }]");
+    let expression = kept(&restarts).expect("a condition");
+    assert!(expression.as_str().unwrap().contains(never), "{expression}");
+    let not_required = proxy_with("        resizePolicy: [{ resourceName: cpu, restartPolicy: NotRequired }]");
+    assert!(
+        !kept(&not_required).is_some_and(|e| e.as_str().unwrap().contains(never)),
+        "NotRequired is kept everywhere"
+    );
+}

@@ -6,7 +6,8 @@
 //!
 //! - the total size of the annotations (256 KiB): the pod's own and those the template adds;
 //! - the legacy seccomp annotation of the pod against the profile the template gives the pod;
-//! - a container's block device at a path where the container defaults mount a volume.
+//! - a container's block device at a path where the container defaults mount a volume;
+//! - a resize policy that restarts a container, in a pod that never restarts (`restartPolicy: Never`).
 
 use serde_json::Value;
 
@@ -101,4 +102,26 @@ pub(super) fn device_paths(defaults: &TNode, reach: &str) -> Option<String> {
         "!object.spec.?containers.orValue([]).exists(c, ({reach}) && c.?volumeDevices.orValue([]).exists(d, d.?devicePath.orValue(\"\") in [{}]))",
         paths.join(", ")
     ))
+}
+
+/// The pod does not say `restartPolicy: Never` when the template writes a resize policy other than `NotRequired`
+/// (in `pod` or in the container defaults), which only that allows in such a pod. A per-pod resize policy is
+/// read as one that may restart.
+pub(super) fn resize_restarts(trees: &[Option<&TNode>]) -> Option<String> {
+    fn restarts(t: &TNode, under_resize: bool) -> bool {
+        match t {
+            TNode::Object(object) => object.members.iter().any(|m| match (&*m.key, under_resize) {
+                ("restartPolicy", true) => text(&m.node).is_none_or(|policy| policy != "NotRequired"),
+                (key, _) => restarts(&m.node, under_resize || key == "resizePolicy"),
+            }),
+            TNode::List(list) => list.items.iter().any(|item| restarts(&item.node, under_resize)),
+            TNode::Dynamic(_) => under_resize,
+            TNode::Scalar(_) => false,
+        }
+    }
+    trees
+        .iter()
+        .flatten()
+        .any(|t| restarts(t, false))
+        .then(|| "string(object.spec.?restartPolicy.orValue(\"Always\")) != \"Never\"".to_owned())
 }

@@ -332,6 +332,7 @@ impl Template {
         let writes = |key: &str| pod.has_key(key) || container_defaults.as_ref().is_some_and(|d| d.has_key(key));
         let writes_mounts = writes("volumeMounts") || writes("volumeDevices");
         let writes_spread_inputs = writes("labels") || writes("topologySpreadConstraints");
+        let writes_resize_policy = writes("resizePolicy");
         let jobs_fell_back = combined_settings.jobs == JobPolicy::NativeSidecar && !native;
         let template = Template {
             id: Arc::new(TemplateId::new(name, hash, set_hash.to_owned())),
@@ -357,6 +358,7 @@ impl Template {
             writes_host_ports,
             writes_mounts,
             writes_spread_inputs,
+            writes_resize_policy,
             rendered_baseline,
             leaf_checks,
             kubernetes_version: settings.kubernetes_version,

@@ -149,6 +149,9 @@ pub struct Template {
     /// `matchLabelKeys` read the pod's labels once the API server merges them), so pods with spread constraints
     /// are judged whole.
     writes_spread_inputs: bool,
+    /// The template writes resize policies, which a pod that never restarts allows only as `NotRequired`: pods
+    /// that run to completion are judged whole.
+    writes_resize_policy: bool,
     /// The API server's messages for the template's own part of a pod rendered on the sample pod, when some
     /// per-pod leaf renders a value no single-field rule can judge (a number, a quantity that meets a limit):
     /// such a template's part is validated whole with each pod's values, and a message not among these is the
@@ -212,6 +215,11 @@ impl Template {
     /// See `writes_spread_inputs`.
     pub(crate) fn writes_spread_inputs(&self) -> bool {
         self.writes_spread_inputs
+    }
+
+    /// See `writes_resize_policy`.
+    pub(crate) fn writes_resize_policy(&self) -> bool {
+        self.writes_resize_policy
     }
 
     /// What a pod owned by a Job gets: the template as written, the template in the Job shape, or nothing

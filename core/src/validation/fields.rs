@@ -99,7 +99,7 @@ pub const POD_FIELDS: &[(&str, &str, Account)] = &[
     ("Container", "name", Judged),
     ("Container", "ports", Judged),
     ("Container", "readinessProbe", Judged),
-    ("Container", "resizePolicy", NotJudged("in-place resize policies: left to the API server")),
+    ("Container", "resizePolicy", Judged),
     ("Container", "resources", Judged),
     ("Container", "restartPolicy", Judged),
     ("Container", "restartPolicyRules", NotJudged(GATED_NEWER)),

@@ -14,7 +14,7 @@ use super::field::{FieldError, FieldPath};
 use super::quantity::{self, Quantity};
 use super::{Cx, Rule, pod_wide};
 use crate::pod_api::read::{items, object, strings};
-use crate::pod_api::releases::HOSTNAME_OVERRIDE;
+use crate::pod_api::releases::{HOSTNAME_OVERRIDE, RESIZE_POLICY};
 use crate::pod_api::spec::{
     CONTAINERS, ENV_VAR_SOURCES, EPHEMERAL_CONTAINERS, INIT_CONTAINERS, LIFECYCLE_HANDLERS, LIFECYCLE_HOOKS,
     PROBE_HANDLERS, PROBES, VOLUME_SOURCES,
@@ -179,9 +179,13 @@ fn spec(cx: &mut Cx, spec: &J, path: &FieldPath) {
         cx.push(FieldError::required(&path.child(CONTAINERS), ""));
     }
     let mut names = HashSet::new();
-    let host_network = spec.get("hostNetwork").and_then(J::as_bool) == Some(true);
-    container_list(cx, containers, false, &volumes, &mut names, host_network, &path.child(CONTAINERS));
-    container_list(cx, init_containers, true, &volumes, &mut names, host_network, &path.child(INIT_CONTAINERS));
+    let scope = PodScope {
+        volumes,
+        host_network: spec.get("hostNetwork").and_then(J::as_bool) == Some(true),
+        never_restarts: str_of(spec, "restartPolicy") == Some("Never"),
+    };
+    container_list(cx, containers, false, &scope, &mut names, &path.child(CONTAINERS));
+    container_list(cx, init_containers, true, &scope, &mut names, &path.child(INIT_CONTAINERS));
     for (i, container) in items(spec.get(EPHEMERAL_CONTAINERS)).iter().enumerate() {
         let name = str_of(container, "name").unwrap_or_default();
         if !name.is_empty() && !names.insert(name) {
@@ -715,13 +719,21 @@ fn file_mode(cx: &mut Cx, object: &J, field: &'static str, path: &FieldPath) {
 }
 
 /// A list of containers (or init containers), the names of earlier lists in `names`.
+/// What the pod decides for each of its containers' checks.
+struct PodScope<'j> {
+    /// The pod's valid volumes, by name (see [`volumes`]).
+    volumes: HashSet<&'j str>,
+    host_network: bool,
+    /// `restartPolicy: Never`: a container may then only be resized in place without a restart.
+    never_restarts: bool,
+}
+
 fn container_list<'j>(
     cx: &mut Cx,
     containers: &'j [J],
     init: bool,
-    volumes: &HashSet<&str>,
+    scope: &PodScope<'_>,
     names: &mut HashSet<&'j str>,
-    host_network: bool,
     path: &FieldPath,
 ) {
     for (i, c) in containers.iter().enumerate() {
@@ -735,18 +747,18 @@ fn container_list<'j>(
         if !names.insert(name) {
             cx.push(FieldError::duplicate(&at.child("name"), name));
         }
-        container(cx, c, init, volumes, &at);
+        container(cx, c, init, scope, &at);
     }
     if init {
         // Init containers run one after the other, so only ports within one of them can collide.
         for (i, c) in containers.iter().enumerate() {
             let mut seen = HashSet::new();
-            host_ports_of(cx, c, host_network, &path.index(i), &mut seen);
+            host_ports_of(cx, c, scope.host_network, &path.index(i), &mut seen);
         }
     }
 }
 
-fn container(cx: &mut Cx, c: &J, init: bool, volumes: &HashSet<&str>, path: &FieldPath) {
+fn container(cx: &mut Cx, c: &J, init: bool, scope: &PodScope<'_>, path: &FieldPath) {
     let image = str_of(c, "image").unwrap_or_default();
     if image.is_empty() {
         cx.push(FieldError::required(&path.child("image"), ""));
@@ -798,15 +810,56 @@ fn container(cx: &mut Cx, c: &J, init: bool, volumes: &HashSet<&str>, path: &Fie
     ports(cx, items(c.get("ports")), &path.child("ports"));
     env(cx, items(c.get("env")), &path.child("env"));
     env_from(cx, items(c.get("envFrom")), &path.child("envFrom"));
-    volume_mounts(cx, c, volumes, &path.child("volumeMounts"));
+    volume_mounts(cx, c, &scope.volumes, &path.child("volumeMounts"));
     if let Some(policy) = str_of(c, "imagePullPolicy").filter(|p| !p.is_empty()) {
         cx.rule(&path.child("imagePullPolicy"), policy, Rule::OneOf(PULL_POLICIES));
     }
     if let Some(resources) = c.get("resources").filter(|r| r.is_object()) {
         resource_requirements(cx, resources, &path.child("resources"));
     }
+    if RESIZE_POLICY.kept_at(cx.version.minor) {
+        let policies = items(c.get("resizePolicy"));
+        resize_policy(cx, policies, init && !sidecar, scope.never_restarts, &path.child("resizePolicy"));
+    }
     if let Some(context) = c.get("securityContext").filter(|s| s.is_object()) {
         security_context(cx, context, &path.child("securityContext"));
+    }
+}
+
+const RESIZE_RESOURCES: &[&str] = &["cpu", "memory"];
+const RESIZE_RESTART_POLICIES: &[&str] = &["NotRequired", "RestartContainer"];
+
+/// `validateResizePolicy` and the init containers' part of `validateInitContainers`: how a container is resized in
+/// place (GA in 1.35), each resource once. An init container that runs to completion is never restarted for it,
+/// and nor is any container of a pod that never restarts.
+fn resize_policy(cx: &mut Cx, policies: &[J], run_to_completion: bool, never_restarts: bool, path: &FieldPath) {
+    let mut seen = HashSet::new();
+    for (i, policy) in policies.iter().enumerate() {
+        let at = path.index(i);
+        let resource = str_of(policy, "resourceName").unwrap_or_default();
+        if !seen.insert(resource) {
+            cx.push(FieldError::duplicate(&at, resource));
+        }
+        match resource {
+            "" => cx.push(FieldError::required(path, "")),
+            _ => {
+                cx.rule_leaf(path, &at.child("resourceName"), resource, Rule::OneOf(RESIZE_RESOURCES));
+            }
+        }
+        let restart = str_of(policy, "restartPolicy").unwrap_or_default();
+        match restart {
+            "" => cx.push(FieldError::required(path, "")),
+            _ => {
+                cx.rule_leaf(path, &at.child("restartPolicy"), restart, Rule::OneOf(RESIZE_RESTART_POLICIES));
+            }
+        }
+        if never_restarts && restart != "NotRequired" {
+            cx.push(FieldError::invalid(path, restart, "must be 'NotRequired' when pod `restartPolicy` is 'Never'"));
+        }
+        if run_to_completion && restart == "RestartContainer" {
+            let detail = "must not be set to 'RestartContainer' for non-sidecar initContainers";
+            cx.push(FieldError::invalid(&at.child("restartPolicy"), restart, detail));
+        }
     }
 }
 

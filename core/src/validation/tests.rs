@@ -567,3 +567,57 @@ fn ephemeral_containers_node_names_and_the_os() {
     );
     assert_eq!(errors(&s(json!({"nodeName": "node-1.example.com"}))), Vec::<String>::new());
 }
+
+#[test]
+fn resize_policies_name_each_resource_once_and_restart_only_what_may_restart() {
+    let found = |pod: &J| errors_at(pod, 37);
+    let policies = |list: J| c(json!({"resizePolicy": list}));
+    let good = policies(json!([
+        {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+        {"resourceName": "memory", "restartPolicy": "RestartContainer"}
+    ]));
+    assert_eq!(found(&good), Vec::<String>::new());
+    let at = "spec.containers[0].resizePolicy";
+    let bad = policies(json!([
+        {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+        {"resourceName": "cpu", "restartPolicy": "Restart"},
+        {"resourceName": "example.com/gpu", "restartPolicy": ""}
+    ]));
+    assert_eq!(
+        found(&bad),
+        [
+            format!("{at}[1]: Duplicate value: \"cpu\""),
+            format!("{at}: Unsupported value: \"Restart\": supported values: \"NotRequired\", \"RestartContainer\""),
+            format!("{at}: Unsupported value: \"example.com/gpu\": supported values: \"cpu\", \"memory\""),
+            format!("{at}: Required value"),
+        ]
+    );
+    // A pod that never restarts: only `NotRequired`.
+    let mut never = good.clone();
+    never["spec"]["restartPolicy"] = json!("Never");
+    assert_eq!(
+        found(&never),
+        [format!(
+            "{at}: Invalid value: \"RestartContainer\": must be 'NotRequired' when pod `restartPolicy` is 'Never'"
+        )]
+    );
+    // An init container that runs to completion is never restarted; a native sidecar may be.
+    let init = |native: bool| {
+        let mut container = json!({"name": "setup", "image": "setup:1",
+            "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]});
+        if native {
+            container["restartPolicy"] = json!("Always");
+        }
+        s(json!({"initContainers": [container]}))
+    };
+    assert_eq!(found(&init(true)), Vec::<String>::new());
+    assert_eq!(
+        found(&init(false)),
+        [
+            "spec.initContainers[0].resizePolicy[0].restartPolicy: Invalid value: \"RestartContainer\": must not be set to \
+          'RestartContainer' for non-sidecar initContainers"
+        ]
+    );
+    // Before 1.33 the API server drops the field unjudged.
+    assert_eq!(errors_at(&bad, 32), Vec::<String>::new());
+}
