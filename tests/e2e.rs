@@ -15,6 +15,8 @@ mod admission_chain;
 mod common;
 #[path = "e2e/differential.rs"]
 mod differential;
+#[path = "e2e/helm.rs"]
+mod helm;
 #[path = "e2e/policy.rs"]
 mod policy;
 /// The reviews the benches send, pathological pods among them.
@@ -978,4 +980,26 @@ async fn revisions_against_a_real_api_server() {
     served("on-default", "proxy:1.5.0-rc2", "canary").await;
     label(Value::Null).await;
     served("on-default", "proxy:1.4.2", "default").await;
+}
+
+/// The Helm chart renders the objects of the overlay `sidecar-injector certs` writes, given the Secret and its CA
+/// (tests/e2e/helm.rs).
+#[test]
+#[ignore = "needs helm and kubectl: tests/e2e/helm.sh build, tests/e2e/apiserver.sh build"]
+fn the_helm_chart_renders_the_certs_overlay() {
+    helm::renders_the_certs_overlay();
+}
+
+/// The Helm chart renders `manifests/cert-manager`, and with revisions what `manifests/revision-canary` adds.
+#[test]
+#[ignore = "needs helm and kubectl: tests/e2e/helm.sh build, tests/e2e/apiserver.sh build"]
+fn the_helm_chart_renders_the_cert_manager_overlay_and_revisions() {
+    helm::renders_the_cert_manager_overlay_and_revisions();
+}
+
+/// `helm lint --strict` is clean, and values the chart cannot render are refused with the reason.
+#[test]
+#[ignore = "needs helm: tests/e2e/helm.sh build"]
+fn the_helm_chart_lints_clean() {
+    helm::lints_clean();
 }

@@ -1002,3 +1002,31 @@ fn the_network_policy_admits_the_metrics_port_only_from_labelled_scrapers() {
     let docs = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
     assert!(docs.contains(&format!("`{}: \"{}\"`", label.0, label.1)), "docs/operations.md names the label");
 }
+
+/// The Helm chart carries the shipped templates as files of its own (Helm reads nothing outside the chart's
+/// directory): charts/sidecar-injector/files/templates/ holds exactly the files of templates/, byte for byte.
+/// `SIDECAR_INJECTOR_BLESS=1 cargo test --test suite manifests::` copies them, as it regenerates the ConfigMaps;
+/// tests/e2e/helm.rs checks that the chart deploys them as manifests/base does.
+#[test]
+fn the_helm_chart_carries_the_templates() {
+    let chart = root().join("charts/sidecar-injector/files/templates");
+    let shipped = yaml_files(&root().join("templates"));
+    let carried = || -> BTreeSet<String> {
+        std::fs::read_dir(&chart).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect()
+    };
+    if std::env::var_os("SIDECAR_INJECTOR_BLESS").is_some() {
+        for stale in carried().difference(&shipped) {
+            std::fs::remove_file(chart.join(stale)).unwrap();
+        }
+        for file in &shipped {
+            std::fs::copy(root().join("templates").join(file), chart.join(file)).unwrap();
+        }
+    }
+    let bless = "run `SIDECAR_INJECTOR_BLESS=1 cargo test --test suite manifests::`";
+    assert_eq!(carried(), shipped, "{} holds other files than templates/: {bless}", chart.display());
+    for file in &shipped {
+        let theirs = std::fs::read(root().join("templates").join(file)).unwrap();
+        let ours = std::fs::read(chart.join(file)).unwrap();
+        assert!(ours == theirs, "{}/{file} differs from templates/{file}: {bless}", chart.display());
+    }
+}
