@@ -1405,6 +1405,9 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     assert!(printed.contains("hello from the sidecar of demo/web"), "{printed}");
 
     check_injected_pods_start_and_share(&cluster);
+    if !older_cluster() {
+        check_events_on_the_owners(&cluster);
+    }
     check_what_is_not_injected(&cluster);
     check_apply_time_preview(&cluster);
     check_the_app_waits_for_its_sidecar(&cluster);
@@ -1424,6 +1427,9 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     check_upgrade_in_place(&cluster, dir.path());
     check_disruption(&cluster);
     check_load_spread(&cluster);
+    if release().at_least(35) {
+        check_a_sidecar_resized_in_place(&cluster);
+    }
     eprintln!(
         "template edit to the first pod with the new version: {propagation} s; with a new template: {new_template} s"
     );
@@ -1436,6 +1442,9 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     eprintln!(
         "pod creation (dry run, kubectl included), median of 30: {with} ms with our webhooks, {without} ms without"
     );
+    if !older_cluster() {
+        check_helm_install_and_upgrade(&cluster);
+    }
     check_nothing_was_pulled(&cluster);
 
     let changed = cluster.down();
@@ -1443,6 +1452,183 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     // A second teardown is harmless.
     let output = Command::new(SCRIPT).arg("down").arg(dir.path()).output().unwrap();
     assert!(output.status.success(), "a second down:\n{}", text(&output));
+}
+
+/// Issue 55, item 2: the injector's Events, through its own service account and RBAC as deployed, on the pods'
+/// ReplicaSets, where `kubectl describe` shows them: the shop's pods injected with demo; a Deployment whose pods
+/// name a template the injector does not have, admitted without the sidecar, with the template named.
+fn check_events_on_the_owners(cluster: &Cluster) {
+    let described = |selector: &str, wanted: &[&str]| {
+        wait_for(Duration::from_secs(60), &format!("the Events of {selector}'s ReplicaSet: {wanted:?}"), || {
+            let text = cluster.kubectl_ok(&["-n", "demo", "describe", "replicaset", "-l", selector]);
+            wanted.iter().all(|w| text.contains(w)).then_some(text)
+        })
+    };
+    described("app=shop", &["Injected", "injected with template demo version"]);
+    cluster.apply(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: typo, namespace: demo}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: typo}}
+  template:
+    metadata:
+      labels: {app: typo}
+      annotations: {sidecar-injector.io/template: demi}
+    spec:
+      containers:
+        - {name: app, image: busybox:1.36, command: [sleep, "3600"]}
+"#,
+    );
+    let text = described("app=typo", &["NotInjected", "(unknown-template)", "no template named demi"]);
+    assert!(text.contains("Warning"), "{text}");
+    cluster.kubectl_ok(&["-n", "demo", "delete", "deployment", "typo", "--wait=false"]);
+}
+
+/// Issue 55, item 5: a sidecar's CPU resized in place (GA in 1.35). A template whose sidecar says
+/// `resizePolicy: NotRequired` (added through the overlay, the README's way); its pod is resized through the
+/// `resize` subresource: the kubelet applies the new CPU to the running sidecar, no container restarts, and neither
+/// webhook is called (they are registered for `pods`, not its subresources).
+fn check_a_sidecar_resized_in_place(cluster: &Cluster) {
+    apply_templates(cluster, |dir| {
+        let demo = std::fs::read_to_string(dir.join("demo.yaml")).unwrap();
+        let resizable = demo.replace("demo-sidecar", "resizable-sidecar").replace("sidecar-injector-demo", "resizable").replace(
+            "        resources:\n",
+            "        resizePolicy:\n          - { resourceName: cpu, restartPolicy: NotRequired }\n        resources:\n",
+        );
+        assert!(resizable.contains("resizePolicy"));
+        std::fs::write(dir.join("resizable.yaml"), resizable).unwrap();
+        let kustomization = dir.parent().unwrap().join("kustomization.yaml");
+        let text = std::fs::read_to_string(&kustomization).unwrap();
+        let listed = text.replace(
+            "      - templates/demo.yaml\n",
+            "      - templates/demo.yaml\n      - templates/resizable.yaml\n",
+        );
+        std::fs::write(&kustomization, listed).unwrap();
+    });
+    let pod = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "resized", "namespace": "demo",
+        "annotations": {"sidecar-injector.io/template": "resizable"}},
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}}"#;
+    // Until every replica has the template (the kubelet's sync): a pod that asks for it gets it.
+    wait_for(Duration::from_secs(180), "the resizable template on a replica", || {
+        dry_run_pod(cluster, "demo", "resizable-probe", "resizable")
+            .ok()
+            .filter(|p| names(p, "containers").contains(&"resizable-sidecar"))
+    });
+    let output = cluster.kubectl_with_input(&["create", "-f", "-"], pod);
+    assert!(output.status.success(), "{}", text(&output));
+    let sidecar_status = |pod: &Value| {
+        pod["status"]["containerStatuses"]
+            .as_array()
+            .and_then(|s| s.iter().find(|c| c["name"] == "resizable-sidecar").cloned())
+    };
+    let before = wait_for(Duration::from_secs(90), "the resizable pod Ready", || {
+        let pod = cluster.json(&["-n", "demo", "get", "pod", "resized"]);
+        all_ready(&pod).then_some(pod)
+    });
+    assert_eq!(names(&before, "containers"), ["app", "resizable-sidecar"]);
+    let answered = reviews_answered(cluster);
+    let patch = r#"{"spec": {"containers": [{"name": "resizable-sidecar",
+        "resources": {"requests": {"cpu": "20m"}, "limits": {"cpu": "200m"}}}]}}"#;
+    cluster.kubectl_ok(&["-n", "demo", "patch", "pod", "resized", "--subresource", "resize", "--patch", patch]);
+    let after = wait_for(Duration::from_secs(90), "the sidecar running with the new CPU", || {
+        let pod = cluster.json(&["-n", "demo", "get", "pod", "resized"]);
+        let status = sidecar_status(&pod)?;
+        (status["resources"]["limits"]["cpu"] == "200m" && status["resources"]["requests"]["cpu"] == "20m")
+            .then_some(pod)
+    });
+    for container in ["app", "resizable-sidecar"] {
+        let status = |pod: &Value| {
+            pod["status"]["containerStatuses"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == container)
+                .cloned()
+                .unwrap()
+        };
+        let (was, is) = (status(&before), status(&after));
+        assert_eq!(is["restartCount"], 0, "{container} restarted: {is}");
+        assert_eq!(was["containerID"], is["containerID"], "{container} replaced");
+        assert_eq!(was["state"]["running"]["startedAt"], is["state"]["running"]["startedAt"], "{container}");
+    }
+    assert_eq!(reviews_answered(cluster), answered, "a resize reached our webhooks");
+    cluster.kubectl_ok(&["-n", "demo", "delete", "pod", "resized", "--wait=false"]);
+}
+
+/// Issue 55, item 3: the chart on the real cluster. The README's deployment is taken down and the chart installed in
+/// its place with the same image and certificate (`certificates.mode: secret`, the overlay's CA and Secret): pods
+/// are injected; `helm upgrade` to three replicas rolls out and pods are still injected; `helm uninstall` removes
+/// the webhooks. (The chart's objects equal the manifests': tests/e2e/helm.rs.)
+fn check_helm_install_and_upgrade(cluster: &Cluster) {
+    let helm = String::from_utf8(
+        Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/helm.sh")).arg("bin").output().unwrap().stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_owned();
+    assert!(Path::new(&helm).is_file(), "helm is built: tests/e2e/helm.sh build");
+    // (Its webhook configurations are gone already: the creation timings above deleted them.)
+    cluster.kubectl_ok(&["delete", "-k", "my-injector", "--ignore-not-found", "--wait=true", "--timeout=120s"]);
+    let chart = Path::new(ROOT).join("charts/sidecar-injector");
+    let chart = chart.to_str().unwrap();
+    let helm_ok = |args: &[&str]| {
+        let output = cluster.command(&helm).args(args).output().unwrap();
+        assert!(output.status.success(), "helm {}:\n{}", args.join(" "), text(&output));
+    };
+    let (repository, tag) = IMAGE.split_once(':').unwrap();
+    let values = [
+        "--set".to_owned(),
+        "certificates.mode=secret".to_owned(),
+        "--set-file".to_owned(),
+        "certificates.caBundle=my-injector/ca.crt".to_owned(),
+        "--set".to_owned(),
+        format!("image.repository={repository},image.tag={tag}"),
+    ];
+    let install: Vec<&str> = ["install", "sidecar-injector", chart, "-n", "default"]
+        .into_iter()
+        .chain(values.iter().map(String::as_str))
+        .collect();
+    helm_ok(&install);
+    // The Secret is the user's, as the overlay's is: created from the same files.
+    cluster.kubectl_ok(&[
+        "-n",
+        "sidecar-injector",
+        "create",
+        "secret",
+        "tls",
+        "sidecar-injector-tls",
+        "--cert=my-injector/tls.crt",
+        "--key=my-injector/tls.key",
+    ]);
+    wait_for_the_injector_rollout(cluster);
+    let injected = |name: &str| {
+        wait_for(Duration::from_secs(60), "a pod injected by the chart's webhook", || {
+            dry_run_pod(cluster, "demo", name, "demo").ok().filter(|p| names(p, "containers").contains(&"demo-sidecar"))
+        })
+    };
+    injected("helm-installed");
+    let upgrade: Vec<&str> = ["upgrade", "sidecar-injector", chart, "-n", "default", "--set", "replicas=3"]
+        .into_iter()
+        .chain(values.iter().map(String::as_str))
+        .collect();
+    helm_ok(&upgrade);
+    wait_for_the_injector_rollout(cluster);
+    let deployment = cluster.json(&["-n", "sidecar-injector", "get", "deployment", "sidecar-injector"]);
+    assert_eq!(deployment["spec"]["replicas"], 3, "{}", deployment["spec"]);
+    wait_for(Duration::from_secs(120), "three replicas ready", || {
+        let deployment = cluster.json(&["-n", "sidecar-injector", "get", "deployment", "sidecar-injector"]);
+        (deployment["status"]["readyReplicas"] == 3).then_some(())
+    });
+    injected("helm-upgraded");
+    let releases = cluster.command(&helm).args(["list", "-n", "default", "-o", "json"]).output().unwrap();
+    let releases: Value = serde_json::from_slice(&releases.stdout).unwrap();
+    assert_eq!(releases[0]["revision"], "2", "{releases}");
+    helm_ok(&["uninstall", "sidecar-injector", "-n", "default", "--wait"]);
+    let left = cluster.kubectl(&["get", "mutatingwebhookconfiguration", "sidecar-injector"]);
+    assert!(!left.status.success(), "the chart's webhook outlived the uninstall");
 }
 
 /// The floor the API server times our webhooks against (issue 54): the load harness's stack floor (`loadtest

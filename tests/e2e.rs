@@ -15,6 +15,8 @@ mod admission_chain;
 mod common;
 #[path = "e2e/differential.rs"]
 mod differential;
+#[path = "e2e/events.rs"]
+mod events;
 #[path = "e2e/helm.rs"]
 mod helm;
 #[path = "e2e/policy.rs"]
@@ -306,6 +308,14 @@ async fn eventually<T>(what: &str, mut attempt: impl AsyncFnMut() -> Option<T>) 
 async fn the_admission_chain_accepts_every_pod_the_api_server_accepts_as_sent() {
     let cluster = Cluster::start();
     admission_chain::the_admission_chain_accepts_every_pod_it_accepted_as_sent(&cluster).await;
+}
+
+/// Issue 55: Kubernetes Events about admissions; see `tests/e2e/events.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: tests/e2e/apiserver.sh"]
+async fn events_against_a_real_api_server() {
+    let cluster = Cluster::start();
+    events::events_on_the_pods_controller(&cluster).await;
 }
 
 /// Issue 53: the templates compiled into MutatingAdmissionPolicies inject pods as the webhook does; see

@@ -41,6 +41,33 @@ pub struct Outcome {
     /// Why the pod was not injected, where the reason's own sentence is not the cause: a Job's pod left out because
     /// the Kubernetes version has no native sidecars, not by its template's `jobs` setting.
     pub because: Option<String>,
+    /// With [`Engine::review_with_subject`] only, for an outcome that [`Outcome::deserves_event`] of a review that
+    /// is not a dry run: what a Kubernetes Event about it regards.
+    pub subject: Option<Subject>,
+}
+
+/// The object a Kubernetes Event about a pod's admission regards (`serve --events`): the pod's controller (its
+/// ReplicaSet, Job, StatefulSet, ...), whose `kubectl describe` shows it, or else the pod by name (a pod under
+/// admission has no uid yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    /// The pod's namespace (the request's, when the pod names none).
+    pub namespace: String,
+    /// The pod's name, or its `generateName`.
+    pub pod: String,
+    /// The pod's controller: `apiVersion`, `kind`, `name`, `uid`.
+    pub controller: Option<[String; 4]>,
+}
+
+impl Subject {
+    fn of(pod: &PodView<'_, '_>) -> Subject {
+        let name = if pod.name().is_empty() { pod.generate_name() } else { pod.name() };
+        Subject {
+            namespace: pod.namespace().to_owned(),
+            pod: name.to_owned(),
+            controller: pod.controller().map(|fields| fields.map(str::to_owned)),
+        }
+    }
 }
 
 /// What [`Engine::trace`] adds to an outcome, for people reading a decision (`review --explain`, `inject`).
@@ -63,6 +90,7 @@ impl Outcome {
             missing: Vec::new(),
             trace: trace.then(Trace::default),
             because: None,
+            subject: None,
         }
     }
 
@@ -74,6 +102,27 @@ impl Outcome {
             _ => None,
         }
     }
+
+    /// Is this an outcome a Kubernetes Event is published for (`serve --events`)? A pod injected, a pod refused,
+    /// and a pod admitted without the sidecar for a reason its owner would not expect: a template it names that
+    /// cannot serve it (unknown, not combinable, too new, failing to render), a conflict with the pod, a Windows
+    /// pod, a Job's pod on a cluster without native sidecars. Not the pods the rules leave out as asked (opted
+    /// out, already injected, not a pod).
+    pub fn deserves_event(&self) -> bool {
+        match self.verdict {
+            Verdict::Injected { .. } | Verdict::Denied(_) => true,
+            Verdict::Skipped(reason) => reason.is_failure() || reason == SkipReason::Windows || self.because.is_some(),
+            _ => false,
+        }
+    }
+}
+
+/// What an outcome carries beyond the verdict: nothing (the request path), a [`Trace`], or a [`Subject`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Extras {
+    None,
+    Trace,
+    Subject,
 }
 
 /// The engine's verdict on one review.
@@ -335,20 +384,26 @@ impl Engine {
     /// [`PARSE_PADDING`] for its capacity) and the response is written to `out`. An `Err` means the body is not a
     /// readable review: answer 400.
     pub fn review(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
-        self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Mutate, false))
+        self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Mutate, Extras::None))
+    }
+
+    /// [`Engine::review`], and for an outcome that [`Outcome::deserves_event`] its [`Subject`] (a few strings,
+    /// copied only then): for a server that publishes Events.
+    pub fn review_with_subject(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
+        self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Mutate, Extras::Subject))
     }
 
     /// Validates one `AdmissionReview` (`/validate`): the pod is allowed if injecting it again would add nothing;
     /// otherwise it is refused, or admitted with a warning, naming what is missing. Everything `review` skips is
     /// allowed. Same buffers and errors as [`Engine::review`].
     pub fn validate(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
-        self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Validate, false))
+        self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Validate, Extras::None))
     }
 
     /// [`Engine::review`] or [`Engine::validate`], with the outcome's [`Trace`]: for people reading a decision,
     /// not for the request path (it writes the patch twice).
     pub fn trace(&self, body: &mut Vec<u8>, out: &mut Vec<u8>, mode: Mode) -> Result<Outcome, ReviewError> {
-        self.run(body, true, |engine, root, work| engine.answer(root, work, out, mode, true))
+        self.run(body, true, |engine, root, work| engine.answer(root, work, out, mode, Extras::Trace))
     }
 
     /// For `uninject`: reviews a pod (a Pod CREATE review) as [`Engine::review`] does, and when its template is
@@ -430,20 +485,28 @@ impl Engine {
         result
     }
 
-    /// Decides, then writes the response from the decision.
+    /// Decides, then writes the response from the decision; the outcome with `extras`.
     fn answer(
         &self,
         root: simd_json::tape::Value<'_, '_>,
         work: &mut Work,
         out: &mut Vec<u8>,
         mode: Mode,
-        trace: bool,
+        extras: Extras,
     ) -> Result<Outcome, ReviewError> {
         let review = review::read(root)?;
-        let mut outcome = Outcome::new(review.version, trace);
+        let mut outcome = Outcome::new(review.version, extras == Extras::Trace);
         let pod = decision::decide(&review, &self.keys)?;
         let decision = self.decide(&pod, work, &mut outcome, mode);
         self.write(&review, decision, work, out, &mut outcome);
+        // A dry run (`kubectl create --dry-run=server`, the apply-time preview) admits no pod: nothing to say.
+        if extras == Extras::Subject
+            && !review.dry_run
+            && let Ok(pod) = &pod
+            && outcome.deserves_event()
+        {
+            outcome.subject = Some(Subject::of(pod));
+        }
         Ok(outcome)
     }
 

@@ -56,7 +56,7 @@ pub mod validation;
 pub mod workload;
 
 pub use decision::SkipReason;
-pub use engine::{Engine, Mode, Outcome, PARSE_PADDING, Stage, Trace, Verdict};
+pub use engine::{Engine, Mode, Outcome, PARSE_PADDING, Stage, Subject, Trace, Verdict};
 pub use review::{ApiVersion, ReviewError};
 pub use settings::{Policy, Settings, Validation};
 pub use template::{Hold, JobPolicy, Stamp, Template, TemplateError, TemplateId};

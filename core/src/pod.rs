@@ -41,6 +41,8 @@ pub(crate) struct PodView<'t, 'i> {
     windows: bool,
     /// `spec.containers`, `spec.initContainers` and `spec.ephemeralContainers`, when they are arrays.
     container_lists: [Option<Value<'t, 'i>>; 3],
+    /// `metadata.ownerReferences`, when an array.
+    owners: Option<Value<'t, 'i>>,
 }
 
 impl<'t, 'i> PodView<'t, 'i> {
@@ -65,6 +67,7 @@ impl<'t, 'i> PodView<'t, 'i> {
             runs_to_completion: false,
             windows: false,
             container_lists: [None; 3],
+            owners: None,
         };
         let mut metadata = None;
         for (key, value) in object.as_object().iter().flat_map(|o| o.iter()) {
@@ -89,6 +92,7 @@ impl<'t, 'i> PodView<'t, 'i> {
                     pod.own_annotations = read.own;
                 }
                 "ownerReferences" => {
+                    pod.owners = value.as_array().map(|_| value);
                     pod.runs_to_completion |= value.as_array().is_some_and(|owners| owners.iter().any(is_job))
                 }
                 _ => {}
@@ -294,6 +298,16 @@ impl<'t, 'i> PodView<'t, 'i> {
             return Some(("a container's name", LABEL));
         }
         None
+    }
+
+    /// The owner that controls the pod (its `ownerReferences` entry with `controller: true`): `apiVersion`,
+    /// `kind`, `name` and `uid`, each present.
+    pub(crate) fn controller(&self) -> Option<[&'i str; 4]> {
+        let owners = self.owners.and_then(|o| o.as_array())?;
+        owners.iter().find(|owner| owner.get("controller").and_then(|c| c.as_bool()) == Some(true)).and_then(|owner| {
+            let field = |key: &str| owner.get(key).and_then(|v| v.into_string()).filter(|v| !v.is_empty());
+            Some([field("apiVersion")?, field("kind")?, field("name")?, field("uid")?])
+        })
     }
 
     /// How the pod is named in messages: its name, or its generateName followed by `*`.

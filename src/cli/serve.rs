@@ -4,11 +4,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::server::events::Publisher;
 use crate::server::limits::TEMPLATE_DEBOUNCE;
 use crate::server::reload::TemplateWatch;
 use crate::server::serving::Served;
 use crate::server::source::TemplateSource;
-use crate::server::{ServeConfig, Server, TlsSource};
+use crate::server::{EventsMode, ServeConfig, Server, TlsSource};
 use arc_swap::ArcSwap;
 use clap::{Args, ValueEnum};
 
@@ -42,6 +43,11 @@ pub struct ServeArgs {
     /// service account and `get` on that ConfigMap (the manifests grant it).
     #[arg(long, value_name = "[REVISION=]NAME", env = "SIDECAR_INJECTOR_TEMPLATE_CONFIGMAP", value_delimiter = ',')]
     pub template_configmap: Vec<RevisionConfigMap>,
+
+    /// Publish the Events of `--events auto` through this kubeconfig's current context rather than the in-cluster
+    /// service account: for a server run outside the cluster it serves.
+    #[arg(long, value_name = "FILE", env = "SIDECAR_INJECTOR_EVENTS_KUBECONFIG")]
+    pub events_kubeconfig: Option<PathBuf>,
 
     /// With --template-dir: how often the directory is read even without a change event (events can be missed).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "SIDECAR_INJECTOR_TEMPLATE_POLL_INTERVAL")]
@@ -160,6 +166,38 @@ impl ServeArgs {
     }
 }
 
+impl ServeArgs {
+    /// Who publishes the Events of `--events auto`: the --events-kubeconfig's context, or else the in-cluster
+    /// service account; outside a cluster without one, nobody (said once in the log). An error for a kubeconfig
+    /// that cannot be read.
+    async fn attach_events(&self, config: &mut ServeConfig) -> Result<(), CliError> {
+        if config.events == EventsMode::Off {
+            return Ok(());
+        }
+        let credentials = match &self.events_kubeconfig {
+            Some(path) => {
+                let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|e| CliError::Config(format!("--events-kubeconfig {}: {e}", path.display())))?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+                    .await
+                    .map_err(|e| CliError::Config(format!("--events-kubeconfig {}: {e}", path.display())))?
+            }
+            None => match kube::Config::incluster() {
+                Ok(credentials) => credentials,
+                Err(e) => {
+                    tracing::info!("Kubernetes Events are not published: not in a cluster ({e}); --events off says so");
+                    return Ok(());
+                }
+            },
+        };
+        let client = kube::Client::try_from(credentials)
+            .map_err(|e| CliError::Config(format!("--events: cannot make an API client: {e}")))?;
+        // The pod's name (the manifests set POD_NAME from the downward API) tells the replicas' Events apart.
+        config.event_publisher = Some(Publisher { client, instance: std::env::var("POD_NAME").ok() });
+        Ok(())
+    }
+}
+
 /// Runs `serve` until SIGTERM or SIGINT.
 pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     init_logging(args)?;
@@ -188,6 +226,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         // The API client starts a task of its own: it is made in the runtime.
         let _runtime = runtime.enter();
         args.attach_configmaps(&mut config)?;
+        runtime.block_on(args.attach_events(&mut config))?;
     }
     let describe = |e: &sidecar_injector_core::Engine| {
         let left_out = e.set().unavailable_summary();

@@ -151,6 +151,7 @@ mod tests {
             shutting_down: AtomicBool::new(false),
             body_budget,
             open: Default::default(),
+            events: None,
         })
     }
 

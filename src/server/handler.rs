@@ -265,7 +265,7 @@ async fn read_and_review(
     };
     let (mut reviewed, lacked) = {
         let engine = revision.engine.load();
-        let reviewed = review(&engine, endpoint, &mut buf, &mut out);
+        let reviewed = review(&engine, endpoint, shared.events.is_some(), &mut buf, &mut out);
         let lacked = lacks(&reviewed).then(|| arc_swap::Guard::into_inner(engine));
         (reviewed, lacked)
     };
@@ -276,7 +276,7 @@ async fn read_and_review(
             if !Arc::ptr_eq(&used, &now) {
                 refill(&mut buf, &received);
                 out.clear();
-                reviewed = review(&now, endpoint, &mut buf, &mut out);
+                reviewed = review(&now, endpoint, shared.events.is_some(), &mut buf, &mut out);
             }
         }
     }
@@ -291,8 +291,11 @@ async fn read_and_review(
         return refuse(shared, &Refusal::Overloaded(shared.body_budget.total()));
     }
     match reviewed {
-        Ok(Ok(outcome)) => {
+        Ok(Ok(mut outcome)) => {
             record(&revision.metrics, endpoint, &outcome);
+            if let Some(events) = &shared.events {
+                events.offer(&mut outcome);
+            }
             let mut answer = Response::new(Content { bytes: out, _reserved: Some(reserved) });
             answer.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             answer
@@ -312,14 +315,17 @@ type Reviewed = Result<Result<Outcome, ReviewError>, Panicked>;
 /// ([`super::refresh`]), at most: well within the API server's timeout for the call.
 const REFRESH_WAIT: Duration = Duration::from_secs(2);
 
-/// Reviews `buf` with `engine`, for `endpoint`.
+/// Reviews `buf` with `engine`, for `endpoint`; a mutating review's outcome with its subject when Events are
+/// published.
 fn review(
     engine: &sidecar_injector_core::Engine,
     endpoint: Endpoint,
+    events: bool,
     buf: &mut Vec<u8>,
     out: &mut Vec<u8>,
 ) -> Reviewed {
     review_guarded(|| match endpoint {
+        Endpoint::Mutate if events => engine.review_with_subject(buf, out),
         Endpoint::Mutate => engine.review(buf, out),
         Endpoint::Validate => engine.validate(buf, out),
         Endpoint::Preview => engine.preview(buf, out),

@@ -9,6 +9,7 @@
 mod admin;
 mod budget;
 mod conn;
+pub mod events;
 mod handler;
 pub mod limits;
 pub mod refresh;
@@ -159,6 +160,25 @@ pub struct ServeConfig {
     /// (the CLI's --template-dir).
     #[arg(skip)]
     pub template_watches: Vec<reload::TemplateWatch>,
+
+    /// Kubernetes Events about admissions: `auto` publishes them (a pod injected with its template and version,
+    /// refused, or admitted without the sidecar for a reason its owner would not expect) on the pod's controller,
+    /// through the in-cluster service account, when the server runs in a cluster; `off` never does.
+    #[arg(long, value_enum, default_value_t = EventsMode::Auto, env = "SIDECAR_INJECTOR_EVENTS")]
+    pub events: EventsMode,
+
+    /// Who publishes the Events (made by the CLI from `--events`): none, no Events.
+    #[arg(skip)]
+    pub event_publisher: Option<events::Publisher>,
+}
+
+/// `--events`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EventsMode {
+    /// Published when the server has cluster credentials (in a pod: its service account).
+    Auto,
+    /// Never published.
+    Off,
 }
 
 impl Default for ServeConfig {
@@ -209,6 +229,8 @@ pub(crate) struct Shared {
     pub body_budget: Arc<budget::BodyBudget>,
     /// The connections being served, to make room at the connection limit and in the memory account.
     pub open: Arc<OpenConnections>,
+    /// The queue of Kubernetes Events to publish (`--events`), when they are.
+    pub events: Option<events::Events>,
 }
 
 /// One revision: a template set served at `<path>/<name>` and `<validate-path>/<name>`, reloaded on its own.
@@ -327,7 +349,9 @@ impl Server {
         let body_budget = budget::BodyBudget::new(config.max_inflight_body_bytes, metrics.clone())
             .making_room(move || room.make_room_in_the_account());
         let (body_budget, shutting_down) = (Arc::new(body_budget), AtomicBool::new(false));
-        let shared = Arc::new(Shared { revisions, config, metrics, shutting_down, body_budget, open });
+        let events = (config.event_publisher.clone())
+            .map(|publisher| events::Events::start(publisher, metrics.clone(), events::QUEUE));
+        let shared = Arc::new(Shared { revisions, config, metrics, shutting_down, body_budget, open, events });
         Ok(Server { shared, listener, admin, tls })
     }
 

@@ -82,6 +82,18 @@ pub(crate) enum ReadResult {
     Error,
 }
 
+/// What became of a Kubernetes Event the server had to say (the `result` label of `sidecar_injector_events_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
+pub(crate) enum EventResult {
+    /// Created, or counted into an Event's series.
+    Published,
+    /// The API server refused it or could not be reached (logged at debug level).
+    Failed,
+    /// Not queued: the queue was full (`events::QUEUE`).
+    Dropped,
+}
+
 /// At most one warning line per this interval summarises the connection errors counted since the previous one.
 pub(crate) const CONNECTION_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -163,6 +175,7 @@ struct Handles {
     handshakes_failed: Counter,
     reloads_ok: Counter,
     reloads_failed: Counter,
+    events: Vec<(EventResult, Counter)>,
     /// The revisions' handles, in the server's order, for rendering their template set series.
     revisions: std::sync::Mutex<Vec<RevisionMetrics>>,
 }
@@ -294,6 +307,13 @@ const CONNECTION_ERRORS: Family = Family {
     help: "Connections ended by an error, by kind (the kind label: tls-handshake, timeout, http1, http2, io, evicted).",
 };
 
+const EVENTS: Family = Family {
+    name: "sidecar_injector_events_total",
+    kind: Kind::Counter,
+    unit: None,
+    help: "Kubernetes Events about admissions (--events), by result: published, failed, dropped (the queue full).",
+};
+
 const INFLIGHT_BODY_BYTES: Family = Family {
     name: "sidecar_injector_inflight_body_bytes",
     kind: Kind::Gauge,
@@ -316,7 +336,7 @@ const TEMPLATE_LAST_RELOAD: Family = Family {
 };
 
 /// Every family the server records.
-const FAMILIES: [&Family; 16] = [
+const FAMILIES: [&Family; 17] = [
     &REQUESTS,
     &VALIDATIONS,
     &PREVIEWS,
@@ -330,6 +350,7 @@ const FAMILIES: [&Family; 16] = [
     &TEMPLATE_SET,
     &TEMPLATE_READS,
     &CONNECTION_ERRORS,
+    &EVENTS,
     &INFLIGHT_BODY_BYTES,
     &TEMPLATE_GENERATION,
     &TEMPLATE_LAST_RELOAD,
@@ -426,6 +447,12 @@ impl Metrics {
             handshakes_failed: metrics::counter!(HANDSHAKES.name, "result" => "error"),
             reloads_ok: metrics::counter!(CERTIFICATE_RELOADS.name, "result" => "ok"),
             reloads_failed: metrics::counter!(CERTIFICATE_RELOADS.name, "result" => "error"),
+            events: (<EventResult as strum::VariantArray>::VARIANTS.iter())
+                .map(|&result| {
+                    let name: &'static str = result.into();
+                    (result, metrics::counter!(EVENTS.name, "result" => name))
+                })
+                .collect(),
             revisions: std::sync::Mutex::new(Vec::new()),
         };
         metrics::gauge!(BUILD_INFO.name, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
@@ -438,6 +465,10 @@ impl Metrics {
         let revisions = self.0.revisions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         render_template_sets(&mut text, &revisions);
         text
+    }
+
+    pub(crate) fn event(&self, result: EventResult) {
+        count(&self.0.events, result);
     }
 
     pub(crate) fn error(&self, reason: ErrorReason) {

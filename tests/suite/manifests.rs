@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use serde_json::Value;
 use sidecar_injector::cli::names;
 use sidecar_injector_core::decision::OPT_OUT_VALUES;
@@ -114,6 +114,8 @@ fn every_object_deserialises_into_its_kubernetes_type_without_losing_a_field() {
             "ServiceAccount" => round_trips_as::<ServiceAccount>(file, object),
             "Role" => round_trips_as::<Role>(file, object),
             "RoleBinding" => round_trips_as::<RoleBinding>(file, object),
+            "ClusterRole" => round_trips_as::<ClusterRole>(file, object),
+            "ClusterRoleBinding" => round_trips_as::<ClusterRoleBinding>(file, object),
             "ConfigMap" => round_trips_as::<ConfigMap>(file, object),
             "Deployment" => round_trips_as::<Deployment>(file, object),
             "Service" => round_trips_as::<Service>(file, object),
@@ -126,7 +128,7 @@ fn every_object_deserialises_into_its_kubernetes_type_without_losing_a_field() {
         }
         kinds.insert(kind);
     }
-    assert_eq!(kinds.len(), 12, "one of each: {kinds:?}");
+    assert_eq!(kinds.len(), 14, "one of each: {kinds:?}");
     for (file, object) in objects(CERT_MANAGER) {
         match object["kind"].as_str().unwrap() {
             "Issuer" => drop(serde_json::from_value::<cert_manager::Issuer>(object).unwrap()),
@@ -377,6 +379,23 @@ fn the_deployment_is_hardened_and_runs_what_it_mounts() {
     let subjects = binding.subjects.unwrap();
     assert_eq!((subjects.len(), subjects[0].kind.as_str()), (1, "ServiceAccount"));
     assert_eq!(Some(&subjects[0].name), pod.service_account_name.as_ref());
+    // Events (serve --events): created and patched (their series), and nothing else, in any namespace; the
+    // replica's name from the downward API tells the replicas' Events apart.
+    let events: ClusterRole = typed(the(&base, "ClusterRole"));
+    let rules = serde_json::to_value(events.rules.unwrap()).unwrap();
+    assert_eq!(
+        rules,
+        serde_json::json!([{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}])
+    );
+    let binding: ClusterRoleBinding = typed(the(&base, "ClusterRoleBinding"));
+    assert_eq!(binding.role_ref.name, events.metadata.name.unwrap());
+    let subjects = binding.subjects.unwrap();
+    assert_eq!(Some(&subjects[0].name), pod.service_account_name.as_ref());
+    assert_eq!(subjects[0].namespace.as_deref(), Some("sidecar-injector"));
+    let container = &pod.containers[0];
+    let pod_name = container.env.iter().flatten().find(|e| e.name == "POD_NAME").expect("POD_NAME");
+    let field = pod_name.value_from.as_ref().and_then(|v| v.field_ref.as_ref()).map(|f| f.field_path.as_str());
+    assert_eq!(field, Some("metadata.name"));
     let (token_dir, token) = mounted("api-access");
     assert_eq!(token_dir, Path::new("/var/run/secrets/kubernetes.io/serviceaccount"), "where in-cluster clients look");
     let sources = token.projected.unwrap().sources.unwrap();
