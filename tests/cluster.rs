@@ -1430,6 +1430,7 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     if release().at_least(35) {
         check_a_sidecar_resized_in_place(&cluster);
     }
+    check_sidecars_upgraded_in_place(&cluster);
     eprintln!(
         "template edit to the first pod with the new version: {propagation} s; with a new template: {new_template} s"
     );
@@ -1529,7 +1530,16 @@ fn check_a_sidecar_resized_in_place(cluster: &Cluster) {
         all_ready(&pod).then_some(pod)
     });
     assert_eq!(names(&before, "containers"), ["app", "resizable-sidecar"]);
-    let answered = reviews_answered(cluster);
+    // Each replica's own counters, compared replica by replica: one may come or go meanwhile (the autoscaler).
+    let answered_by = || {
+        let families = ["sidecar_injector_requests_total", "sidecar_injector_validations_total"];
+        replica_metrics(cluster)
+            .into_iter()
+            .map(|(name, page)| (name, families.map(|family| metric_sum(&page, family))))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    wait_for_the_injector_rollout(cluster);
+    let answered = answered_by();
     let patch = r#"{"spec": {"containers": [{"name": "resizable-sidecar",
         "resources": {"requests": {"cpu": "20m"}, "limits": {"cpu": "200m"}}}]}}"#;
     cluster.kubectl_ok(&["-n", "demo", "patch", "pod", "resized", "--subresource", "resize", "--patch", patch]);
@@ -1554,8 +1564,175 @@ fn check_a_sidecar_resized_in_place(cluster: &Cluster) {
         assert_eq!(was["containerID"], is["containerID"], "{container} replaced");
         assert_eq!(was["state"]["running"]["startedAt"], is["state"]["running"]["startedAt"], "{container}");
     }
-    assert_eq!(reviews_answered(cluster), answered, "a resize reached our webhooks");
+    let now = answered_by();
+    let common: Vec<&String> = answered.keys().filter(|name| now.contains_key(*name)).collect();
+    assert!(!common.is_empty(), "no replica served throughout: {answered:?} then {now:?}");
+    for name in common {
+        assert_eq!(now[name], answered[name], "a resize reached our webhooks ({name})");
+    }
     cluster.kubectl_ok(&["-n", "demo", "delete", "pod", "resized", "--wait=false"]);
+}
+
+/// Issue 55, item 1: `status --upgrade`. Two templates of the test's own (demo's sidecar under other names) and
+/// their pods; then an edit that changes one's image alone (to the node's busybox with a label of its own, built
+/// and imported: nothing is pulled) and the other's image and an env var. `--partition 1` upgrades one of the
+/// two image-only pods and leaves the other; `-l` selects the other; a run over the namespace lists the reshaped
+/// pod for a restart and exits 1. On the kubelet: the upgraded sidecars run the new image, the app containers
+/// were not restarted (same container, same start, no restart), and `status` calls the upgraded pods current.
+fn check_sidecars_upgraded_in_place(cluster: &Cluster) {
+    const NEW_IMAGE: &str = "busybox:1.36-upgraded";
+    let socket = cluster.dir.join("containerd/containerd.sock");
+    // A new image, not a second tag of the old one (the runtime names a container's image by its ID, whose first
+    // name would be the old tag): the node's busybox with a label of its own, built with buildah from the archive
+    // the node's images came from, and imported.
+    let cache = std::env::var("E2E_CACHE")
+        .unwrap_or_else(|_| format!("{}/.cache/sidecar-injector-e2e", std::env::var("HOME").unwrap()));
+    let buildah = |args: &[&str]| {
+        let output = Command::new("buildah").args(args).output().unwrap();
+        assert!(output.status.success(), "buildah {}: {}", args.join(" "), text(&output));
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    };
+    let working = buildah(&["from", &format!("oci-archive:{cache}/images/busybox.tar")]);
+    buildah(&["config", "--label", "sidecar-injector.io/test=upgraded", &working]);
+    let archive = cluster.dir.join("busybox-upgraded.tar");
+    buildah(&["commit", "-q", &working, &format!("oci-archive:{}:docker.io/library/{NEW_IMAGE}", archive.display())]);
+    buildah(&["rm", &working]);
+    cluster.import(&archive);
+    let derived = |dir: &Path, name: &str, edit: &dyn Fn(String) -> String| {
+        let demo = std::fs::read_to_string(dir.join("demo.yaml")).unwrap();
+        let text = demo.replace("demo-sidecar", &format!("{name}-sidecar")).replace("sidecar-injector-demo", name);
+        std::fs::write(dir.join(format!("{name}.yaml")), edit(text)).unwrap();
+    };
+    apply_templates(cluster, |dir| {
+        derived(dir, "upgradable", &|t| t);
+        derived(dir, "reshaped", &|t| t);
+        let kustomization = dir.parent().unwrap().join("kustomization.yaml");
+        let text = std::fs::read_to_string(&kustomization).unwrap().replace(
+            "      - templates/demo.yaml\n",
+            "      - templates/demo.yaml\n      - templates/upgradable.yaml\n      - templates/reshaped.yaml\n",
+        );
+        std::fs::write(&kustomization, text).unwrap();
+    });
+    cluster.kubectl_ok(&["create", "namespace", "upgrades"]);
+    cluster.kubectl_ok(&["label", "namespace", "upgrades", "sidecar-injector.io/inject=enabled"]);
+    for template in ["upgradable", "reshaped"] {
+        wait_for(Duration::from_secs(180), &format!("template {template} on the replicas"), || {
+            dry_run_pod(cluster, "upgrades", "probe", template)
+                .ok()
+                .filter(|p| names(p, "containers").contains(&format!("{template}-sidecar").as_str()))
+        });
+    }
+    for (name, template, replicas) in [("up", "upgradable", 2), ("re", "reshaped", 1)] {
+        cluster.apply(&format!(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: upgrades}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+      annotations: {{sidecar-injector.io/template: {template}}}
+    spec:
+      containers:
+        - {{name: app, image: "busybox:1.36", command: [sleep, "3600"]}}
+"#
+        ));
+    }
+    let pods = || cluster.json(&["-n", "upgrades", "get", "pods"])["items"].as_array().cloned().unwrap_or_default();
+    let before = wait_for(Duration::from_secs(120), "the upgrades pods Ready", || {
+        let items = pods();
+        (items.len() == 3 && items.iter().all(all_ready)).then_some(items)
+    });
+    let container = |pod: &Value, name: &str| {
+        pod["status"]["containerStatuses"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap()
+    };
+    // The edit: both images, and the reshaped sidecar's env as well.
+    apply_templates(cluster, |dir| {
+        let image = |t: String| t.replace("  image: busybox:1.36\n", &format!("  image: {NEW_IMAGE}\n"));
+        derived(dir, "upgradable", &image);
+        derived(dir, "reshaped", &|t| {
+            image(t).replace("        env:\n", "        env:\n          - { name: RESHAPED, value: \"1\" }\n")
+        });
+    });
+    wait_for(Duration::from_secs(180), "the edit on every replica", || {
+        (0..6)
+            .all(|i| {
+                dry_run_pod(cluster, "upgrades", &format!("edited-{i}"), "upgradable")
+                    .is_ok_and(|p| p["spec"]["containers"].as_array().unwrap().iter().any(|c| c["image"] == NEW_IMAGE))
+            })
+            .then_some(())
+    });
+    let status = |extra: &[&str]| {
+        let mut args = vec!["status", "-n", "upgrades", "--configmap", "sidecar-injector/sidecar-injector-templates"];
+        args.extend(extra);
+        cluster.command("sidecar-injector").args(&args).output().unwrap()
+    };
+    let planned = status(&["--upgrade", "--dry-run"]);
+    let planned_text = text(&planned);
+    assert!(planned_text.contains("upgrade in place: 3 matched, 2 would upgrade"), "{planned_text}");
+    assert!(planned_text.contains("restart: spec.containers[reshaped-sidecar].env"), "{planned_text}");
+    let mut up: Vec<String> = before
+        .iter()
+        .filter(|p| p["metadata"]["labels"]["app"] == "up")
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    up.sort();
+    // A canary: the first of the two, by name; the second kept by the partition.
+    let canary = status(&["--upgrade", "-l", "app=up", "--partition", "1"]);
+    let canary_text = text(&canary);
+    assert!(canary.status.success(), "{canary_text}");
+    assert!(canary_text.contains("upgrade in place: 2 matched, 1 upgraded, 1 ready"), "{canary_text}");
+    assert!(canary_text.contains(&format!("upgrades/{}: left", up[1])), "{canary_text}");
+    let rest = status(&["--upgrade", "-l", "app=up"]);
+    assert!(rest.status.success(), "{}", text(&rest));
+    assert!(text(&rest).contains("1 matched, 1 upgraded, 1 ready"), "{}", text(&rest));
+    let whole = status(&["--upgrade"]);
+    assert_eq!(
+        whole.status.code(),
+        Some(1),
+        "the reshaped pod is left for a restart:
+{}",
+        text(&whole)
+    );
+    let after = pods();
+    for name in &up {
+        let was = before.iter().find(|p| &p["metadata"]["name"] == name).unwrap();
+        let is = after.iter().find(|p| &p["metadata"]["name"] == name).unwrap();
+        let (app_was, app_is) = (container(was, "app"), container(is, "app"));
+        assert_eq!(app_is["restartCount"], 0, "{name}: {app_is}");
+        assert_eq!(app_was["containerID"], app_is["containerID"], "{name}: the app was replaced");
+        assert_eq!(app_was["state"]["running"]["startedAt"], app_is["state"]["running"]["startedAt"], "{name}");
+        let sidecar = container(is, "upgradable-sidecar");
+        assert_eq!(sidecar["ready"], true, "{name}: {sidecar}");
+        assert_ne!(sidecar["containerID"], container(was, "upgradable-sidecar")["containerID"], "{name}: replaced");
+        assert_eq!(is["spec"]["containers"][1]["image"], NEW_IMAGE);
+        // What the runtime runs (the kubelet's status may name an image by another of its tags).
+        let id = sidecar["containerID"].as_str().unwrap().trim_start_matches("containerd://");
+        let info = Command::new("ctr")
+            .args(["--address", socket.to_str().unwrap(), "-n", "k8s.io", "containers", "info", id])
+            .output()
+            .unwrap();
+        assert!(info.status.success(), "ctr containers info: {}", text(&info));
+        let info: Value = serde_json::from_slice(&info.stdout).unwrap();
+        assert_eq!(info["Image"], format!("docker.io/library/{NEW_IMAGE}"), "{name}: the runtime's container");
+    }
+    // `status` judges them current; the reshaped pod stale, untouched.
+    let report: Value = serde_json::from_slice(&status(&["-o", "json"]).stdout).unwrap();
+    let classes: Vec<(String, String)> = report["namespaces"][0]["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|w| w["pods"].as_array().unwrap().iter())
+        .map(|p| (p["name"].as_str().unwrap().to_owned(), p["class"].as_str().unwrap().to_owned()))
+        .collect();
+    for (name, class) in &classes {
+        let expected = if up.contains(name) { "current" } else { "stale" };
+        assert_eq!(class, expected, "{name}: {classes:?}");
+    }
+    cluster.kubectl_ok(&["delete", "namespace", "upgrades", "--wait=false"]);
 }
 
 /// Issue 55, item 3: the chart on the real cluster. The README's deployment is taken down and the chart installed in

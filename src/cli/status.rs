@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use super::{CliError, TemplateArgs};
 use crate::status::report::{Report, Surveyed};
 use crate::status::restart::{self, DEFAULT_MAX_RESTARTS};
+use crate::status::upgrade;
 use crate::status::{self, Cluster, ClusterError, Revision, Scope};
 use sidecar_injector_core::settings::Keys;
 
@@ -31,8 +32,14 @@ injected. Without -n or -A, only namespaces with either label are looked at.
 does (the pod template annotation kubectl.kubernetes.io/restartedAt); bare pods, Jobs, CronJobs and other \
 controllers are listed to be recreated by hand.
 
-Exit codes: 0 no drift (with --restart: every drifting workload was restarted, or with --dry-run would be); 1 \
-drift (with --restart: drift left behind, not restartable, over --max-restarts, or a restart refused); 2 bad \
+--upgrade patches, in place, the sidecar image of each stale pod that differs from what its template injects \
+today only in that image (asked of the API server with a dry run of the pod as it was before its injection): the \
+kubelet restarts the sidecar alone. Pods that differ in more are listed for a restart.
+
+Exit codes: 0 no drift (with --restart: every drifting workload was restarted, or with --dry-run would be; with \
+--upgrade: every upgradable pod upgraded and ready, none needing a restart); 1 drift (with --restart: drift left \
+behind, not restartable, over --max-restarts, or a restart refused; with --upgrade: a failure, or a pod only a \
+restart fixes); 2 bad \
 usage, no usable kubeconfig, an API server that cannot be reached or refuses to list, unusable templates.";
 
 /// Arguments of `status`.
@@ -67,8 +74,36 @@ pub struct StatusArgs {
     #[arg(long)]
     pub restart: bool,
 
-    /// With --restart: say what would be restarted, and change nothing.
-    #[arg(long, requires = "restart")]
+    /// Upgrade in place the sidecars of stale pods that differ from what their template injects today only in
+    /// the sidecar's image: the image is patched and the kubelet restarts that container alone, the app keeps
+    /// running. Pods that differ in more are listed for a restart, never patched.
+    #[arg(long, conflicts_with = "restart")]
+    pub upgrade: bool,
+
+    /// With --upgrade: only the pods this label selector selects (`app=web,tier!=batch`).
+    #[arg(short = 'l', long, value_name = "SELECTOR", requires = "upgrade")]
+    pub selector: Option<String>,
+
+    /// With --upgrade: leave this many of the pods that could be upgraded at their version (the last by
+    /// namespace and name), as a canary's partition does.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "upgrade")]
+    pub partition: usize,
+
+    /// With --upgrade: patch at most this many pods at once, and wait until their new sidecars are ready before
+    /// the next ones.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "upgrade", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_unavailable: u32,
+
+    /// With --upgrade: upgrade at most this many pods in this run, then stop (a pause: run again to go on).
+    #[arg(long, value_name = "N", requires = "upgrade", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_upgrades: Option<u32>,
+
+    /// With --upgrade: how long an upgraded pod's new sidecar has to be running and ready.
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = humantime::parse_duration, requires = "upgrade")]
+    pub timeout: std::time::Duration,
+
+    /// With --restart or --upgrade: say what would be done, and change nothing.
+    #[arg(long)]
     pub dry_run: bool,
 
     /// With --restart: roll at most this many workloads in one run; the rest are left for the next run.
@@ -131,8 +166,11 @@ pub fn run(args: &StatusArgs) -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::Config(format!("cannot start the runtime for the API calls: {e}")))?;
-    let (report, restarted) = runtime.block_on(survey(args, local))?;
-    let status = restart::Status { report: &report, restart: restarted.as_ref() };
+    if args.dry_run && !args.restart && !args.upgrade {
+        return Err(CliError::Config("--dry-run needs --restart or --upgrade".to_owned()));
+    }
+    let (report, restarted, upgraded) = runtime.block_on(survey(args, local))?;
+    let status = restart::Status { report: &report, restart: restarted.as_ref(), upgrade: upgraded.as_ref() };
     let text = match args.output {
         StatusOutput::Table => status.table(),
         StatusOutput::Json => status.json() + "\n",
@@ -151,9 +189,11 @@ pub fn run(args: &StatusArgs) -> Result<(), CliError> {
         return Ok(());
     }
     let counts = report.summary.counts;
-    Err(CliError::Refused(match status.restart {
-        None => format!("drift: {} pod(s) do not run the current sidecar", counts.drift()),
-        Some(_) => "drift is left that this run did not restart".to_owned(),
+    Err(CliError::Refused(match (status.restart, status.upgrade) {
+        (Some(_), _) => "drift is left that this run did not restart".to_owned(),
+        (_, Some(upgrade)) if upgrade.failed() => "an upgrade failed".to_owned(),
+        (_, Some(_)) => "drift is left that only a restart fixes".to_owned(),
+        (None, None) => format!("drift: {} pod(s) do not run the current sidecar", counts.drift()),
     }))
 }
 
@@ -181,7 +221,7 @@ fn local_revisions(template: &TemplateArgs) -> Result<Vec<Revision>, CliError> {
 async fn survey(
     args: &StatusArgs,
     local: Option<Vec<Revision>>,
-) -> Result<(Report, Option<restart::Outcome>), CliError> {
+) -> Result<(Report, Option<restart::Outcome>, Option<upgrade::Outcome>), CliError> {
     let keys = Keys::new(&args.template.served.annotation_prefix);
     let mut cluster = Cluster::connect(args.kubeconfig.as_deref(), args.context.as_deref()).await.map_err(config)?;
     let revisions = match local {
@@ -209,7 +249,124 @@ async fn survey(
     }
     let report = Report::new(&revisions, surveyed);
     let restarted = if args.restart { Some(restart(&cluster, &report, args).await) } else { None };
-    Ok((report, restarted))
+    let upgraded = if args.upgrade { Some(upgrade(&cluster, &report, args, &keys).await?) } else { None };
+    Ok((report, restarted, upgraded))
+}
+
+/// Carries out `--upgrade` (or, `--dry-run`, only decides): each stale pod compared with what the API server would
+/// make of it today, the image-only ones patched a batch at a time, each batch ready before the next.
+async fn upgrade(
+    cluster: &Cluster,
+    report: &Report,
+    args: &StatusArgs,
+    keys: &Keys,
+) -> Result<upgrade::Outcome, CliError> {
+    use upgrade::PodUpgrade;
+    let mut stale: Vec<(String, String)> = Vec::new();
+    for namespace in &report.namespaces {
+        let selected = match &args.selector {
+            Some(selector) => Some(cluster.pods_selected(&namespace.name, selector).await.map_err(config)?),
+            None => None,
+        };
+        for pod in namespace.workloads.iter().flat_map(|w| &w.pods) {
+            let chosen = selected.as_ref().is_none_or(|names| names.contains(&pod.name));
+            if chosen && matches!(pod.class, status::Class::Stale { .. }) {
+                stale.push((namespace.name.clone(), pod.name.clone()));
+            }
+        }
+    }
+    stale.sort();
+    let mut outcome = upgrade::Outcome { dry_run: args.dry_run, matched: stale.len(), ..Default::default() };
+    let entry = |(namespace, name): &(String, String), result, images, reason| PodUpgrade {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        result,
+        images,
+        reason,
+    };
+    let mut eligible = Vec::new();
+    for pod in &stale {
+        let (namespace, name) = pod;
+        let running = match cluster.pod_json(namespace, name).await {
+            Ok(running) => running,
+            Err(e) => {
+                outcome.pods.push(entry(pod, "failed", Vec::new(), Some(status::chain(&e))));
+                continue;
+            }
+        };
+        let Some(before) = upgrade::uninjected(&running, keys) else {
+            outcome.pods.push(entry(pod, "restart", Vec::new(), Some("its status annotation is not ours".into())));
+            continue;
+        };
+        let decided = match cluster.dry_run_pod(namespace, &before).await {
+            Ok(fresh) => upgrade::compare(&running, &fresh, keys),
+            Err(e) => Err(format!("the API server refuses the pod as injected today: {}", status::chain(&e))),
+        };
+        match decided {
+            Ok((images, stamp)) => eligible.push((pod.clone(), images, stamp, running)),
+            Err(difference) => outcome.pods.push(entry(pod, "restart", Vec::new(), Some(difference))),
+        }
+    }
+    let kept = eligible.split_off(eligible.len() - args.partition.min(eligible.len()));
+    let cap = args.max_upgrades.map_or(usize::MAX, |n| n as usize);
+    let deferred = if eligible.len() > cap { eligible.split_off(cap) } else { Vec::new() };
+    for (pod, images, ..) in kept {
+        outcome.pods.push(entry(&pod, "left", images, Some("kept at its version by --partition".into())));
+    }
+    for (pod, images, ..) in deferred {
+        outcome.pods.push(entry(&pod, "left", images, Some("beyond --max-upgrades: the next run's".into())));
+    }
+    if args.dry_run {
+        outcome.pods.extend(eligible.into_iter().map(|(pod, images, ..)| entry(&pod, "planned", images, None)));
+        return Ok(outcome);
+    }
+    let mut batches = eligible.chunks(args.max_unavailable as usize);
+    for batch in batches.by_ref() {
+        let mut patched = Vec::new();
+        for (pod, images, stamp, running) in batch {
+            match cluster.patch_pod(&pod.0, &pod.1, &upgrade::patch(images, stamp, keys)).await {
+                Ok(()) => {
+                    outcome.updated += 1;
+                    patched.push((pod, images, running));
+                }
+                Err(e) => outcome.pods.push(entry(pod, "failed", images.clone(), Some(status::chain(&e)))),
+            }
+        }
+        let deadline = std::time::Instant::now() + args.timeout;
+        let mut waiting = patched;
+        while !waiting.is_empty() {
+            let mut still = Vec::new();
+            for (pod, images, running) in waiting {
+                let now = cluster.pod_json(&pod.0, &pod.1).await;
+                if now.is_ok_and(|now| upgrade::upgraded(&now, running, images)) {
+                    outcome.ready += 1;
+                    outcome.pods.push(entry(pod, "ready", images.clone(), None));
+                } else {
+                    still.push((pod, images, running));
+                }
+            }
+            waiting = still;
+            if std::time::Instant::now() > deadline {
+                let reason = format!(
+                    "its new sidecar was not running and ready within {}",
+                    humantime::format_duration(args.timeout)
+                );
+                for (pod, images, _) in waiting.drain(..) {
+                    outcome.pods.push(entry(pod, "upgraded", images.clone(), Some(reason.clone())));
+                }
+            } else if !waiting.is_empty() {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        }
+        if outcome.failed() {
+            break;
+        }
+    }
+    // After a failed batch, nothing more is touched.
+    for (pod, images, ..) in batches.flatten() {
+        outcome.pods.push(entry(pod, "left", images.clone(), Some("not started: an earlier batch failed".into())));
+    }
+    Ok(outcome)
 }
 
 /// The revisions of `--configmap`, read through the API server and compiled as `serve` compiles a directory.
@@ -310,7 +467,10 @@ mod tests {
     #[test]
     fn usage_errors() {
         for args in [
-            &["--dry-run"][..],
+            &["--upgrade", "--restart"][..],
+            &["--partition", "1"],
+            &["-l", "app=web"],
+            &["--upgrade", "--max-unavailable", "0"],
             &["--max-restarts", "3"],
             &["--restart", "--max-restarts", "0"],
             &["-n", "a", "-A"],

@@ -1,6 +1,6 @@
 //! The API server, through the caller's kubeconfig: the namespaces and pods `status` judges, their owners, the
-//! template ConfigMaps, and the restarts. The only module of the crate that talks to an API server; the injector
-//! itself never does.
+//! template ConfigMaps, the restarts and the in-place upgrades (a dry run of each pod, then its patch). The CLI's
+//! only client; the server's own calls are its ConfigMap read (`server::source`) and its Events (`server::events`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -243,6 +243,58 @@ impl Cluster {
             _ => return Err(RestartError::NotRestartable),
         };
         Ok(patched?)
+    }
+
+    /// The pod `namespace/name` as JSON (`status --upgrade` reads it again just before deciding).
+    pub async fn pod_json(&self, namespace: &str, name: &str) -> Result<serde_json::Value, kube::Error> {
+        self.raw(hyper::Method::GET, &format!("/api/v1/namespaces/{namespace}/pods/{name}"), None, "").await
+    }
+
+    /// The names of the pods of `namespace` that `selector` (a label selector) selects.
+    pub async fn pods_selected(&self, namespace: &str, selector: &str) -> Result<Vec<String>, ClusterError> {
+        let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
+        let params = ListParams::default().labels(selector);
+        let what = || format!("listing pods in {namespace} selected by {selector}");
+        let pods = api.list(&params).await.map_err(|e| ClusterError::call(&self.server, what(), e))?;
+        Ok(pods.items.into_iter().filter_map(|p| p.metadata.name).collect())
+    }
+
+    /// What the API server would store for `pod` created in `namespace` now (a server-side dry run: every
+    /// admission webhook, ours among them, and every default).
+    pub async fn dry_run_pod(
+        &self,
+        namespace: &str,
+        pod: &serde_json::Value,
+    ) -> Result<serde_json::Value, kube::Error> {
+        let path = format!("/api/v1/namespaces/{namespace}/pods?dryRun=All");
+        self.raw(hyper::Method::POST, &path, Some(pod), "application/json").await
+    }
+
+    /// Applies the JSON Patch `patch` to the pod `namespace/name` (`status --upgrade`).
+    pub async fn patch_pod(&self, namespace: &str, name: &str, patch: &serde_json::Value) -> Result<(), kube::Error> {
+        let path = format!("/api/v1/namespaces/{namespace}/pods/{name}?fieldManager={FIELD_MANAGER}");
+        let _: serde_json::Value =
+            self.raw(hyper::Method::PATCH, &path, Some(patch), "application/json-patch+json").await?;
+        Ok(())
+    }
+
+    /// One call with a JSON body of our own: kube's typed calls cannot send a JSON Patch with `test` operations
+    /// (its `Patch::Json` is another json-patch's type) nor an untyped pod.
+    async fn raw(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        content_type: &str,
+    ) -> Result<serde_json::Value, kube::Error> {
+        let mut request = hyper::Request::builder().method(method).uri(path);
+        if body.is_some() {
+            request = request.header(hyper::header::CONTENT_TYPE, content_type);
+        }
+        // A JSON value serialises; the request is built from a path of ours, which parses.
+        let body = body.map(|b| serde_json::to_vec(b).expect("JSON serialises")).unwrap_or_default();
+        let request = request.body(body).map_err(kube::Error::HttpError)?;
+        self.client.request(request).await
     }
 
     /// Every object of `api`'s collection, a page at a time.

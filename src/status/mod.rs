@@ -4,13 +4,14 @@
 //! created now: the pod goes into a Pod CREATE review, [`Engine::validate`] answers, and the answer, with the
 //! pod's [`Stamp`], gives its [`Class`]. No rule of the engine is written again here. The namespace's labels say
 //! which revision's engine judges it ([`Enrollment`]), [`owners`] finds the workload each pod belongs to,
-//! [`report`] groups and prints, [`restart`] plans `--restart`; `cluster` is the only part that talks to the API
-//! server (with the caller's credentials: the injector itself never does).
+//! [`report`] groups and prints, [`restart`] plans `--restart`, [`upgrade`] decides `--upgrade`; `cluster` is the only
+//! part that talks to the API server (with the caller's credentials).
 
 mod cluster;
 pub mod owners;
 pub mod report;
 pub mod restart;
+pub mod upgrade;
 
 use std::collections::BTreeMap;
 

@@ -161,6 +161,9 @@ pub struct Status<'a> {
     /// What `--restart` did, when asked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restart: Option<&'a Outcome>,
+    /// What `--upgrade` did, when asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<&'a super::upgrade::Outcome>,
 }
 
 impl Status<'_> {
@@ -169,9 +172,11 @@ impl Status<'_> {
     /// (not restartable, over `--max-restarts`, or a restart that failed).
     pub fn failed(&self) -> bool {
         self.report.summary.counts.unknown_template > 0
-            || match self.restart {
-                None => self.report.summary.drift,
-                Some(restart) => restart.left_behind(),
+            || match (self.restart, self.upgrade) {
+                (Some(restart), _) => restart.left_behind(),
+                // Pods kept by --partition or deferred by --max-upgrades are left on purpose.
+                (None, Some(upgrade)) => upgrade.failed() || upgrade.pods.iter().any(|p| p.result == "restart"),
+                (None, None) => self.report.summary.drift,
             }
     }
 
@@ -183,6 +188,10 @@ impl Status<'_> {
     /// As a table, for people: the report's, then what `--restart` did or would do.
     pub fn table(&self) -> String {
         let mut out = self.report.table();
+        if let Some(upgrade) = self.upgrade {
+            out.push_str(&upgrade.text());
+            return out;
+        }
         match self.restart {
             Some(restart) => out.push_str(&restart.text()),
             None if self.report.summary.drift => {

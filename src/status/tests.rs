@@ -587,7 +587,7 @@ fn outcome(plan: restart::Plan, dry_run: bool) -> restart::Outcome {
 fn restart_exits_1_only_when_drift_is_left_behind() {
     let mut report = report();
     let dry_run = outcome(restart::plan(&report, 1), true);
-    let status = Status { report: &report, restart: Some(&dry_run) };
+    let status = Status { report: &report, restart: Some(&dry_run), upgrade: None };
     assert!(status.failed(), "a deferred workload and pods to recreate by hand are left");
     let table = status.table();
     assert!(table.contains("dry run, nothing changed; would restart: Deployment shop/web (4 pod(s))\n"), "{table}");
@@ -607,10 +607,10 @@ fn restart_exits_1_only_when_drift_is_left_behind() {
     // Only restartable drift, all of it restarted: success (once no pod names an unknown template, which no
     // restart mends).
     let mut done = outcome(restart::plan(&report, 10), false);
-    assert!(Status { report: &report, restart: None }.failed());
+    assert!(Status { report: &report, restart: None, upgrade: None }.failed());
     report.summary.counts.unknown_template = 0;
     done.not_restartable.clear();
-    let only_deployments = Status { report: &report, restart: Some(&done) };
+    let only_deployments = Status { report: &report, restart: Some(&done), upgrade: None };
     assert!(!only_deployments.failed());
     assert!(only_deployments.table().contains(
         "restarted (kubectl.kubernetes.io/restartedAt=2026-11-21T10:00:00Z): Deployment shop/web (4 pod(s)), DaemonSet shop/agent (1 pod(s))\n"
@@ -618,7 +618,7 @@ fn restart_exits_1_only_when_drift_is_left_behind() {
     // A refused restart is drift left behind.
     let refused = done.restarted.pop().unwrap();
     done.failed.push(restart::Failed { target: refused, reason: "the Deployment is paused".into() });
-    let only_deployments = Status { report: &report, restart: Some(&done) };
+    let only_deployments = Status { report: &report, restart: Some(&done), upgrade: None };
     assert!(only_deployments.failed());
     assert!(
         only_deployments.table().contains("not restarted: DaemonSet shop/agent (1 pod(s)): the Deployment is paused\n")
@@ -683,5 +683,5 @@ fn an_error_chain_reads_as_one_line_each_cause_once() {
 
 /// The report as `status` prints it without `--restart`.
 fn alone(report: &Report) -> Status<'_> {
-    Status { report, restart: None }
+    Status { report, restart: None, upgrade: None }
 }
