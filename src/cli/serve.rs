@@ -185,7 +185,10 @@ impl ServeArgs {
             None => match kube::Config::incluster() {
                 Ok(credentials) => credentials,
                 Err(e) => {
-                    tracing::info!("Kubernetes Events are not published: not in a cluster ({e}); --events off says so");
+                    tracing::info!(
+                        "Kubernetes Events are off: not running in a cluster ({e}); --events-kubeconfig publishes them \
+                         from outside one"
+                    );
                     return Ok(());
                 }
             },
