@@ -1455,6 +1455,27 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     assert!(output.status.success(), "a second down:\n{}", text(&output));
 }
 
+/// A Deployment `name` in `namespace` whose pods (labelled `app: NAME`) name `template` and sleep.
+fn sleeping_deployment(namespace: &str, name: &str, template: &str, replicas: u32) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+      annotations: {{sidecar-injector.io/template: {template}}}
+    spec:
+      containers:
+        - {{name: app, image: "busybox:1.36", command: [sleep, "3600"]}}
+"#
+    )
+}
+
 /// Issue 55, item 2: the injector's Events, through its own service account and RBAC as deployed, on the pods'
 /// ReplicaSets, where `kubectl describe` shows them: the shop's pods injected with demo; a Deployment whose pods
 /// name a template the injector does not have, admitted without the sidecar, with the template named.
@@ -1466,23 +1487,7 @@ fn check_events_on_the_owners(cluster: &Cluster) {
         })
     };
     described("app=shop", &["Injected", "injected with template demo version"]);
-    cluster.apply(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: typo, namespace: demo}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: typo}}
-  template:
-    metadata:
-      labels: {app: typo}
-      annotations: {sidecar-injector.io/template: demi}
-    spec:
-      containers:
-        - {name: app, image: busybox:1.36, command: [sleep, "3600"]}
-"#,
-    );
+    cluster.apply(&sleeping_deployment("demo", "typo", "demi", 1));
     let text = described("app=typo", &["NotInjected", "(unknown-template)", "no template named demi"]);
     assert!(text.contains("Warning"), "{text}");
     cluster.kubectl_ok(&["-n", "demo", "delete", "deployment", "typo", "--wait=false"]);
@@ -1623,23 +1628,7 @@ fn check_sidecars_upgraded_in_place(cluster: &Cluster) {
         });
     }
     for (name, template, replicas) in [("up", "upgradable", 2), ("re", "reshaped", 1)] {
-        cluster.apply(&format!(
-            r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {name}, namespace: upgrades}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-      annotations: {{sidecar-injector.io/template: {template}}}
-    spec:
-      containers:
-        - {{name: app, image: "busybox:1.36", command: [sleep, "3600"]}}
-"#
-        ));
+        cluster.apply(&sleeping_deployment("upgrades", name, template, replicas));
     }
     let pods = || cluster.json(&["-n", "upgrades", "get", "pods"])["items"].as_array().cloned().unwrap_or_default();
     let before = wait_for(Duration::from_secs(120), "the upgrades pods Ready", || {
