@@ -3,7 +3,8 @@
 //! ReplicaSet's pods (no controller runs here, so the test creates them as its controller would, owned by it):
 //! those injected give one `Injected` Event on the ReplicaSet, their repeats counted in its series; a pod naming a
 //! template the injector does not have gives a `NotInjected` Warning naming it; a bare pod's Event is on the pod by
-//! name; a dry run and an opted-out pod give none. With `--events off`, nothing is published.
+//! name; a dry run and an opted-out pod give none. With `--events off`, nothing is published. And, through the same
+//! webhook, the warnings of item 6 as kubectl shows them.
 
 use std::time::{Duration, Instant};
 
@@ -58,6 +59,14 @@ pub(super) async fn events_on_the_pods_controller(cluster: &Cluster) {
     for entry in std::fs::read_dir(&shipped).unwrap() {
         let path = entry.unwrap().path();
         std::fs::copy(&path, templates.join(path.file_name().unwrap())).unwrap();
+    }
+    // Two templates that each load and do not combine: both take host port 9999.
+    for name in ["port-a", "port-b"] {
+        let source = format!(
+            "pod:\n  spec:\n    containers:\n      - name: {name}\n        image: busybox:1.36\n        ports: \
+             [{{containerPort: 8080, hostPort: 9999}}]\n"
+        );
+        std::fs::write(templates.join(format!("{name}.yaml")), source).unwrap();
     }
     let kubeconfig = format!("--events-kubeconfig={}", cluster.dir.path().join("kubeconfig").display());
     let version = format!("--kubernetes-version={}", cluster.version);
@@ -121,6 +130,29 @@ pub(super) async fn events_on_the_pods_controller(cluster: &Cluster) {
     assert!(typo.4.contains("(unknown-template)") && typo.4.contains("demi"), "{typo:?}");
     find("Pod", "bare", "Injected");
     assert_eq!(seen.len(), 3, "the dry run and the opted-out pod said nothing: {seen:#?}");
+
+    // Issue 55, item 6, as kubectl shows it: a mistyped name in the containers annotation is answered with the
+    // closest container; templates that cannot be combined (both take one host port) are named as that, not as an
+    // unknown template.
+    let mut typo = pod("typo", "demo", None);
+    typo["metadata"]["annotations"]["sidecar-injector.io/containers"] = json!("ap");
+    let (status, _, warnings) =
+        cluster.call_for_warnings(hyper::Method::POST, &format!("{pods}?dryRun=All"), Some(&typo)).await;
+    assert_eq!(status, 201);
+    assert!(
+        warnings.iter().any(|w| w.contains("ap") && w.contains("names no container of the pod (did you mean app?")),
+        "{warnings:?}"
+    );
+    let (status, _, warnings) = cluster
+        .call_for_warnings(
+            hyper::Method::POST,
+            &format!("{pods}?dryRun=All"),
+            Some(&pod("clashing", "port-a,port-b", None)),
+        )
+        .await;
+    assert_eq!(status, 201);
+    assert!(warnings.iter().any(|w| w.contains("cannot be combined")), "{warnings:?}");
+    assert!(!warnings.iter().any(|w| w.contains("no template named")), "{warnings:?}");
     drop(injector);
 
     // `--events off`: the same pod, nothing published.
