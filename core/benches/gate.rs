@@ -53,6 +53,8 @@ struct Case {
     new_pod_at: Option<usize>,
     /// Validation (`/validate`) rather than injection.
     validate: bool,
+    /// Injection as a server publishing Events answers it (`Engine::review_with_subject`).
+    with_subject: bool,
     expect: fn(&Answer) -> bool,
 }
 
@@ -78,7 +80,11 @@ fn engine() -> Engine {
 
 fn case(body: Vec<u8>, new_pod: bool) -> Case {
     let new_pod_at = new_pod.then(|| reviews::digits_of(&body, reviews::UNIQUE_APP));
-    Case { engine: engine(), bodies: vec![body], new_pod_at, validate: false, expect: injected }
+    Case { engine: engine(), bodies: vec![body], new_pod_at, validate: false, with_subject: false, expect: injected }
+}
+
+fn injected_with_subject(answer: &Answer) -> bool {
+    injected(answer) && matches!(answer, Ok(Outcome { subject: Some(_), .. }))
 }
 
 /// Every case by name, built only when run (the 1 MiB ones take a while under valgrind).
@@ -90,6 +96,15 @@ fn cases() -> Vec<(String, Box<dyn Fn() -> Case>)> {
         // ... and a new `app` label on every call, so the per-pod leaves are rendered.
         cases.push((format!("review-{label}-new-pod"), Box::new(move || case(reviews::review_of_size(size), true))));
     }
+    // The same, as a server publishing Events answers it (`--events`): the outcome's subject copied out.
+    cases.push((
+        "review-8KB-new-pod-events".into(),
+        Box::new(|| Case {
+            with_subject: true,
+            expect: injected_with_subject,
+            ..case(reviews::review_of_size(8_000), true)
+        }),
+    ));
     cases.push((
         "review-2KB-override".into(),
         Box::new(|| {
@@ -119,7 +134,7 @@ fn validate_injected() -> Case {
     let mut pod = review["request"]["object"].clone();
     inject_document(&engine, &mut pod, "default").expect("the 8 KB pod is injected");
     let body = serde_json::to_vec(&pod_create_review("gate", "default", pod)).unwrap();
-    Case { engine, bodies: vec![body], new_pod_at: None, validate: true, expect: complete }
+    Case { engine, bodies: vec![body], new_pod_at: None, validate: true, with_subject: false, expect: complete }
 }
 
 /// Every pod of `tests/corpus/pods`, each in a review: one call that answers them all, one after another.
@@ -138,7 +153,14 @@ fn corpus() -> Case {
     }
     assert!(bodies.len() > 100, "the corpus has its pods: {}", bodies.len());
     // Injected, skipped or refused as each pod asks: the suite judges those answers, the gate their cost.
-    Case { engine: engine(), bodies, new_pod_at: None, validate: false, expect: |answer| answer.is_ok() }
+    Case {
+        engine: engine(),
+        bodies,
+        new_pod_at: None,
+        validate: false,
+        with_subject: false,
+        expect: |answer| answer.is_ok(),
+    }
 }
 
 /// The counted call. Its name is what `MEASURED` matches. `pad` iterations of a loop are added to it by
@@ -158,7 +180,11 @@ fn measured(case: &Case, bodies: &mut [Vec<u8>], out: &mut Vec<u8>, pad: u64, pa
             continue;
         }
         out.clear();
-        answers.push(if case.validate { case.engine.validate(body, out) } else { case.engine.review(body, out) });
+        answers.push(match (case.validate, case.with_subject) {
+            (true, _) => case.engine.validate(body, out),
+            (false, true) => case.engine.review_with_subject(body, out),
+            (false, false) => case.engine.review(body, out),
+        });
     }
     answers
 }
