@@ -23,6 +23,12 @@ use serde_json::{Value, json};
 use sidecar_injector_core::Stamp;
 use sidecar_injector_core::settings::Keys;
 
+const EPHEMERAL: &str = "ephemeralContainers";
+
+/// The spec's fields `compare` leaves out of the pod-level comparison: the lists it compares item by item, and what
+/// the scheduler and `kubectl debug` add to a running pod.
+const COMPARED_APART: [&str; 5] = ["containers", "initContainers", "volumes", "nodeName", EPHEMERAL];
+
 /// The volume (and mounts) the ServiceAccount admission plugin adds to every pod: its name has a random suffix,
 /// so it is compared by this prefix.
 const SERVICE_ACCOUNT_VOLUME: &str = "kube-api-access-";
@@ -67,8 +73,10 @@ pub fn uninjected(pod: &Value, keys: &Keys) -> Option<Value> {
     }
     let mut spec = pod.get("spec")?.clone();
     let spec_map = spec.as_object_mut()?;
-    // What the API server, the scheduler and the admission plugins set: set again by the dry run.
-    for key in ["nodeName", "priority", "preemptionPolicy", "enableServiceLinks", "serviceAccount"] {
+    // What the scheduler sets (the dry run is not scheduled), and the ephemeral containers `kubectl debug` adds,
+    // which cannot be set on create. The rest, defaults included, is sent as it is: the API server takes back what
+    // it set (a priority, a toleration) when it agrees, and a user's own value stays the user's.
+    for key in ["nodeName", EPHEMERAL] {
         spec_map.remove(key);
     }
     retain_named(spec_map, "containers", &stamp.containers);
@@ -137,6 +145,17 @@ pub fn compare(running: &Value, fresh: &Value, keys: &Keys) -> Result<(Vec<Image
         Value::Array(list)
     };
     if let Some(at) = first_difference(&volumes(running), &volumes(fresh), "spec.volumes") {
+        return Err(at);
+    }
+    // Pod-level fields (a default the template gives the pod), both pods as the API server defaulted them.
+    let pod_level = |pod: &Value| {
+        let mut spec = pod.get("spec").cloned().unwrap_or(json!({}));
+        if let Some(spec) = spec.as_object_mut() {
+            spec.retain(|key, _| !COMPARED_APART.contains(&key.as_str()));
+        }
+        spec
+    };
+    if let Some(at) = first_difference(&pod_level(running), &pod_level(fresh), "spec") {
         return Err(at);
     }
     for key in ["labels", "annotations"] {
@@ -333,7 +352,8 @@ mod tests {
         assert_eq!(names, ["app"]);
         assert_eq!(before["spec"]["volumes"], json!([]), "the stamp's volume and the token's");
         assert_eq!(before["spec"]["containers"][0]["volumeMounts"], json!([{"name": "proxy-data", "mountPath": "/p"}]));
-        assert!(before["spec"].get("nodeName").is_none() && before["spec"].get("priority").is_none());
+        assert!(before["spec"].get("nodeName").is_none());
+        assert_eq!(before["spec"]["priority"], 0, "the pod's own fields are kept");
         // A named pod's probe is named apart from it.
         let mut named = running("proxy:1", "v1");
         named["metadata"].as_object_mut().unwrap().remove("generateName");
@@ -373,6 +393,15 @@ mod tests {
         more["spec"]["containers"][1]["env"] = json!([{"name": "X", "value": "1"}]);
         let difference = compare(&running("proxy:1", "v1"), &more, &keys()).unwrap_err();
         assert!(difference.starts_with("spec.containers[proxy].env"), "{difference}");
+        // A pod-level default it adds.
+        let mut defaulted = fresh.clone();
+        defaulted["spec"]["securityContext"] = json!({"seccompProfile": {"type": "RuntimeDefault"}});
+        let difference = compare(&running("proxy:1", "v1"), &defaulted, &keys()).unwrap_err();
+        assert!(difference.starts_with("spec.securityContext"), "{difference}");
+        // What the scheduler sets on the running pod is not a difference.
+        let mut scheduled = running("proxy:1", "v1");
+        scheduled["spec"]["nodeName"] = json!("node-2");
+        assert!(compare(&scheduled, &fresh, &keys()).is_ok());
         // A label it adds; a container it adds.
         let mut labelled = fresh.clone();
         labelled["metadata"]["labels"]["mesh"] = json!("on");
