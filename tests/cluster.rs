@@ -1724,6 +1724,12 @@ fn check_sidecars_upgraded_in_place(cluster: &Cluster) {
     cluster.kubectl_ok(&["delete", "namespace", "upgrades", "--wait=false"]);
 }
 
+/// The TLS Secret `name` in the injector's namespace, from the `tls.crt` and `tls.key` that `certs` wrote into `dir`.
+fn create_tls_secret(cluster: &Cluster, name: &str, dir: &str) {
+    let (cert, key) = (format!("--cert={dir}/tls.crt"), format!("--key={dir}/tls.key"));
+    cluster.kubectl_ok(&["-n", "sidecar-injector", "create", "secret", "tls", name, &cert, &key]);
+}
+
 /// Issue 55, item 3: the chart on the real cluster. The README's deployment is taken down and the chart installed in
 /// its place with the same image and certificate (`certificates.mode: secret`, the overlay's CA and Secret): pods
 /// are injected; `helm upgrade` to three replicas rolls out and pods are still injected; `helm uninstall` removes
@@ -1759,16 +1765,7 @@ fn check_helm_install_and_upgrade(cluster: &Cluster) {
         .collect();
     helm_ok(&install);
     // The Secret is the user's, as the overlay's is: created from the same files.
-    cluster.kubectl_ok(&[
-        "-n",
-        "sidecar-injector",
-        "create",
-        "secret",
-        "tls",
-        "sidecar-injector-tls",
-        "--cert=my-injector/tls.crt",
-        "--key=my-injector/tls.key",
-    ]);
+    create_tls_secret(cluster, "sidecar-injector-tls", "my-injector");
     wait_for_the_injector_rollout(cluster);
     let injected = |name: &str| {
         wait_for(Duration::from_secs(60), "a pod injected by the chart's webhook", || {
@@ -1866,16 +1863,7 @@ fn deploy_the_floor(cluster: &Cluster, patch: &str) -> Value {
         cluster.command("sidecar-injector").args(["certs", "--service", FLOOR, "--out", "floor-certs"]).output();
     let output = output.unwrap();
     assert!(output.status.success(), "certs for the floor:\n{}", text(&output));
-    cluster.kubectl_ok(&[
-        "-n",
-        "sidecar-injector",
-        "create",
-        "secret",
-        "tls",
-        "stack-floor-tls",
-        "--cert=floor-certs/tls.crt",
-        "--key=floor-certs/tls.key",
-    ]);
+    create_tls_secret(cluster, "stack-floor-tls", "floor-certs");
     std::fs::write(cluster.work.join("floor-patch.json"), patch).unwrap();
     cluster.kubectl_ok(&[
         "-n",

@@ -261,7 +261,7 @@ async fn upgrade(
     args: &StatusArgs,
     keys: &Keys,
 ) -> Result<upgrade::Outcome, CliError> {
-    use upgrade::PodUpgrade;
+    use upgrade::{PodResult, PodUpgrade};
     let mut stale: Vec<(String, String)> = Vec::new();
     for namespace in &report.namespaces {
         let selected = match &args.selector {
@@ -276,7 +276,7 @@ async fn upgrade(
         }
     }
     stale.sort();
-    let mut outcome = upgrade::Outcome { dry_run: args.dry_run, matched: stale.len(), ..Default::default() };
+    let mut outcome = upgrade::Outcome { dry_run: args.dry_run, pods: Vec::with_capacity(stale.len()) };
     let entry = |(namespace, name): &(String, String), result, images, reason| PodUpgrade {
         namespace: namespace.clone(),
         name: name.clone(),
@@ -290,12 +290,17 @@ async fn upgrade(
         let running = match cluster.pod_json(namespace, name).await {
             Ok(running) => running,
             Err(e) => {
-                outcome.pods.push(entry(pod, "failed", Vec::new(), Some(status::chain(&e))));
+                outcome.pods.push(entry(pod, PodResult::Failed, Vec::new(), Some(status::chain(&e))));
                 continue;
             }
         };
         let Some(before) = upgrade::uninjected(&running, keys) else {
-            outcome.pods.push(entry(pod, "restart", Vec::new(), Some("its status annotation is not ours".into())));
+            outcome.pods.push(entry(
+                pod,
+                PodResult::Restart,
+                Vec::new(),
+                Some("its status annotation is not ours".into()),
+            ));
             continue;
         };
         let decided = match cluster.dry_run_pod(namespace, &before).await {
@@ -304,20 +309,22 @@ async fn upgrade(
         };
         match decided {
             Ok((images, stamp)) => eligible.push((pod.clone(), images, stamp, running)),
-            Err(difference) => outcome.pods.push(entry(pod, "restart", Vec::new(), Some(difference))),
+            Err(difference) => outcome.pods.push(entry(pod, PodResult::Restart, Vec::new(), Some(difference))),
         }
     }
     let kept = eligible.split_off(eligible.len() - args.partition.min(eligible.len()));
     let cap = args.max_upgrades.map_or(usize::MAX, |n| n as usize);
     let deferred = if eligible.len() > cap { eligible.split_off(cap) } else { Vec::new() };
     for (pod, images, ..) in kept {
-        outcome.pods.push(entry(&pod, "left", images, Some("kept at its version by --partition".into())));
+        outcome.pods.push(entry(&pod, PodResult::Left, images, Some("kept at its version by --partition".into())));
     }
     for (pod, images, ..) in deferred {
-        outcome.pods.push(entry(&pod, "left", images, Some("beyond --max-upgrades: the next run's".into())));
+        outcome.pods.push(entry(&pod, PodResult::Left, images, Some("beyond --max-upgrades: the next run's".into())));
     }
     if args.dry_run {
-        outcome.pods.extend(eligible.into_iter().map(|(pod, images, ..)| entry(&pod, "planned", images, None)));
+        outcome
+            .pods
+            .extend(eligible.into_iter().map(|(pod, images, ..)| entry(&pod, PodResult::Planned, images, None)));
         return Ok(outcome);
     }
     let mut batches = eligible.chunks(args.max_unavailable as usize);
@@ -325,11 +332,8 @@ async fn upgrade(
         let mut patched = Vec::new();
         for (pod, images, stamp, running) in batch {
             match cluster.patch_pod(&pod.0, &pod.1, &upgrade::patch(images, stamp, keys)).await {
-                Ok(()) => {
-                    outcome.updated += 1;
-                    patched.push((pod, images, running));
-                }
-                Err(e) => outcome.pods.push(entry(pod, "failed", images.clone(), Some(status::chain(&e)))),
+                Ok(()) => patched.push((pod, images, running)),
+                Err(e) => outcome.pods.push(entry(pod, PodResult::Failed, images.clone(), Some(status::chain(&e)))),
             }
         }
         let deadline = std::time::Instant::now() + args.timeout;
@@ -339,8 +343,7 @@ async fn upgrade(
             for (pod, images, running) in waiting {
                 let now = cluster.pod_json(&pod.0, &pod.1).await;
                 if now.is_ok_and(|now| upgrade::upgraded(&now, running, images)) {
-                    outcome.ready += 1;
-                    outcome.pods.push(entry(pod, "ready", images.clone(), None));
+                    outcome.pods.push(entry(pod, PodResult::Ready, images.clone(), None));
                 } else {
                     still.push((pod, images, running));
                 }
@@ -352,7 +355,7 @@ async fn upgrade(
                     humantime::format_duration(args.timeout)
                 );
                 for (pod, images, _) in waiting.drain(..) {
-                    outcome.pods.push(entry(pod, "upgraded", images.clone(), Some(reason.clone())));
+                    outcome.pods.push(entry(pod, PodResult::Upgraded, images.clone(), Some(reason.clone())));
                 }
             } else if !waiting.is_empty() {
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -364,7 +367,12 @@ async fn upgrade(
     }
     // After a failed batch, nothing more is touched.
     for (pod, images, ..) in batches.flatten() {
-        outcome.pods.push(entry(pod, "left", images.clone(), Some("not started: an earlier batch failed".into())));
+        outcome.pods.push(entry(
+            pod,
+            PodResult::Left,
+            images.clone(),
+            Some("not started: an earlier batch failed".into()),
+        ));
     }
     Ok(outcome)
 }

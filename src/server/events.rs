@@ -2,8 +2,9 @@
 //! admitted without the sidecar for a reason its owner would not expect (`Outcome::deserves_event`), on the pod's
 //! controller (so that `kubectl describe` of its ReplicaSet, Job, ... shows it) or else on the pod by name.
 //!
-//! Off the request path: the handler only offers a [`Notice`] to a bounded queue (`try_send`, no wait, no lock); a
-//! full queue drops it and counts it. One task publishes them through kube's `Recorder`, which aggregates repeats
+//! Off the request path: the handler only moves the outcome (with its subject) into a bounded queue (`try_send`, no
+//! wait, no lock, nothing copied or formatted); a full queue drops it and counts it. One task makes each into a
+//! [`Notice`] and publishes it through kube's `Recorder`, which aggregates repeats
 //! as client-go's recorder does: the same reason on the same object within six minutes becomes one Event whose
 //! series counts them (a patch, not a new object).
 
@@ -15,7 +16,7 @@ use tokio::sync::mpsc;
 
 use super::telemetry::{EventResult, Metrics};
 
-/// Notices waiting to be published, at most: a burst of admissions beyond it loses its Events (counted as
+/// Outcomes waiting to be published, at most: a burst of admissions beyond it loses its Events (counted as
 /// `dropped`), never a request's time.
 pub(crate) const QUEUE: usize = 1024;
 
@@ -118,21 +119,22 @@ fn cut(mut text: String, max: usize) -> String {
     text
 }
 
-/// The queue's sending end, which the handler offers notices to.
+/// The queue's sending end, which the handler offers outcomes to.
 pub(crate) struct Events {
-    queue: mpsc::Sender<Notice>,
+    queue: mpsc::Sender<Outcome>,
     metrics: Metrics,
 }
 
 impl Events {
-    /// Starts the publishing task (in the runtime in scope) and returns its queue of `capacity` notices.
+    /// Starts the publishing task (in the runtime in scope) and returns its queue of `capacity` outcomes.
     pub(crate) fn start(publisher: Publisher, metrics: Metrics, capacity: usize) -> Events {
-        let (queue, mut notices) = mpsc::channel::<Notice>(capacity);
+        let (queue, mut outcomes) = mpsc::channel::<Outcome>(capacity);
         let reporter = Reporter { controller: "sidecar-injector".to_owned(), instance: publisher.instance };
         let recorder = Recorder::new(publisher.client, reporter);
         let counted = metrics.clone();
         tokio::spawn(async move {
-            while let Some(notice) = notices.recv().await {
+            while let Some(mut outcome) = outcomes.recv().await {
+                let Some(notice) = Notice::of(&mut outcome) else { continue };
                 match recorder.publish(&notice.event(), &notice.regarding()).await {
                     Ok(()) => counted.event(EventResult::Published),
                     Err(error) => {
@@ -145,10 +147,13 @@ impl Events {
         Events { queue, metrics }
     }
 
-    /// Offers the notice `outcome` deserves, if any, without waiting: a full queue drops it (counted).
-    pub(crate) fn offer(&self, outcome: &mut Outcome) {
-        let Some(notice) = Notice::of(outcome) else { return };
-        if self.queue.try_send(notice).is_err() {
+    /// Offers `outcome`, when it has a subject (it deserves an Event), without waiting: a full queue drops it
+    /// (counted). The answer is already written: the outcome is moved, not copied.
+    pub(crate) fn offer(&self, outcome: Outcome) {
+        if outcome.subject.is_none() {
+            return;
+        }
+        if self.queue.try_send(outcome).is_err() {
             self.metrics.event(EventResult::Dropped);
         }
     }

@@ -291,10 +291,10 @@ async fn read_and_review(
         return refuse(shared, &Refusal::Overloaded(shared.body_budget.total()));
     }
     match reviewed {
-        Ok(Ok(mut outcome)) => {
+        Ok(Ok(outcome)) => {
             record(&revision.metrics, endpoint, &outcome);
             if let Some(events) = &shared.events {
-                events.offer(&mut outcome);
+                events.offer(outcome);
             }
             let mut answer = Response::new(Content { bytes: out, _reserved: Some(reserved) });
             answer.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -175,7 +175,7 @@ impl Status<'_> {
             || match (self.restart, self.upgrade) {
                 (Some(restart), _) => restart.left_behind(),
                 // Pods kept by --partition or deferred by --max-upgrades are left on purpose.
-                (None, Some(upgrade)) => upgrade.failed() || upgrade.pods.iter().any(|p| p.result == "restart"),
+                (None, Some(upgrade)) => upgrade.failed() || upgrade.restarts(),
                 (None, None) => self.report.summary.drift,
             }
     }

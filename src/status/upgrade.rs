@@ -251,6 +251,25 @@ pub fn upgraded(pod: &Value, before: &Value, changes: &[ImageChange]) -> bool {
     })
 }
 
+/// What became of one pod `--upgrade` looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum PodResult {
+    /// Patched, and its new sidecar running and ready within `--timeout`.
+    Ready,
+    /// Patched, and its new sidecar not running and ready within `--timeout`.
+    Upgraded,
+    /// Left at its version: by `--partition`, `--max-upgrades`, or after a failed batch.
+    Left,
+    /// Would be patched (`--dry-run`).
+    Planned,
+    /// More than the image differs: only a restart brings the current injection.
+    Restart,
+    /// A read or the patch failed.
+    Failed,
+}
+
 /// One pod `--upgrade` looked at.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -259,9 +278,8 @@ pub struct PodUpgrade {
     pub namespace: String,
     /// Its name.
     pub name: String,
-    /// What happened: `upgraded`, `ready`, `left` (by `--partition` or `--max-upgrades`), `planned` (a dry run),
-    /// `restart` (more than the image differs), `failed`.
-    pub result: &'static str,
+    /// What became of it.
+    pub result: PodResult,
     /// The images changed (or to change).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<ImageChange>,
@@ -270,46 +288,84 @@ pub struct PodUpgrade {
     pub reason: Option<String>,
 }
 
-/// What `--upgrade` did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+/// What `--upgrade` did: every stale pod it matched (by `--selector`, if given), once each. The counts are read
+/// from the pods (and serialised with them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcome {
     /// `--dry-run`: nothing was changed.
     pub dry_run: bool,
-    /// Stale pods matched (by `--selector`, if given).
-    pub matched: usize,
-    /// Pods whose image was patched.
-    pub updated: usize,
-    /// Of those, the ones whose new sidecar was running and ready within `--timeout`.
-    pub ready: usize,
     /// Every pod, in the order looked at.
     pub pods: Vec<PodUpgrade>,
 }
 
 impl Outcome {
-    /// Did a patch fail, or a patched pod not come up ready? (Pods to restart are drift, which `status` reports.)
+    fn count(&self, results: &[PodResult]) -> usize {
+        self.pods.iter().filter(|p| results.contains(&p.result)).count()
+    }
+
+    /// Stale pods matched.
+    pub fn matched(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Pods whose image was patched.
+    pub fn updated(&self) -> usize {
+        self.count(&[PodResult::Ready, PodResult::Upgraded])
+    }
+
+    /// Of those, the ones whose new sidecar was running and ready within `--timeout`.
+    pub fn ready(&self) -> usize {
+        self.count(&[PodResult::Ready])
+    }
+
+    /// Did a read or a patch fail, or a patched pod not come up ready? (Pods to restart are drift, which `status`
+    /// reports.)
     pub fn failed(&self) -> bool {
-        self.pods.iter().any(|p| p.result == "failed") || self.ready < self.updated
+        self.count(&[PodResult::Failed, PodResult::Upgraded]) > 0
+    }
+
+    /// Does a pod need a restart?
+    pub fn restarts(&self) -> bool {
+        self.count(&[PodResult::Restart]) > 0
     }
 
     /// For people: the counts, then one line per pod.
     pub fn text(&self) -> String {
         let mut out = String::new();
-        let verb = if self.dry_run { "would upgrade" } else { "upgraded" };
-        let planned = self.pods.iter().filter(|p| p.result == "planned").count();
-        let _ = writeln!(
-            out,
-            "upgrade in place: {} matched, {} {verb}, {} ready",
-            self.matched,
-            if self.dry_run { planned } else { self.updated },
-            self.ready
-        );
+        let (verb, done) = match self.dry_run {
+            true => ("would upgrade", self.count(&[PodResult::Planned])),
+            false => ("upgraded", self.updated()),
+        };
+        let _ = writeln!(out, "upgrade in place: {} matched, {done} {verb}, {} ready", self.matched(), self.ready());
         for pod in &self.pods {
             let images: Vec<String> = pod.images.iter().map(|c| format!("{} {} -> {}", c.name, c.from, c.to)).collect();
             let detail = pod.reason.clone().unwrap_or_else(|| images.join(", "));
-            let _ = writeln!(out, "  {}/{}: {}: {detail}", pod.namespace, pod.name, pod.result);
+            let result: &'static str = pod.result.into();
+            let _ = writeln!(out, "  {}/{}: {result}: {detail}", pod.namespace, pod.name);
         }
         out
+    }
+}
+
+impl Serialize for Outcome {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Counted<'a> {
+            dry_run: bool,
+            matched: usize,
+            updated: usize,
+            ready: usize,
+            pods: &'a [PodUpgrade],
+        }
+        let counted = Counted {
+            dry_run: self.dry_run,
+            matched: self.matched(),
+            updated: self.updated(),
+            ready: self.ready(),
+            pods: &self.pods,
+        };
+        counted.serialize(serializer)
     }
 }
 
