@@ -1431,6 +1431,7 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
         check_a_sidecar_resized_in_place(&cluster);
     }
     check_sidecars_upgraded_in_place(&cluster);
+    check_a_revision_tag(&cluster);
     eprintln!(
         "template edit to the first pod with the new version: {propagation} s; with a new template: {new_template} s"
     );
@@ -1453,6 +1454,47 @@ fn a_real_node_runs_the_readme_deploy_path_and_the_pods_we_inject() {
     // A second teardown is harmless.
     let output = Command::new(SCRIPT).arg("down").arg(dir.path()).output().unwrap();
     assert!(output.status.success(), "a second down:\n{}", text(&output));
+}
+
+/// Issue 55, item 4: a revision tag made with `sidecar-injector tag set` from the webhooks as deployed (through
+/// the Service, at `/mutate/tag/prod`, with the deployed caBundle): a namespace labelled with the tag runs injected
+/// pods whose stamp names it, `tag list` and `status` show it; removed with the namespace relabelled, it is gone.
+/// Moving a tag between revisions is the e2e test's (this cluster serves one revision).
+fn check_a_revision_tag(cluster: &Cluster) {
+    let cli = |args: &[&str]| {
+        let output = cluster.command("sidecar-injector").args(args).output().unwrap();
+        assert!(output.status.success(), "sidecar-injector {}:\n{}", args.join(" "), text(&output));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    cluster.kubectl_ok(&["create", "namespace", "tagged"]);
+    cluster.kubectl_ok(&["label", "namespace", "tagged", "sidecar-injector.io/rev=prod"]);
+    let set = cli(&["tag", "set", "prod", "--revision", "default"]);
+    assert_eq!(
+        set,
+        "tag prod points to revision default: 1 namespace(s) labelled sidecar-injector.io/rev=prod (tagged)\n"
+    );
+    let webhooks = cluster.json(&["get", "mutatingwebhookconfiguration", "sidecar-injector-tag-prod"]);
+    assert_eq!(webhooks["webhooks"][0]["clientConfig"]["service"]["path"], "/mutate/tag/prod", "{webhooks}");
+    cluster.apply(&sleeping_deployment("tagged", "shop", "demo", 2));
+    let pods = wait_for(Duration::from_secs(120), "the tagged namespace's pods Ready", || {
+        let items = cluster.json(&["-n", "tagged", "get", "pods"])["items"].as_array().cloned().unwrap_or_default();
+        (items.len() == 2 && items.iter().all(all_ready)).then_some(items)
+    });
+    for pod in &pods {
+        assert_eq!(names(pod, "containers"), ["app", "demo-sidecar"], "{pod}");
+        let stamp = pod["metadata"]["annotations"]["sidecar-injector.io/status"].as_str().unwrap();
+        let stamp = sidecar_injector_core::Stamp::parse(stamp).unwrap();
+        assert_eq!((stamp.revision(), stamp.tag.as_deref()), ("default", Some("prod")), "{pod}");
+    }
+    assert_eq!(cli(&["tag", "list"]), "TAG   REVISION  NAMESPACES\nprod  default   tagged\n");
+    let report = cli(&["status", "-n", "tagged", "--configmap", "sidecar-injector/sidecar-injector-templates"]);
+    let row = report.lines().find(|l| l.starts_with("tagged ")).unwrap_or_default();
+    assert!(row.contains(" default (tag prod) ") && row.contains("Deployment/shop"), "{report}");
+    assert!(report.contains("\nrevision tags: prod -> default\n"), "{report}");
+    cluster.kubectl_ok(&["label", "namespace", "tagged", "sidecar-injector.io/rev-"]);
+    assert_eq!(cli(&["tag", "remove", "prod"]), "tag prod removed\n");
+    assert_eq!(cli(&["tag", "list"]), "TAG  REVISION  NAMESPACES\n");
+    cluster.kubectl_ok(&["delete", "namespace", "tagged", "--wait=false"]);
 }
 
 /// A Deployment `name` in `namespace` whose pods (labelled `app: NAME`) name `template` and sleep.

@@ -27,6 +27,8 @@ mod policy;
 mod reviews;
 #[path = "e2e/status.rs"]
 mod status;
+#[path = "e2e/tags.rs"]
+mod tags;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -316,6 +318,14 @@ async fn the_admission_chain_accepts_every_pod_the_api_server_accepts_as_sent() 
 async fn events_against_a_real_api_server() {
     let cluster = Cluster::start();
     events::events_on_the_pods_controller(&cluster).await;
+}
+
+/// Issue 55: revision tags set, moved and removed by `sidecar-injector tag`; see `tests/e2e/tags.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: tests/e2e/apiserver.sh"]
+async fn revision_tags_against_a_real_api_server() {
+    let cluster = Cluster::start();
+    tags::tags_move_namespaces(&cluster).await;
 }
 
 /// Issue 53: the templates compiled into MutatingAdmissionPolicies inject pods as the webhook does; see
@@ -1005,6 +1015,13 @@ fn the_helm_chart_renders_the_certs_overlay() {
 #[ignore = "needs helm and kubectl: tests/e2e/helm.sh build, tests/e2e/apiserver.sh build"]
 fn the_helm_chart_renders_the_cert_manager_overlay_and_revisions() {
     helm::renders_the_cert_manager_overlay_and_revisions();
+}
+
+/// The Helm chart's revision tags are what `sidecar-injector tag set` makes (tests/e2e/helm.rs).
+#[test]
+#[ignore = "needs helm: tests/e2e/helm.sh build"]
+fn the_helm_chart_renders_revision_tags_as_tag_set_makes_them() {
+    helm::renders_revision_tags_as_tag_set_makes_them();
 }
 
 /// `helm lint --strict` is clean, and values the chart cannot render are refused with the reason.

@@ -24,7 +24,7 @@ mod reviews;
 
 use serde_json::{Value, json};
 use sidecar_injector_core::offline::{inject_document, pod_create_review};
-use sidecar_injector_core::{Engine, Outcome, ReviewError, Settings, TemplateSet, Verdict};
+use sidecar_injector_core::{Call, Engine, Mode, Outcome, ReviewError, Settings, Tag, TemplateSet, Verdict};
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -55,6 +55,8 @@ struct Case {
     validate: bool,
     /// Injection as a server publishing Events answers it (`Engine::review_with_subject`).
     with_subject: bool,
+    /// Through a revision tag's webhook (`Engine::answer_call`): the tag written into the stamp.
+    tag: Option<Tag>,
     expect: fn(&Answer) -> bool,
 }
 
@@ -80,7 +82,15 @@ fn engine() -> Engine {
 
 fn case(body: Vec<u8>, new_pod: bool) -> Case {
     let new_pod_at = new_pod.then(|| reviews::digits_of(&body, reviews::UNIQUE_APP));
-    Case { engine: engine(), bodies: vec![body], new_pod_at, validate: false, with_subject: false, expect: injected }
+    Case {
+        engine: engine(),
+        bodies: vec![body],
+        new_pod_at,
+        validate: false,
+        with_subject: false,
+        tag: None,
+        expect: injected,
+    }
 }
 
 fn injected_with_subject(answer: &Answer) -> bool {
@@ -104,6 +114,11 @@ fn cases() -> Vec<(String, Box<dyn Fn() -> Case>)> {
             expect: injected_with_subject,
             ..case(reviews::review_of_size(8_000), true)
         }),
+    ));
+    // Through a revision tag: the stamp written with the tag (what it says is the suite's to judge, tests/suite/tags.rs).
+    cases.push((
+        "review-8KB-new-pod-tagged".into(),
+        Box::new(|| Case { tag: Some(Tag::new("prod").expect("a tag")), ..case(reviews::review_of_size(8_000), true) }),
     ));
     cases.push((
         "review-2KB-override".into(),
@@ -134,7 +149,15 @@ fn validate_injected() -> Case {
     let mut pod = review["request"]["object"].clone();
     inject_document(&engine, &mut pod, "default").expect("the 8 KB pod is injected");
     let body = serde_json::to_vec(&pod_create_review("gate", "default", pod)).unwrap();
-    Case { engine, bodies: vec![body], new_pod_at: None, validate: true, with_subject: false, expect: complete }
+    Case {
+        engine,
+        bodies: vec![body],
+        new_pod_at: None,
+        validate: true,
+        with_subject: false,
+        tag: None,
+        expect: complete,
+    }
 }
 
 /// Every pod of `tests/corpus/pods`, each in a review: one call that answers them all, one after another.
@@ -159,6 +182,7 @@ fn corpus() -> Case {
         new_pod_at: None,
         validate: false,
         with_subject: false,
+        tag: None,
         expect: |answer| answer.is_ok(),
     }
 }
@@ -180,10 +204,14 @@ fn measured(case: &Case, bodies: &mut [Vec<u8>], out: &mut Vec<u8>, pad: u64, pa
             continue;
         }
         out.clear();
-        answers.push(match (case.validate, case.with_subject) {
-            (true, _) => case.engine.validate(body, out),
-            (false, true) => case.engine.review_with_subject(body, out),
-            (false, false) => case.engine.review(body, out),
+        answers.push(match (case.validate, case.with_subject, &case.tag) {
+            (false, _, Some(tag)) => {
+                let call = Call { tag: Some(tag), subject: case.with_subject };
+                case.engine.answer_call(body, out, Mode::Mutate, call)
+            }
+            (true, _, _) => case.engine.validate(body, out),
+            (false, true, None) => case.engine.review_with_subject(body, out),
+            (false, false, None) => case.engine.review(body, out),
         });
     }
     answers

@@ -14,7 +14,7 @@ use crate::pod::PodView;
 use crate::review::{self, ApiVersion, Review, ReviewError};
 use crate::settings::{Keys, Policy, Settings, Validation};
 use crate::template::tree::Rendered;
-use crate::template::{LeafCache, NATIVE_SIDECAR_MINOR, Template, TemplateId};
+use crate::template::{LeafCache, NATIVE_SIDECAR_MINOR, Tag, Template, TemplateId};
 use crate::template_set::{OnDemand, SelectError, Selection, Serving, TemplateSet};
 use crate::validation::{self, FieldError};
 use crate::{merge, missing, response};
@@ -115,6 +115,16 @@ impl Outcome {
             _ => false,
         }
     }
+}
+
+/// What a server knows of a call beyond its body ([`Engine::answer_call`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Call<'a> {
+    /// The revision tag whose webhook made the call (its path names it): a pod injected through it says so in its
+    /// status annotation.
+    pub tag: Option<&'a Tag>,
+    /// Give an outcome that [`Outcome::deserves_event`] its [`Subject`] (a server that publishes Events).
+    pub subject: bool,
 }
 
 /// What an outcome carries beyond the verdict: nothing (the request path), a [`Trace`], or a [`Subject`].
@@ -249,6 +259,8 @@ pub(crate) struct Work {
     /// were judged for: a pod that renders the same values again (a cached render) is not judged again.
     judged: Vec<u8>,
     judged_for: Option<Arc<TemplateId>>,
+    /// The status annotation of a call through a revision tag's webhook (a JSON string); empty for any other call.
+    stamp: Vec<u8>,
 }
 
 impl Work {
@@ -261,9 +273,10 @@ impl Work {
         pod: &PodView<'_, '_>,
         observer: &mut impl merge::Observer<'m>,
     ) -> usize {
-        let Work { rendered, ranges, path, staged, .. } = self;
+        let Work { rendered, ranges, path, staged, stamp, .. } = self;
         staged.clear();
-        merge::merge(template, overridden, pod, Rendered { buf: rendered, ranges }, path, staged, observer)
+        let slots = Rendered { buf: rendered, ranges, stamp: (!stamp.is_empty()).then_some(stamp) };
+        merge::merge(template, overridden, pod, slots, path, staged, observer)
     }
 }
 
@@ -384,26 +397,39 @@ impl Engine {
     /// [`PARSE_PADDING`] for its capacity) and the response is written to `out`. An `Err` means the body is not a
     /// readable review: answer 400.
     pub fn review(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
-        self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Mutate, Extras::None))
+        self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Mutate, Extras::None, None))
     }
 
     /// [`Engine::review`], and for an outcome that [`Outcome::deserves_event`] its [`Subject`] (a few strings,
     /// copied only then): for a server that publishes Events.
     pub fn review_with_subject(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
-        self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Mutate, Extras::Subject))
+        self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Mutate, Extras::Subject, None))
     }
 
     /// Validates one `AdmissionReview` (`/validate`): the pod is allowed if injecting it again would add nothing;
     /// otherwise it is refused, or admitted with a warning, naming what is missing. Everything `review` skips is
     /// allowed. Same buffers and errors as [`Engine::review`].
     pub fn validate(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
-        self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Validate, Extras::None))
+        self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Validate, Extras::None, None))
+    }
+
+    /// [`Engine::review`] or [`Engine::validate`] (by `mode`) of a call the server knows more of: the webhook of
+    /// a revision tag, a subject for Events.
+    pub fn answer_call(
+        &self,
+        body: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+        mode: Mode,
+        call: Call<'_>,
+    ) -> Result<Outcome, ReviewError> {
+        let extras = if call.subject && mode == Mode::Mutate { Extras::Subject } else { Extras::None };
+        self.run(body, true, |engine, root, work| engine.answer(root, work, out, mode, extras, call.tag))
     }
 
     /// [`Engine::review`] or [`Engine::validate`], with the outcome's [`Trace`]: for people reading a decision,
     /// not for the request path (it writes the patch twice).
     pub fn trace(&self, body: &mut Vec<u8>, out: &mut Vec<u8>, mode: Mode) -> Result<Outcome, ReviewError> {
-        self.run(body, true, |engine, root, work| engine.answer(root, work, out, mode, Extras::Trace))
+        self.run(body, true, |engine, root, work| engine.answer(root, work, out, mode, Extras::Trace, None))
     }
 
     /// For `uninject`: reviews a pod (a Pod CREATE review) as [`Engine::review`] does, and when its template is
@@ -466,6 +492,7 @@ impl Engine {
             // Only this synchronous call borrows the thread's scratch, so the borrow cannot be held twice.
             let mut scratch = scratch.borrow_mut();
             let Scratch { buffers, tape: tape_slot, work } = &mut *scratch;
+            work.stamp.clear();
             let mut tape = tape_slot.take().unwrap_or_else(Tape::null).reset();
             let answered = simd_json::fill_tape_padded(body, len, buffers, &mut tape).map(|()| {
                 let checked = if one_reading { review::refuse_duplicate_keys(&tape.0, body_start) } else { Ok(()) };
@@ -493,11 +520,15 @@ impl Engine {
         out: &mut Vec<u8>,
         mode: Mode,
         extras: Extras,
+        tag: Option<&Tag>,
     ) -> Result<Outcome, ReviewError> {
         let review = review::read(root)?;
         let mut outcome = Outcome::new(review.version, extras == Extras::Trace);
         let pod = decision::decide(&review, &self.keys)?;
         let decision = self.decide(&pod, work, &mut outcome, mode);
+        if let (Some(tag), Decision::Patch { template, .. }) = (tag, &decision) {
+            template.write_tagged_stamp(tag, &mut work.stamp);
+        }
         self.write(&review, decision, work, out, &mut outcome);
         // A dry run (`kubectl create --dry-run=server`, the apply-time preview) admits no pod: nothing to say.
         if extras == Extras::Subject
@@ -668,14 +699,16 @@ impl Engine {
                 return self.fail(failure, outcome);
             }
         }
-        if let Err((slot, error)) = template.check_leaves(Rendered { buf: rendered, ranges }) {
+        if let Err((slot, error)) = template.check_leaves(Rendered { buf: rendered, ranges, stamp: None }) {
             let what = "rendered a value the API server would refuse";
             return self.fail(self.leaf_failure(&template, slot, pod, what, &error), outcome);
         }
         if template.judges_rendered_values()
             && !(work.judged_for.as_ref() == Some(template.id()) && work.judged == work.rendered)
         {
-            if let Err(error) = template.check_rendered(Rendered { buf: &work.rendered, ranges: &work.ranges }) {
+            if let Err(error) =
+                template.check_rendered(Rendered { buf: &work.rendered, ranges: &work.ranges, stamp: None })
+            {
                 return self.fail(self.rendered_failure(&template, pod, &error), outcome);
             }
             work.judged.clear();
@@ -732,8 +765,8 @@ impl Engine {
                 {
                     trace.patch = Some(work.staged.clone());
                 }
-                let Work { rendered, ranges, path, staged, .. } = work;
-                let slots = Rendered { buf: rendered, ranges };
+                let Work { rendered, ranges, path, staged, stamp, .. } = work;
+                let slots = Rendered { buf: rendered, ranges, stamp: (!stamp.is_empty()).then_some(stamp) };
                 let ops = response::patch(out, staged, |sink| {
                     merge::merge(&template, overridden, pod, slots, path, sink, &mut ())
                 });

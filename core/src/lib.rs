@@ -56,8 +56,8 @@ pub mod validation;
 pub mod workload;
 
 pub use decision::SkipReason;
-pub use engine::{Engine, Mode, Outcome, PARSE_PADDING, Stage, Subject, Trace, Verdict};
+pub use engine::{Call, Engine, Mode, Outcome, PARSE_PADDING, Stage, Subject, Trace, Verdict};
 pub use review::{ApiVersion, ReviewError};
 pub use settings::{Policy, Settings, Validation};
-pub use template::{Hold, JobPolicy, Stamp, Template, TemplateError, TemplateId};
+pub use template::{Hold, JobPolicy, Stamp, Tag, Template, TemplateError, TemplateId};
 pub use template_set::{SelectError, Selection, SetSources, TemplateSet};

@@ -13,6 +13,7 @@ pub mod policy;
 pub mod review;
 pub mod serve;
 pub mod status;
+pub mod tag;
 
 use std::path::PathBuf;
 
@@ -24,9 +25,9 @@ use sidecar_injector_core::{Policy, Validation};
 pub const EXIT_CODES: &str = "Exit codes: 0 success; 1 the work found a problem (check refused a template or an \
 overlay that would leave one out, review or validate refused a pod, inject could not inject or uninject could not \
 uninject, the input is not a review or not YAML, status found pods that do not run the current sidecar or that name \
-a template the injector lacks); 2 bad usage or bad configuration (an unknown flag, an unreadable file or directory, a \
-bad flag value, a template that does not load for any command but check, TLS material serve cannot use, an API \
-server status cannot reach).";
+a template the injector lacks, tag refused a change); 2 bad usage or bad configuration (an unknown flag, an \
+unreadable file or directory, a bad flag value, a template that does not load for any command but check, TLS \
+material serve cannot use, an API server status or tag cannot reach).";
 
 /// A Kubernetes mutating admission webhook that injects a templated sidecar into Pods.
 #[derive(Debug, Parser)]
@@ -85,6 +86,7 @@ where
         Command::Certs(args) => certs::run(args),
         Command::Status(args) => status::run(args),
         Command::Policy(args) => policy::run(args),
+        Command::Tag(args) => tag::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -144,6 +146,9 @@ pub enum Command {
     /// Compile templates into MutatingAdmissionPolicies and their bindings (Kubernetes 1.36+): injection by the
     /// API server itself, with no webhook to run; templates that need the webhook are named, with the reason
     Policy(policy::PolicyArgs),
+    /// Point a revision tag (a stable name such as prod) at a revision, list the tags, or remove one, through
+    /// your kubeconfig: namespaces labelled with a tag move when it moves.
+    Tag(tag::TagArgs),
 }
 
 /// Which templates: the options of every command that injects or judges pods (`serve`, `review`, `inject`,

@@ -82,7 +82,8 @@ fn file_of(path: &Path, name: &str) -> String {
     if path.is_dir() { path.join(format!("{name}.yaml")).display().to_string() } else { path.display().to_string() }
 }
 
-fn to_yaml(object: &serde_json::Value) -> Result<String, CliError> {
+/// An object as a YAML document.
+pub(super) fn to_yaml(object: &serde_json::Value) -> Result<String, CliError> {
     serde_saphyr::to_string(object).map_err(|e| CliError::Config(format!("writing YAML: {e}")))
 }
 

@@ -24,8 +24,9 @@ by another revision than its namespace's); skipped (not expected to have a sidec
 template skips, host network, finished, a namespace not opted in...).
 
 A namespace is judged by the templates of the revision its labels select, as the webhook configurations do: \
-<prefix>rev=REVISION selects that revision; otherwise <prefix>inject=enabled selects the default revision (the \
-first --template-dir or --configmap). kube-system, kube-public, kube-node-lease and sidecar-injector are never \
+<prefix>rev=REVISION selects that revision (<prefix>rev=TAG, a revision tag, the revision it points to: \
+`sidecar-injector tag`); otherwise <prefix>inject=enabled selects the default revision (the first --template-dir \
+or --configmap). kube-system, kube-public, kube-node-lease and sidecar-injector are never \
 injected. Without -n or -A, only namespaces with either label are looked at.
 
 --restart rolls the Deployments, StatefulSets and DaemonSets with drifting pods, as `kubectl rollout restart` \
@@ -233,8 +234,9 @@ async fn survey(
         ([], true) => Scope::All,
         (names, _) => Scope::Named(names.to_vec()),
     };
+    let tags = revision_tags(&cluster).await;
     let mut surveyed = Vec::new();
-    for (namespace, enrollment) in cluster.namespaces(&scope, &keys, &revisions).await.map_err(config)? {
+    for (namespace, enrollment) in cluster.namespaces(&scope, &keys, &revisions, &tags).await.map_err(config)? {
         let mut pods = Vec::new();
         for pod in cluster.pods(&namespace).await.map_err(config)? {
             let workload = cluster.workload(&namespace, &pod).await.map_err(config)?;
@@ -247,10 +249,23 @@ async fn survey(
         }
         surveyed.push(Surveyed { namespace, enrollment, pods });
     }
-    let report = Report::new(&revisions, surveyed);
+    let report = Report::new(&revisions, tags, surveyed);
     let restarted = if args.restart { Some(restart(&cluster, &report, args).await) } else { None };
     let upgraded = if args.upgrade { Some(upgrade(&cluster, &report, args, &keys).await?) } else { None };
     Ok((report, restarted, upgraded))
+}
+
+/// The cluster's revision tags, each with its revision; none, with a note, when they cannot be read (a caller
+/// who may not list webhook configurations): the namespaces labelled with a tag are then of an unknown revision.
+async fn revision_tags(cluster: &Cluster) -> std::collections::BTreeMap<String, String> {
+    let kind = "mutatingwebhookconfigurations";
+    match cluster.webhook_configurations_labelled(kind, status::tags::TAG_LABEL).await {
+        Ok(configurations) => status::tags::pointed(&configurations),
+        Err(e) => {
+            super::stderr(format_args!("sidecar-injector: revision tags not read: {}\n", status::chain(&e)));
+            Default::default()
+        }
+    }
 }
 
 /// Carries out `--upgrade` (or, `--dry-run`, only decides): each stale pod compared with what the API server would

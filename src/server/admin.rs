@@ -142,6 +142,7 @@ mod tests {
             metrics: metrics.revision("default"),
             reloader: None,
             refresh: None,
+            tags: Default::default(),
         };
         let body_budget = Arc::new(super::super::budget::BodyBudget::new(1 << 20, metrics.clone()));
         Arc::new(Shared {

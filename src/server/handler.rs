@@ -16,9 +16,10 @@ use hyper::{Method, Request, Response, StatusCode, Version};
 
 use super::budget::{BODY_BUDGET_WAIT, Reserved, held_for};
 use super::conn::{Answering, RequestGuard};
+use super::tags::Seen;
 use super::telemetry::{ErrorReason, RevisionMetrics};
 use super::{Revision, Shared};
-use sidecar_injector_core::{Outcome, ReviewError, Verdict};
+use sidecar_injector_core::{Call, Mode, Outcome, ReviewError, Verdict};
 
 type Answer = Response<Content>;
 
@@ -151,20 +152,24 @@ async fn respond(shared: &Shared, req: &hyper::http::request::Parts, body: &mut 
                 names.join(", ")
             ));
         }
+        paths.push_str(", each also through a revision tag as PATH/tag/TAG");
         Refusal::NotFound(paths)
     });
-    let accepted = accepted.and_then(|(revision, endpoint)| {
+    let accepted = accepted.and_then(|(revision, endpoint, tag)| {
+        let tag = tag.map(|tag| revision.tags.get(tag, &revision.name, &shared.metrics)).transpose();
         if req.method != Method::POST {
             Err(Refusal::Method)
         } else if !is_json(req.headers.get(CONTENT_TYPE)) {
             Err(Refusal::MediaType)
         } else {
-            Ok((revision, endpoint))
+            Ok((revision, endpoint, tag.map_err(Refusal::NotFound)?))
         }
     });
     let work = async {
         match accepted {
-            Ok((revision, endpoint)) => read_and_review(shared, revision, body, endpoint, deadline).await,
+            Ok((revision, endpoint, tag)) => {
+                read_and_review(shared, Called { revision, endpoint, tag }, body, deadline).await
+            }
             Err(refusal) => {
                 // Read what was sent (up to the limit): an HTTP/1.1 connection whose request body is left unread
                 // is closed after the answer; read, it serves the client's next request.
@@ -190,13 +195,16 @@ async fn discard(body: &mut Incoming, max: usize) {
     }
 }
 
-async fn read_and_review(
-    shared: &Shared,
-    revision: &Revision,
-    body: &mut Incoming,
+/// What a request's path names: the revision, the webhook, and the revision tag the call came through.
+struct Called<'s> {
+    revision: &'s Revision,
     endpoint: Endpoint,
-    deadline: Duration,
-) -> Answer {
+    tag: Option<Arc<Seen>>,
+}
+
+async fn read_and_review(shared: &Shared, called: Called<'_>, body: &mut Incoming, deadline: Duration) -> Answer {
+    let Called { revision, endpoint, tag } = called;
+    let tag = tag.inspect(|seen| seen.called());
     let max = shared.config.max_body_bytes;
     let announced = body.size_hint().lower();
     if announced > max as u64 {
@@ -265,7 +273,7 @@ async fn read_and_review(
     };
     let (mut reviewed, lacked) = {
         let engine = revision.engine.load();
-        let reviewed = review(&engine, endpoint, shared.events.is_some(), &mut buf, &mut out);
+        let reviewed = review(&engine, endpoint, call(shared, tag.as_deref()), &mut buf, &mut out);
         let lacked = lacks(&reviewed).then(|| arc_swap::Guard::into_inner(engine));
         (reviewed, lacked)
     };
@@ -276,7 +284,7 @@ async fn read_and_review(
             if !Arc::ptr_eq(&used, &now) {
                 refill(&mut buf, &received);
                 out.clear();
-                reviewed = review(&now, endpoint, shared.events.is_some(), &mut buf, &mut out);
+                reviewed = review(&now, endpoint, call(shared, tag.as_deref()), &mut buf, &mut out);
             }
         }
     }
@@ -315,19 +323,23 @@ type Reviewed = Result<Result<Outcome, ReviewError>, Panicked>;
 /// ([`super::refresh`]), at most: well within the API server's timeout for the call.
 const REFRESH_WAIT: Duration = Duration::from_secs(2);
 
-/// Reviews `buf` with `engine`, for `endpoint`; a mutating review's outcome with its subject when Events are
-/// published.
+/// What the engine is told of a call beyond its body: the tag it came through, and whether an outcome needs its
+/// subject (when Events are published).
+fn call<'t>(shared: &Shared, tag: Option<&'t Seen>) -> Call<'t> {
+    Call { tag: tag.map(|seen| &seen.tag), subject: shared.events.is_some() }
+}
+
+/// Reviews `buf` with `engine`, for `endpoint`.
 fn review(
     engine: &sidecar_injector_core::Engine,
     endpoint: Endpoint,
-    events: bool,
+    call: Call<'_>,
     buf: &mut Vec<u8>,
     out: &mut Vec<u8>,
 ) -> Reviewed {
     review_guarded(|| match endpoint {
-        Endpoint::Mutate if events => engine.review_with_subject(buf, out),
-        Endpoint::Mutate => engine.review(buf, out),
-        Endpoint::Validate => engine.validate(buf, out),
+        Endpoint::Mutate => engine.answer_call(buf, out, Mode::Mutate, call),
+        Endpoint::Validate => engine.answer_call(buf, out, Mode::Validate, call),
         Endpoint::Preview => engine.preview(buf, out),
     })
 }

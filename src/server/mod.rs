@@ -16,6 +16,7 @@ pub mod refresh;
 pub mod reload;
 pub mod serving;
 pub mod source;
+mod tags;
 mod telemetry;
 pub mod tls;
 
@@ -246,6 +247,8 @@ pub(crate) struct Revision {
     /// Reads the directory's ConfigMap through the API server for a pod naming a template `engine` lacks
     /// (`--template-configmap`).
     pub refresh: Option<Arc<refresh::Refresher>>,
+    /// The revision tags it was called through.
+    pub tags: tags::Tags,
 }
 
 /// A `200` with `body` as plain UTF-8 text: every answer of ours that is not a review (a refusal, a probe).
@@ -257,8 +260,9 @@ pub(crate) fn plain_text<B>(body: B) -> hyper::Response<B> {
 }
 
 impl Shared {
-    /// The revision a request's path names, and which webhook: the bare paths are the first revision's.
-    pub(crate) fn route(&self, path: &str) -> Option<(&Revision, handler::Endpoint)> {
+    /// The revision a request's path names, which webhook, and the revision tag it came through:
+    /// `<base>[/REVISION][/tag/TAG]`, the bare paths the first revision's. `None` for a path of no revision.
+    pub(crate) fn route<'p>(&self, path: &'p str) -> Option<(&Revision, handler::Endpoint, Option<&'p str>)> {
         let config = &self.config;
         for (base, endpoint) in [
             (&config.path, handler::Endpoint::Mutate),
@@ -266,11 +270,20 @@ impl Shared {
             (&config.preview_path, handler::Endpoint::Preview),
         ] {
             let Some(rest) = path.strip_prefix(base.as_str()) else { continue };
-            if rest.is_empty() {
-                return Some((&self.revisions[0], endpoint));
-            }
-            let name = rest.strip_prefix('/')?;
-            return self.revisions.iter().find(|r| r.name == name).map(|r| (r, endpoint));
+            let rest = if rest.is_empty() { None } else { Some(rest.strip_prefix('/')?) };
+            let mut segments = rest.into_iter().flat_map(|rest| rest.split('/'));
+            let (name, tag) = match [(); 4].map(|()| segments.next()) {
+                [None, ..] => (None, None),
+                [Some(name), None, ..] => (Some(name), None),
+                [Some("tag"), Some(tag), None, _] => (None, Some(tag)),
+                [Some(name), Some("tag"), Some(tag), None] => (Some(name), Some(tag)),
+                _ => return None,
+            };
+            let revision = match name {
+                None => &self.revisions[0],
+                Some(name) => self.revisions.iter().find(|r| r.name == name)?,
+            };
+            return Some((revision, endpoint, tag));
         }
         None
     }
@@ -341,7 +354,15 @@ impl Server {
                     let source = reloader.watch.source.clone()?;
                     Some(refresh::Refresher::new(source, reloader.clone()))
                 });
-                Revision { name, engine, templates, metrics: revision_metrics, reloader, refresh }
+                Revision {
+                    name,
+                    engine,
+                    templates,
+                    metrics: revision_metrics,
+                    reloader,
+                    refresh,
+                    tags: Default::default(),
+                }
             })
             .collect();
         let open = Arc::new(OpenConnections::default());

@@ -239,6 +239,13 @@ const VALIDATIONS: Family = Family {
     help: "Pods validated: ok (fully injected), missing (lacking part of the injection; denied or warned), skipped.",
 };
 
+const TAG_REQUESTS: Family = Family {
+    name: "sidecar_injector_tag_requests_total",
+    kind: Kind::Counter,
+    unit: None,
+    help: "Admission requests that came through a revision tag's webhooks, by revision and tag.",
+};
+
 const PREVIEWS: Family = Family { name: "sidecar_injector_previews_total", kind: Kind::Counter, unit: None, help: "" };
 
 const DURATION: Family = Family {
@@ -336,8 +343,9 @@ const TEMPLATE_LAST_RELOAD: Family = Family {
 };
 
 /// Every family the server records.
-const FAMILIES: [&Family; 17] = [
+const FAMILIES: [&Family; 18] = [
     &REQUESTS,
+    &TAG_REQUESTS,
     &VALIDATIONS,
     &PREVIEWS,
     &DURATION,
@@ -383,6 +391,14 @@ impl Metrics {
         let prometheus = recorder.handle();
         let handles = metrics::with_local_recorder(&recorder, || Self::register(prometheus));
         Ok(Metrics(Arc::new(Handles { recorder, ..handles })))
+    }
+
+    /// The counter of requests to `revision` through the tag `tag` (made by the first call through the tag).
+    pub(crate) fn tag_requests(&self, revision: &str, tag: &str) -> Counter {
+        metrics::with_local_recorder(
+            &self.0.recorder,
+            || metrics::counter!(TAG_REQUESTS.name, "revision" => revision.to_owned(), "tag" => tag.to_owned()),
+        )
     }
 
     /// Registers the series of `revision` (every one at 0, as [`per_reason`] does), and renders its template set
@@ -691,6 +707,8 @@ mod tests {
         let metrics = all.revision("default");
         metrics.template_start("0123456789abcdef");
         all.body_bytes(1024);
+        // Made by the first call through a tag.
+        all.tag_requests("default", "prod").increment(1);
         let rendered = all.render();
         let typed: BTreeSet<&str> =
             rendered.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split_whitespace().next()).collect();

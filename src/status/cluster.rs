@@ -19,6 +19,9 @@ use super::{Enrollment, Revision};
 use sidecar_injector_core::SetSources;
 use sidecar_injector_core::settings::Keys;
 
+/// Where the webhook configurations are.
+const ADMISSION: &str = "/apis/admissionregistration.k8s.io/v1";
+
 /// Objects asked for per list call: the page size client-go (and kubectl) use.
 const PAGE: u32 = 500;
 
@@ -128,12 +131,13 @@ impl Cluster {
         Ok(Cluster { client, server, parents: HashMap::new() })
     }
 
-    /// The namespaces of `scope`, with how each is opted in, by name.
+    /// The namespaces of `scope`, with how each is opted in (through the revision `tags` too), by name.
     pub async fn namespaces(
         &self,
         scope: &Scope,
         keys: &Keys,
         revisions: &[Revision],
+        tags: &std::collections::BTreeMap<String, String>,
     ) -> Result<Vec<(String, Enrollment)>, ClusterError> {
         let api = Api::<Namespace>::all(self.client.clone());
         let found = match scope {
@@ -152,7 +156,7 @@ impl Cluster {
             .map(|namespace| {
                 let name = namespace.metadata.name.unwrap_or_default();
                 let labels = namespace.metadata.labels.unwrap_or_default();
-                let enrollment = Enrollment::of(&name, &labels, keys, revisions);
+                let enrollment = Enrollment::of(&name, &labels, keys, revisions, tags);
                 (name, enrollment)
             })
             .filter(|(_, enrollment)| *scope != Scope::OptedIn || enrollment.opted_in())
@@ -276,6 +280,71 @@ impl Cluster {
         let _: serde_json::Value =
             self.raw(hyper::Method::PATCH, &path, Some(patch), "application/json-patch+json").await?;
         Ok(())
+    }
+
+    /// The webhook configuration of `kind` (`mutatingwebhookconfigurations` or `validatingwebhookconfigurations`)
+    /// named `name`, as JSON; `None` when there is none.
+    pub async fn webhook_configuration(
+        &self,
+        kind: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, ClusterError> {
+        let read = self.raw(hyper::Method::GET, &format!("{ADMISSION}/{kind}/{name}"), None, "").await;
+        self.unless_absent(read, || format!("reading {kind}/{name}"))
+    }
+
+    /// The webhook configurations of `kind` with the label `label`, as JSON.
+    pub async fn webhook_configurations_labelled(
+        &self,
+        kind: &str,
+        label: &str,
+    ) -> Result<Vec<serde_json::Value>, ClusterError> {
+        let what = || format!("listing {kind} labelled {label}");
+        let path = format!("{ADMISSION}/{kind}?labelSelector={label}");
+        let list = self.raw(hyper::Method::GET, &path, None, "").await;
+        let list = list.map_err(|e| ClusterError::call(&self.server, what(), e))?;
+        Ok(list["items"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Creates or updates the webhook configuration `object` of `kind` (a server-side apply that owns it whole).
+    pub async fn apply_webhook_configuration(
+        &self,
+        kind: &str,
+        object: &serde_json::Value,
+    ) -> Result<(), ClusterError> {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let what = || format!("applying {kind}/{name}");
+        let path = format!("{ADMISSION}/{kind}/{name}?fieldManager={}&force=true", super::tags::FIELD_MANAGER);
+        let applied = self.raw(hyper::Method::PATCH, &path, Some(object), "application/apply-patch+yaml").await;
+        applied.map(drop).map_err(|e| ClusterError::call(&self.server, what(), e))
+    }
+
+    /// Deletes the webhook configuration `name` of `kind`; false when there was none.
+    pub async fn delete_webhook_configuration(&self, kind: &str, name: &str) -> Result<bool, ClusterError> {
+        let deleted = self.raw(hyper::Method::DELETE, &format!("{ADMISSION}/{kind}/{name}"), None, "").await;
+        Ok(self.unless_absent(deleted, || format!("deleting {kind}/{name}"))?.is_some())
+    }
+
+    /// A call's answer, `None` when the object is not there (404), or the error of the call `what` describes.
+    fn unless_absent<T>(
+        &self,
+        answer: Result<T, kube::Error>,
+        what: impl Fn() -> String,
+    ) -> Result<Option<T>, ClusterError> {
+        match answer {
+            Ok(found) => Ok(Some(found)),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+            Err(e) => Err(ClusterError::call(&self.server, what(), e)),
+        }
+    }
+
+    /// The names of the namespaces labelled `key=value`.
+    pub async fn namespaces_labelled(&self, key: &str, value: &str) -> Result<Vec<String>, ClusterError> {
+        let api = Api::<Namespace>::all(self.client.clone());
+        let params = ListParams::default().labels(&format!("{key}={value}"));
+        let what = || format!("listing namespaces labelled {key}={value}");
+        let found = api.list(&params).await.map_err(|e| ClusterError::call(&self.server, what(), e))?;
+        Ok(found.items.into_iter().filter_map(|n| n.metadata.name).collect())
     }
 
     /// One call with a JSON body of our own: kube's typed calls cannot send a JSON Patch with `test` operations

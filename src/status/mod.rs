@@ -11,6 +11,7 @@ mod cluster;
 pub mod owners;
 pub mod report;
 pub mod restart;
+pub mod tags;
 pub mod upgrade;
 
 use std::collections::BTreeMap;
@@ -41,6 +42,13 @@ pub enum Enrollment {
     /// Opted in to this revision: `<prefix>rev=REVISION`, or `<prefix>inject=enabled` without `<prefix>rev` for
     /// the default revision (the first one given), as the webhook configurations select namespaces.
     Revision(String),
+    /// Opted in to the revision a tag points to: `<prefix>rev=TAG` ([`tags`]).
+    Tagged {
+        /// The tag its label names.
+        tag: String,
+        /// The revision the tag points to.
+        revision: String,
+    },
     /// Labelled `<prefix>rev=` a revision whose templates this run was not given: its pods are not judged.
     UnknownRevision(String),
     /// Not opted in: neither label.
@@ -52,8 +60,14 @@ pub enum Enrollment {
 
 impl Enrollment {
     /// The enrollment of the namespace `name` with `labels`, for a run given `revisions` (the first is the
-    /// default revision).
-    pub fn of(name: &str, labels: &BTreeMap<String, String>, keys: &Keys, revisions: &[Revision]) -> Enrollment {
+    /// default revision) and the cluster's revision tags (each with the revision it points to).
+    pub fn of(
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        keys: &Keys,
+        revisions: &[Revision],
+        tags: &BTreeMap<String, String>,
+    ) -> Enrollment {
         if decision::EXCLUDED_NAMESPACES.contains(&name) {
             return Enrollment::Excluded;
         }
@@ -61,7 +75,13 @@ impl Enrollment {
         // named revision's selects `<prefix>rev=NAME` alone (manifests/base, manifests/revision-canary).
         match (labels.get(&keys.rev), labels.get(&keys.inject).map(String::as_str)) {
             (Some(rev), _) if revisions.iter().any(|r| &r.name == rev) => Enrollment::Revision(rev.clone()),
-            (Some(rev), _) => Enrollment::UnknownRevision(rev.clone()),
+            (Some(tag), _) => match tags.get(tag) {
+                Some(revision) if revisions.iter().any(|r| &r.name == revision) => {
+                    Enrollment::Tagged { tag: tag.clone(), revision: revision.clone() }
+                }
+                Some(revision) => Enrollment::UnknownRevision(revision.clone()),
+                None => Enrollment::UnknownRevision(tag.clone()),
+            },
             (None, Some(decision::NAMESPACE_ENABLED)) => match revisions.first() {
                 Some(default) => Enrollment::Revision(default.name.clone()),
                 None => Enrollment::UnknownRevision(sidecar_injector_core::settings::DEFAULT_REVISION.to_owned()),
@@ -72,13 +92,13 @@ impl Enrollment {
 
     /// Is the namespace opted in (to a revision given or not)? The namespaces `status` lists by default.
     pub fn opted_in(&self) -> bool {
-        matches!(self, Enrollment::Revision(_) | Enrollment::UnknownRevision(_))
+        matches!(self, Enrollment::Revision(_) | Enrollment::Tagged { .. } | Enrollment::UnknownRevision(_))
     }
 
     /// A short name for the report: `opted-in`, `unknown-revision`, `not-opted-in`, `excluded`.
     pub fn as_str(&self) -> &'static str {
         match self {
-            Enrollment::Revision(_) => "opted-in",
+            Enrollment::Revision(_) | Enrollment::Tagged { .. } => "opted-in",
             Enrollment::UnknownRevision(_) => "unknown-revision",
             Enrollment::NotOptedIn => "not-opted-in",
             Enrollment::Excluded => "excluded",
@@ -88,8 +108,18 @@ impl Enrollment {
     /// The revision named by the namespace's labels, known or not.
     pub fn revision(&self) -> Option<&str> {
         match self {
-            Enrollment::Revision(r) | Enrollment::UnknownRevision(r) => Some(r),
+            Enrollment::Revision(r) | Enrollment::Tagged { revision: r, .. } | Enrollment::UnknownRevision(r) => {
+                Some(r)
+            }
             Enrollment::NotOptedIn | Enrollment::Excluded => None,
+        }
+    }
+
+    /// The revision tag its label names, when it names one.
+    pub fn tag(&self) -> Option<&str> {
+        match self {
+            Enrollment::Tagged { tag, .. } => Some(tag),
+            _ => None,
         }
     }
 }
@@ -215,7 +245,7 @@ pub fn classify(
         Enrollment::Excluded => return Ok(Class::skipped(EXCLUDED)),
         Enrollment::NotOptedIn => return Ok(Class::skipped(NOT_OPTED_IN)),
         Enrollment::UnknownRevision(_) => return Ok(Class::skipped(UNKNOWN_REVISION)),
-        Enrollment::Revision(name) => name,
+        Enrollment::Revision(name) | Enrollment::Tagged { revision: name, .. } => name,
     };
     let Some(revision) = revisions.iter().find(|r| &r.name == revision) else {
         return Ok(Class::skipped(UNKNOWN_REVISION));

@@ -15,6 +15,8 @@ use super::{Class, Enrollment, Revision};
 pub struct Report {
     /// The revisions the pods were judged against, the default one first.
     pub revisions: Vec<RevisionInfo>,
+    /// The cluster's revision tags, by name, each with the revision it points to.
+    pub tags: BTreeMap<String, String>,
     /// The namespaces looked at, by name.
     pub namespaces: Vec<NamespaceReport>,
     /// The counts over every namespace.
@@ -45,9 +47,12 @@ pub struct NamespaceReport {
     pub name: String,
     /// `opted-in`, `unknown-revision`, `not-opted-in` or `excluded` (see [`Enrollment`]).
     pub opt_in: &'static str,
-    /// The revision its labels name, if any.
+    /// The revision its labels name, if any (through a tag, the tag's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// The revision tag its label names, if it names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
     /// Its pods' counts.
     pub counts: Counts,
     /// Its workloads, by kind and name.
@@ -167,7 +172,7 @@ pub struct Surveyed {
 
 impl Report {
     /// Groups the surveyed pods by namespace and workload (both sorted by name, pods too) and counts them.
-    pub fn new(revisions: &[Revision], surveyed: Vec<Surveyed>) -> Report {
+    pub fn new(revisions: &[Revision], tags: BTreeMap<String, String>, surveyed: Vec<Surveyed>) -> Report {
         let mut namespaces: Vec<NamespaceReport> = surveyed.into_iter().map(NamespaceReport::new).collect();
         namespaces.sort_by(|a, b| a.name.cmp(&b.name));
         let mut summary = Summary { namespaces: namespaces.len(), ..Summary::default() };
@@ -178,7 +183,7 @@ impl Report {
                 namespace.workloads.iter().filter(|w| w.counts.unknown_template > 0).count();
         }
         summary.drift = summary.counts.drift() > 0;
-        Report { revisions: revisions.iter().map(RevisionInfo::new).collect(), namespaces, summary }
+        Report { revisions: revisions.iter().map(RevisionInfo::new).collect(), tags, namespaces, summary }
     }
 
     /// The report as a table, for people: one line per workload with its counts, then, under each workload that
@@ -195,6 +200,7 @@ impl Report {
         for namespace in &self.namespaces {
             let revision = match (namespace.revision.as_deref(), namespace.opt_in) {
                 (Some(rev), "unknown-revision") => format!("{rev}?"),
+                (Some(rev), _) if let Some(tag) = &namespace.tag => format!("{rev} (tag {tag})"),
                 (Some(rev), _) => rev.to_owned(),
                 (None, opt_in) => format!("({opt_in})"),
             };
@@ -231,6 +237,10 @@ impl Report {
                  {rev}=DIR or --configmap {rev}=NS/NAME): its pods are not judged",
                 namespace.name
             );
+        }
+        if !self.tags.is_empty() {
+            let tags: Vec<String> = self.tags.iter().map(|(tag, revision)| format!("{tag} -> {revision}")).collect();
+            let _ = writeln!(out, "revision tags: {}", tags.join(", "));
         }
         let counts = self.summary.counts;
         let by_class = Class::NAMES.iter().zip(counts.by_class()).map(|(name, n)| format!("{n} {name}"));
@@ -341,6 +351,7 @@ impl NamespaceReport {
             name: surveyed.namespace,
             opt_in: surveyed.enrollment.as_str(),
             revision: surveyed.enrollment.revision().map(str::to_owned),
+            tag: surveyed.enrollment.tag().map(str::to_owned),
             counts,
             workloads,
         }

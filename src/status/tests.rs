@@ -230,7 +230,7 @@ fn a_pod_naming_a_template_the_revision_lacks_is_reported() {
         enrollment: default_ns(),
         pods: vec![(owner(Kind::Deployment, "web"), "web-1".into(), class)],
     };
-    let report = Report::new(&revisions, vec![surveyed]);
+    let report = Report::new(&revisions, BTreeMap::new(), vec![surveyed]);
     assert!(!report.summary.drift && alone(&report).failed(), "exit 1, with nothing to restart");
     assert!(restart::plan(&report, 5).restart.is_empty());
 }
@@ -253,9 +253,10 @@ fn a_jobs_pod_follows_the_kubernetes_version_as_serve_would() {
 #[test]
 fn namespaces_opt_in_by_label() {
     let revisions = revisions();
+    let tags = BTreeMap::from([("prod".to_owned(), "canary".to_owned()), ("gone".to_owned(), "blue".to_owned())]);
     let of = |name: &str, labels: &[(&str, &str)]| {
         let labels: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Enrollment::of(name, &labels, &keys(), &revisions)
+        Enrollment::of(name, &labels, &keys(), &revisions, &tags)
     };
     let (inject, rev) = ("sidecar-injector.io/inject", "sidecar-injector.io/rev");
     assert_eq!(of("shop", &[(inject, "enabled")]), Enrollment::Revision("default".into()));
@@ -268,6 +269,11 @@ fn namespaces_opt_in_by_label() {
     assert_eq!(of("shop", &[]), Enrollment::NotOptedIn);
     assert_eq!(of("kube-system", &[(inject, "enabled")]), Enrollment::Excluded);
     assert!(of("shop", &[(rev, "blue")]).opted_in() && !of("shop", &[]).opted_in());
+    // A revision tag: its revision's, when that revision is given.
+    let tagged = of("shop", &[(rev, "prod")]);
+    assert_eq!(tagged, Enrollment::Tagged { tag: "prod".into(), revision: "canary".into() });
+    assert_eq!((tagged.revision(), tagged.tag(), tagged.opted_in()), (Some("canary"), Some("prod"), true));
+    assert_eq!(of("shop", &[(rev, "gone")]), Enrollment::UnknownRevision("blue".into()));
     // The default revision is the first given, whatever its name.
     let stable = vec![Revision {
         name: "stable".into(),
@@ -275,10 +281,13 @@ fn namespaces_opt_in_by_label() {
         engine: engine(BUILTIN_SOURCE, "stable", KubeVersion::DEFAULT),
     }];
     let labels = BTreeMap::from([(inject.to_owned(), "enabled".to_owned())]);
-    assert_eq!(Enrollment::of("shop", &labels, &keys(), &stable), Enrollment::Revision("stable".into()));
+    assert_eq!(
+        Enrollment::of("shop", &labels, &keys(), &stable, &BTreeMap::new()),
+        Enrollment::Revision("stable".into())
+    );
     // Another prefix names other labels.
     let other = Keys::new("example.com/");
-    assert_eq!(Enrollment::of("shop", &labels, &other, &stable), Enrollment::NotOptedIn);
+    assert_eq!(Enrollment::of("shop", &labels, &other, &stable, &BTreeMap::new()), Enrollment::NotOptedIn);
 }
 
 /// The webhook configurations select namespaces by the same labels and leave out the same namespaces: the default
@@ -390,7 +399,7 @@ fn report() -> Report {
         enrollment: Enrollment::UnknownRevision("blue".into()),
         pods: vec![(owner(Kind::Deployment, "x"), "x-1".into(), Class::Skipped { reason: UNKNOWN_REVISION.into() })],
     };
-    Report::new(&revisions, vec![shop, quiet, blue])
+    Report::new(&revisions, BTreeMap::new(), vec![shop, quiet, blue])
 }
 
 #[test]
@@ -490,13 +499,13 @@ fn no_drift_says_so_and_succeeds() {
             (owner(Kind::Job, "once"), "once-x".into(), Class::Skipped { reason: "job".into() }),
         ],
     };
-    let report = Report::new(&revisions, vec![quiet]);
+    let report = Report::new(&revisions, BTreeMap::new(), vec![quiet]);
     assert!(!alone(&report).failed());
     let table = alone(&report).table();
     assert!(table.contains("no drift: every pod runs the sidecar"), "{table}");
     assert!(!table.contains("restart"), "{table}");
     // No namespace at all: nothing to say but the totals.
-    let empty = Report::new(&revisions, Vec::new());
+    let empty = Report::new(&revisions, BTreeMap::new(), Vec::new());
     assert!(!alone(&empty).failed());
     assert!(empty.table().starts_with("0 pod(s) in 0 namespace(s)"), "{}", empty.table());
 }
@@ -684,4 +693,25 @@ fn an_error_chain_reads_as_one_line_each_cause_once() {
 /// The report as `status` prints it without `--restart`.
 fn alone(report: &Report) -> Status<'_> {
     Status { report, restart: None, upgrade: None }
+}
+
+#[test]
+fn a_namespace_on_a_tag_is_reported_with_its_revision_and_the_tags_are_listed() {
+    let revisions = revisions();
+    let tags = BTreeMap::from([("prod".to_owned(), "canary".to_owned())]);
+    let surveyed = Surveyed {
+        namespace: "shop".into(),
+        enrollment: Enrollment::Tagged { tag: "prod".into(), revision: "canary".into() },
+        pods: vec![(owner(Kind::Deployment, "web"), "web-1".into(), Class::Skipped { reason: "job".into() })],
+    };
+    let report = Report::new(&revisions, tags, vec![surveyed]);
+    let table = report.table();
+    assert!(table.lines().any(|l| l.starts_with("shop       canary (tag prod)  Deployment/web")), "{table}");
+    assert!(table.contains("\nrevision tags: prod -> canary\n"), "{table}");
+    let json: Value = serde_json::to_value(&report).unwrap();
+    assert_eq!(
+        (json["namespaces"][0]["revision"].as_str(), json["namespaces"][0]["tag"].as_str()),
+        (Some("canary"), Some("prod"))
+    );
+    assert_eq!(json["tags"], json!({"prod": "canary"}));
 }

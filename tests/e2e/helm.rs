@@ -257,8 +257,37 @@ pub fn lints_clean() {
         (json!({"revisions": ["canary"], "revisionTemplates": {"blue": {}}}), "revisionTemplates.blue: blue is not"),
         (json!({"templates": {"mine.txt": ""}}), "at '/templates': additional properties 'mine.txt' not allowed"),
         (json!({"replica": 3}), "additional properties 'replica' not allowed"),
+        (json!({"revisions": ["canary"], "revisionTags": {"canary": "default"}}), "\"canary\" is a revision's name"),
+        (json!({"revisionTags": {"prod": "blue"}}), "revision \"blue\" is neither default nor one of revisions"),
+        (json!({"revisionTags": {"Prod": "default"}}), "'Prod' does not match pattern"),
     ] {
         let refused = helm_template(&values).expect_err(&values.to_string());
         assert!(refused.contains(reason), "{values}: {refused}");
     }
+}
+
+/// The chart's revision tags (`revisionTags`) are the webhook configurations `sidecar-injector tag set` makes from
+/// the chart's own revision webhooks: the one derivation (`status::tags::derive`) judges the chart's templates. The
+/// revisions' configurations do not change with tags.
+pub fn renders_revision_tags_as_tag_set_makes_them() {
+    use sidecar_injector::status::tags;
+    let keys = sidecar_injector_core::settings::Keys::new(sidecar_injector_core::settings::DEFAULT_PREFIX);
+    let revisions = json!({"revisions": ["canary"]});
+    let tagged = json!({"revisions": ["canary"], "revisionTags": {"prod": "canary", "stable": "default"}});
+    let plain = by_identity(&helm_template(&revisions).unwrap(), "helm template");
+    let mut chart = by_identity(&helm_template(&tagged).unwrap(), "helm template with tags");
+    for kind in ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"] {
+        let key = |name: &str| format!("admissionregistration.k8s.io/v1/{kind}//{name}");
+        let revisions = &plain[&key("sidecar-injector")];
+        assert_eq!(&chart[&key("sidecar-injector")], revisions, "{kind}: the revisions' own are as without tags");
+        for (tag, revision) in [("prod", "canary"), ("stable", "default")] {
+            let tag = sidecar_injector_core::Tag::new(tag).unwrap();
+            let made = tags::derive(&tag, revision, revisions, &keys).unwrap();
+            let rendered =
+                chart.remove(&key(&tags::configuration_name(&tag))).unwrap_or_else(|| panic!("{kind} {tag}"));
+            let difference = first_difference(&rendered, &made, "");
+            assert!(difference.is_none(), "{kind} {tag}: the chart's and `tag set`'s differ: {difference:?}");
+        }
+    }
+    assert_eq!(chart.len(), plain.len(), "nothing else: {:?}", chart.keys());
 }

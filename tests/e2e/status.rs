@@ -294,7 +294,7 @@ fn configmap(name: &str, dir: &Path) -> Value {
 
 /// A kubeconfig for the test cluster with everything embedded, as kind and the clouds write them; and a context
 /// `nowhere` whose server does not listen.
-fn kubeconfig(cluster: &Cluster, work: &Path) -> PathBuf {
+pub(super) fn kubeconfig(cluster: &Cluster, work: &Path) -> PathBuf {
     let data = |file: &str| {
         base64::engine::general_purpose::STANDARD.encode(std::fs::read(cluster.dir.path().join(file)).unwrap())
     };

@@ -28,6 +28,7 @@ mod properties;
 mod reload;
 mod repository;
 mod server;
+mod tags;
 mod templates;
 mod validate;
 mod workloads;

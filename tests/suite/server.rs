@@ -489,7 +489,11 @@ async fn validate_refuses_what_mutate_would_still_add_and_counts_it() {
 
     let (status, body) = conn.send(post("/nope", "application/json", b"{}")).await.unwrap();
     assert_eq!(status, StatusCode::NOT_FOUND);
-    assert_eq!(body, "not found: the webhooks are at POST /mutate, POST /validate and POST /preview\n");
+    assert_eq!(
+        body,
+        "not found: the webhooks are at POST /mutate, POST /validate and POST /preview, each also through a revision \
+         tag as PATH/tag/TAG\n"
+    );
 
     let metrics = admin_get(server.metrics, "/metrics").await.1;
     assert_eq!(

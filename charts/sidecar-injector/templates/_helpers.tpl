@@ -14,14 +14,15 @@ app.kubernetes.io/name: sidecar-injector
 {{- end }}
 
 {{- /*
-A webhook's clientConfig: the Service, at the path of its revision (/mutate, /mutate/NAME). The CA comes from
-cert-manager's CA injector (the annotation below) or, with a provided Secret, from certificates.caBundle.
+A webhook's clientConfig: the Service, at the path of its revision (/mutate, /mutate/NAME) and, for a revision tag's
+webhook, the tag (/mutate/NAME/tag/TAG). The CA comes from cert-manager's CA injector (the annotation below) or,
+with a provided Secret, from certificates.caBundle.
 */ -}}
 {{- define "sidecar-injector.clientConfig" -}}
 service:
   name: sidecar-injector
   namespace: sidecar-injector
-  path: /{{ .path }}{{ with .revision }}/{{ . }}{{ end }}
+  path: /{{ .path }}{{ with .revision }}/{{ . }}{{ end }}{{ with .tag }}/tag/{{ . }}{{ end }}
   port: 443
 {{- if eq .root.Values.certificates.mode "secret" }}
 caBundle: {{ required "certificates.caBundle: the PEM of the CA that signed the Secret's certificate (certificates.mode secret)" .root.Values.certificates.caBundle | b64enc }}
@@ -38,14 +39,15 @@ annotations:
 
 {{- /*
 The namespaces a revision's webhooks see: the default revision's, those opted in and on no named revision; a named
-revision's, those labelled sidecar-injector.io/rev=NAME. Never the system namespaces or ours.
+revision's, those labelled sidecar-injector.io/rev=NAME; a revision tag's, those labelled with the tag. Never the
+system namespaces or ours. Given (dict "revision" NAME "tag" TAG), either may be empty.
 */ -}}
 {{- define "sidecar-injector.namespaceSelector" -}}
 matchExpressions:
-{{- if . }}
+{{- if or .tag .revision }}
   - key: sidecar-injector.io/rev
     operator: In
-    values: [{{ . | quote }}]
+    values: [{{ .tag | default .revision | quote }}]
 {{- else }}
   - key: sidecar-injector.io/inject
     operator: In
@@ -76,4 +78,29 @@ matchConditions:
     expression: >-
       !has(object.metadata.annotations) ||
       !('kubernetes.io/config.mirror' in object.metadata.annotations)
+{{- end }}
+
+{{- /*
+The webhook's name: NAME.sidecar-injector.io for the default revision, REVISION.NAME... for a named one, and
+TAG.tag. before either for a revision tag's (as `sidecar-injector tag set` names them).
+*/ -}}
+{{- define "sidecar-injector.webhookName" -}}
+{{ with .tag }}{{ . }}.tag.{{ end }}{{ with .revision }}{{ . }}.{{ end }}{{ .name }}.sidecar-injector.io
+{{- end }}
+
+{{- /*
+The revision tags (revisionTags: TAG -> REVISION), each checked: a DNS label that is not a revision's name, pointing
+to `default` or one of .Values.revisions. Renders a YAML map of TAG -> the revision as the chart names it ("" for
+the default revision).
+*/ -}}
+{{- define "sidecar-injector.tags" -}}
+{{- range $tag, $revision := .Values.revisionTags }}
+{{- if or (eq $tag "default") (has $tag $.Values.revisions) }}
+{{- fail (printf "revisionTags.%s: %q is a revision's name: a namespace labelled with it would be that revision's and the tag's" $tag $tag) }}
+{{- end }}
+{{- if not (or (eq $revision "default") (has $revision $.Values.revisions)) }}
+{{- fail (printf "revisionTags.%s: revision %q is neither default nor one of revisions" $tag $revision) }}
+{{- end }}
+{{ $tag }}: {{ ternary "" $revision (eq $revision "default") | quote }}
+{{- end }}
 {{- end }}

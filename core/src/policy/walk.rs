@@ -215,8 +215,10 @@ impl Walk<'_> {
                     None => Ok(()), // an atomic list: the pod's wins
                 }
             }
-            TNode::Scalar(_) | TNode::Dynamic(_) if merge_rules::is_name_set(field) => self.names(t, at, guard),
-            TNode::Scalar(_) | TNode::Dynamic(_) => Ok(()), // present: the pod's value wins
+            TNode::Scalar(_) | TNode::Dynamic(_) | TNode::Stamp(_) if merge_rules::is_name_set(field) => {
+                self.names(t, at, guard)
+            }
+            TNode::Scalar(_) | TNode::Dynamic(_) | TNode::Stamp(_) => Ok(()), // present: the pod's value wins
         }
     }
 
@@ -481,7 +483,8 @@ fn to_json(t: &TNode, slots: &mut Vec<usize>) -> Result<serde_json::Value, Refus
                 .collect::<Result<_, Refusal>>()?,
         ),
         TNode::List(list) => J::Array(list.items.iter().map(|i| to_json(&i.node, slots)).collect::<Result<_, _>>()?),
-        TNode::Scalar(fragment) => serde_json::from_slice(fragment.json())
+        // A policy is the revision's own injection: its stamp names no tag.
+        TNode::Scalar(fragment) | TNode::Stamp(fragment) => serde_json::from_slice(fragment.json())
             .map_err(|e| Refusal::new(format!("a value of the compiled template is not JSON: {e}")))?,
         TNode::Dynamic(slot) => {
             slots.push(*slot);

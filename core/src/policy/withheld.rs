@@ -116,7 +116,7 @@ pub(super) fn resize_restarts(trees: &[Option<&TNode>]) -> Option<String> {
             }),
             TNode::List(list) => list.items.iter().any(|item| restarts(&item.node, under_resize)),
             TNode::Dynamic(_) => under_resize,
-            TNode::Scalar(_) => false,
+            TNode::Scalar(_) | TNode::Stamp(_) => false,
         }
     }
     trees

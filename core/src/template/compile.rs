@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use super::native::as_native_sidecars;
 use super::part::{annotation_keys, names_in};
 use super::part_settings::{JobPolicy, NATIVE_SIDECAR_MINOR, PartSettings};
-use super::stamp::{hex_prefix, insert_status, status_value};
+use super::stamp::{StampText, hex_prefix, insert_status, status_value};
 use super::yaml::{self, PathSeg, YNode, YValue, display_path};
 use super::{
     Hold, Injects, OverrideSpec, Part, PodContext, Port, Problem, Sources, Template, TemplateError, TemplateId, Trees,
@@ -179,10 +179,12 @@ pub(super) fn unguarded_reads(parts: &[&Part]) -> Vec<String> {
         .collect()
 }
 
-/// Compiles the `pod` and `containerDefaults` sections into the trees the merge walks.
+/// Compiles the `pod` and `containerDefaults` sections into the trees the merge walks; the value of the status
+/// annotation `status_key` becomes the [`TNode::Stamp`](super::tree::TNode::Stamp) a tag goes into.
 pub(super) fn compile_trees(
     pod: &YNode,
     defaults: Option<&YNode>,
+    status_key: &str,
     root: &YNode,
     invalid: &dyn Fn(usize, String) -> TemplateError,
 ) -> Result<Trees, TemplateError> {
@@ -196,7 +198,8 @@ pub(super) fn compile_trees(
         }
         None => None,
     };
-    let pod = tree::compile(pod, Place::Root, &mut Vec::new(), Some("")).map_err(|p| problem("pod", p))?;
+    let mut pod = tree::compile(pod, Place::Root, &mut Vec::new(), Some("")).map_err(|p| problem("pod", p))?;
+    pod.mark_stamp(&["metadata", "annotations", status_key]);
     Ok(Trees { pod, container_defaults })
 }
 
@@ -275,7 +278,8 @@ impl Template {
         let rendering: Vec<&Part> = parts.iter().copied().chain(own.as_ref()).collect();
         let Combined { mut pod, container_defaults, slot_paths, overrides } = combined;
         let status = status_value(&name, &hash, set_hash, &settings.revision, &injects);
-        insert_status(&mut pod, &format!("{}status", settings.annotation_prefix), &status, &invalid)?;
+        let status_key = format!("{}status", settings.annotation_prefix);
+        insert_status(&mut pod, &status_key, &status, &invalid)?;
 
         let sample = dry_render(&rendering)?;
         let warnings = unguarded_reads(&rendering);
@@ -297,7 +301,7 @@ impl Template {
             return Err(by_line(problems));
         }
 
-        let compile = |pod: &YNode, defaults: Option<&YNode>| compile_trees(pod, defaults, root, &invalid);
+        let compile = |pod: &YNode, defaults: Option<&YNode>| compile_trees(pod, defaults, &status_key, root, &invalid);
         let overridable = compile(&pod, container_defaults.as_ref())?;
         // Leaves that read only overridable values, with their output for a pod that overrides nothing: what a
         // pod without overrides gets, compiled apart so that it costs no more than a template without them.
@@ -336,6 +340,7 @@ impl Template {
         let jobs_fell_back = combined_settings.jobs == JobPolicy::NativeSidecar && !native;
         let template = Template {
             id: Arc::new(TemplateId::new(name, hash, set_hash.to_owned())),
+            stamp: StampText::new(&status),
             status,
             injects,
             annotations: annotation_keys(&pod).chain(overrides.iter().map(|o| o.annotation.clone())).collect(),

@@ -186,7 +186,7 @@ impl Template {
             if self.render(pod, set, None, &mut buf, &mut ranges).is_err() {
                 return Vec::new();
             }
-            let rendered = Rendered { buf: &buf, ranges: &ranges };
+            let rendered = Rendered { buf: &buf, ranges: &ranges, stamp: None };
             let mut slot = |i: usize| serde_json::from_slice(rendered.slot(i)).unwrap_or(J::Null);
             let defaults = self.sources.container_defaults.as_ref();
             fragment_problems(&self.sources.pod, defaults, &mut slot, self.kubernetes_version)

@@ -50,7 +50,7 @@ pub use part_settings::{InitPosition, JobPolicy, NATIVE_SIDECAR_MINOR};
 pub(crate) use pod_context::{ContainerEntries, PodContext, Port, Reads, StrEntries};
 pub(crate) use render::{Overrides, RenderError, Renderer};
 pub(crate) use stamp::set_hash;
-pub use stamp::{Stamp, TemplateId};
+pub use stamp::{Stamp, Tag, TemplateId};
 use tree::TNode;
 use yaml::YNode;
 
@@ -100,6 +100,8 @@ pub struct Template {
     /// Shared with every outcome that names this template (a reference count, not a copy, per request).
     id: Arc<TemplateId>,
     status: String,
+    /// `status` split where a revision tag goes.
+    stamp: stamp::StampText,
     /// What is injected, with the leaves that read overridable values as per-pod slots.
     overridable: Trees,
     /// The same with those leaves rendered from the template's own values: what a pod without overrides gets,
@@ -280,6 +282,12 @@ impl Template {
         &self.status
     }
 
+    /// Writes the status annotation of a pod that came through the webhooks of revision tag `tag`, as a JSON
+    /// string, into `out` (cleared).
+    pub(crate) fn write_tagged_stamp(&self, tag: &Tag, out: &mut Vec<u8>) {
+        self.stamp.write_tagged(tag, out);
+    }
+
     /// The names of what the template declares.
     pub fn injects(&self) -> &Injects {
         &self.injects
@@ -304,6 +312,7 @@ impl Template {
     /// not compared: an edit of another template in the set does not make this pod's sidecar outdated.
     pub(crate) fn wrote_status(&self, status: &str) -> bool {
         status == self.status
+            || self.stamp.is_tagged(status)
             || Stamp::parse(status).is_some_and(|w| w.template == self.id.name && w.version == self.id.version)
     }
 

@@ -74,6 +74,10 @@ pub struct Stamp {
     /// The hash of the template set.
     #[serde(default)]
     pub set: String,
+    /// The revision tag whose webhooks the pod came through (`sidecar-injector tag set`), if any: the name its
+    /// namespace is labelled with, which points to `revision`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
     /// The template's name.
     pub template: String,
     /// The template's version.
@@ -102,11 +106,99 @@ pub(super) fn status_value(name: &str, hash: &str, set_hash: &str, revision: &st
         init_containers: injects.init_containers.clone(),
         revision: Some(revision.to_owned()),
         set: set_hash.to_owned(),
+        tag: None,
         template: name.to_owned(),
         version: hash.to_owned(),
         volumes: injects.volumes.clone(),
     };
     serde_json::to_string(&stamp).expect("a stamp serialises")
+}
+
+/// A revision tag's name: a stable name (`prod`) that points to a revision, as a namespace's `<prefix>rev` label
+/// names it (`sidecar-injector tag set`). A DNS label, so that it goes into a label value, a webhook's path and the
+/// status annotation as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Tag(Box<str>);
+
+impl Tag {
+    /// The tag `name`, or why it cannot be one.
+    pub fn new(name: &str) -> Result<Tag, String> {
+        match crate::validation::names::dns1123_label(name).into_iter().next() {
+            Some(reason) => Err(format!("tag {name:?}: {reason}")),
+            None => Ok(Tag(name.into())),
+        }
+    }
+
+    /// The tag's name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Tag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A template's status annotation, split where a tag goes: `head` + `,"tag":"TAG"` + `tail`, or the two joined for a
+/// pod that came through the revision's own webhooks. Each half is also kept as the JSON string text the patch
+/// writes, so that a tagged stamp costs a few copies, not a serialisation.
+#[derive(Debug)]
+pub(crate) struct StampText {
+    head: Box<str>,
+    tail: Box<str>,
+    /// `"` and the JSON-escaped head.
+    head_json: Box<[u8]>,
+    /// The JSON-escaped tail and `"`.
+    tail_json: Box<[u8]>,
+}
+
+/// Where a tag goes in the stamp's JSON, after `set` (the fields are serialised in order).
+const TAG_MEMBER: &str = ",\"tag\":\"";
+
+impl StampText {
+    /// Splits `status` (an untagged stamp, as [`status_value`] writes it) where a tag goes.
+    pub(crate) fn new(status: &str) -> Self {
+        // Serialised with a tag no tag can be (a NUL), the tag member is found by its text.
+        let mut stamp = Stamp::parse(status).expect("status_value writes a stamp");
+        stamp.tag = Some("\0".to_owned());
+        let tagged = serde_json::to_string(&stamp).expect("a stamp serialises");
+        let member = format!("{TAG_MEMBER}\\u0000\"");
+        let at = tagged.find(&member).expect("the stamp has the tag member");
+        let (head, tail) = (&tagged[..at], &tagged[at + member.len()..]);
+        debug_assert_eq!(format!("{head}{tail}"), status, "untagged, the stamp is the two halves joined");
+        let json = |s: &str| {
+            let mut out = Vec::new();
+            crate::json::write_str(&mut out, s);
+            out
+        };
+        let head_json = json(head);
+        let tail_json = json(tail);
+        StampText {
+            head_json: head_json[..head_json.len() - 1].into(),
+            tail_json: tail_json[1..].into(),
+            head: head.into(),
+            tail: tail.into(),
+        }
+    }
+
+    /// Writes the stamp of a pod that came through `tag`'s webhooks as a JSON string, into `out` (cleared).
+    pub(crate) fn write_tagged(&self, tag: &Tag, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&self.head_json);
+        out.extend_from_slice(br#",\"tag\":\""#);
+        out.extend_from_slice(tag.as_str().as_bytes());
+        out.extend_from_slice(br#"\""#);
+        out.extend_from_slice(&self.tail_json);
+    }
+
+    /// Is `status` this stamp with a tag (any)?
+    pub(crate) fn is_tagged(&self, status: &str) -> bool {
+        let tag = status.strip_prefix(&*self.head).and_then(|s| s.strip_suffix(&*self.tail));
+        let tag = tag.and_then(|s| s.strip_prefix(TAG_MEMBER)).and_then(|s| s.strip_suffix('"'));
+        tag.is_some_and(|tag| crate::validation::names::dns1123_label(tag).is_empty())
+    }
 }
 
 /// Adds the status annotation to the template's `pod.metadata.annotations`, so that it is merged like any other

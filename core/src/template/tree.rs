@@ -20,6 +20,9 @@ pub(crate) enum TNode {
     Scalar(Fragment),
     /// A pod-dependent leaf: the index of its rendered JSON in [`Rendered`].
     Dynamic(usize),
+    /// The status annotation's value: this fragment, or the stamp [`Rendered`] carries for a call through a
+    /// revision tag's webhooks. A scalar to everything but the writer.
+    Stamp(Fragment),
 }
 
 #[derive(Debug)]
@@ -76,6 +79,9 @@ pub(crate) enum KeyValue {
 pub(crate) struct Rendered<'a> {
     pub buf: &'a [u8],
     pub ranges: &'a [Range<usize>],
+    /// The status annotation's value (a JSON string) when it is not the template's own: a call through a revision
+    /// tag's webhooks.
+    pub stamp: Option<&'a [u8]>,
 }
 
 /// A node's JSON text: static fragments with the rendered slots between them.
@@ -86,6 +92,7 @@ struct Pieces(Box<[Piece]>);
 enum Piece {
     Static(Fragment),
     Slot(usize),
+    Stamp(Fragment),
 }
 
 impl Pieces {
@@ -116,6 +123,10 @@ impl PiecesBuilder {
             TNode::Dynamic(slot) => {
                 self.flush();
                 self.pieces.push(Piece::Slot(*slot));
+            }
+            TNode::Stamp(stamp) => {
+                self.flush();
+                self.pieces.push(Piece::Stamp(Fragment::new(stamp.json().to_vec())));
             }
             TNode::Object(object) => self.object(&object.members),
             TNode::List(list) => self.list(&list.items),
@@ -153,14 +164,35 @@ impl TNode {
         let pieces = match self {
             TNode::Scalar(scalar) => return out.fragment(scalar),
             TNode::Dynamic(slot) => return out.raw(rendered.slot(*slot)),
+            TNode::Stamp(stamp) => return rendered.write_stamp(out, stamp),
             TNode::Object(Object { whole, .. }) | TNode::List(List { whole, .. }) => whole,
         };
         for piece in &pieces.0 {
             match piece {
                 Piece::Static(fragment) => out.fragment(fragment),
                 Piece::Slot(slot) => out.raw(rendered.slot(*slot)),
+                Piece::Stamp(stamp) => rendered.write_stamp(out, stamp),
             }
         }
+    }
+
+    /// Makes the scalar at `path` (object keys from this node) the [`TNode::Stamp`], and the whole JSON of the
+    /// objects on the way writes it as such. Nothing when there is no scalar there.
+    pub(crate) fn mark_stamp(&mut self, path: &[&str]) -> bool {
+        let TNode::Object(object) = self else { return false };
+        let Some((first, rest)) = path.split_first() else { return false };
+        let Some(member) = object.members.iter_mut().find(|m| &*m.key == *first) else { return false };
+        let marked = match (&mut member.node, rest) {
+            (TNode::Scalar(scalar), []) => {
+                member.node = TNode::Stamp(Fragment::new(scalar.json().to_vec()));
+                true
+            }
+            (node, rest) => node.mark_stamp(rest),
+        };
+        if marked {
+            object.whole = Pieces::build(|b| b.object(&object.members));
+        }
+        marked
     }
 }
 
@@ -206,6 +238,14 @@ impl Rendered<'_> {
     pub(crate) fn slot(&self, slot: usize) -> &[u8] {
         &self.buf[self.ranges[slot].clone()]
     }
+
+    /// Writes the status annotation's value: the call's stamp, else the template's own.
+    fn write_stamp(&self, out: &mut impl Sink, own: &Fragment) {
+        match self.stamp {
+            Some(stamp) => out.raw(stamp),
+            None => out.fragment(own),
+        }
+    }
 }
 
 /// A compiled template, as the add-only walk reads it when injecting: shapes and merge keys compiled in.
@@ -220,7 +260,7 @@ impl<'m> Overlay<'m> for &'m TNode {
         match self {
             TNode::Object(object) => Form::Map(object),
             TNode::List(list) => Form::List(list),
-            TNode::Scalar(_) | TNode::Dynamic(_) => Form::Leaf,
+            TNode::Scalar(_) | TNode::Dynamic(_) | TNode::Stamp(_) => Form::Leaf,
         }
     }
 

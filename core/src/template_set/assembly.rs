@@ -165,7 +165,7 @@ fn dry_run(template: &Template, pod: &J, overrides: &Overrides) -> Result<J, Dry
     let (mut buf, mut ranges) = (Vec::new(), Vec::new());
     template.render(&context, overrides, None, &mut buf, &mut ranges).map_err(|e| DryRunError::Render(e.reason))?;
     let mut patch = Vec::new();
-    let rendered = Rendered { buf: &buf, ranges: &ranges };
+    let rendered = Rendered { buf: &buf, ranges: &ranges, stamp: None };
     crate::merge::merge(template, !overrides.is_empty(), &view, rendered, &mut Pointer::default(), &mut patch, &mut ());
     Ok(crate::patch::apply(pod, &patch)?)
 }
