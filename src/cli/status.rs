@@ -234,7 +234,7 @@ async fn survey(
         ([], true) => Scope::All,
         (names, _) => Scope::Named(names.to_vec()),
     };
-    let tags = revision_tags(&cluster).await;
+    let tags = revision_tags(&cluster).await?;
     let mut surveyed = Vec::new();
     for (namespace, enrollment) in cluster.namespaces(&scope, &keys, &revisions, &tags).await.map_err(config)? {
         let mut pods = Vec::new();
@@ -255,16 +255,18 @@ async fn survey(
     Ok((report, restarted, upgraded))
 }
 
-/// The cluster's revision tags, each with its revision; none, with a note, when they cannot be read (a caller
-/// who may not list webhook configurations): the namespaces labelled with a tag are then of an unknown revision.
-async fn revision_tags(cluster: &Cluster) -> std::collections::BTreeMap<String, String> {
+/// The cluster's revision tags, each with its revision; none, with a note, when the API server refuses the list (a
+/// caller who may not list webhook configurations): the namespaces labelled with a tag are then of an unknown
+/// revision. An API server that cannot be reached is an error, as for every other call.
+async fn revision_tags(cluster: &Cluster) -> Result<std::collections::BTreeMap<String, String>, CliError> {
     let kind = "mutatingwebhookconfigurations";
     match cluster.webhook_configurations_labelled(kind, status::tags::TAG_LABEL).await {
-        Ok(configurations) => status::tags::pointed(&configurations),
-        Err(e) => {
+        Ok(configurations) => Ok(status::tags::pointed(&configurations)),
+        Err(e @ ClusterError::Api { .. }) => {
             super::stderr(format_args!("sidecar-injector: revision tags not read: {}\n", status::chain(&e)));
-            Default::default()
+            Ok(Default::default())
         }
+        Err(e) => Err(config(e)),
     }
 }
 
