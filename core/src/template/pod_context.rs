@@ -155,16 +155,66 @@ impl<M: StrEntries, C: ContainerEntries> PodContext<'_, M, C> {
     }
 }
 
-/// `pod.containers`: a list of `{name, ports}`.
+/// `pod.containers`: a list of `{name, ports}`, copied from the pod at once (one pass over its containers) and made
+/// a minijinja value one container at a time, as a render reads it: the default-container annotation reads
+/// `pod.containers[0].name`, and a pod of 250 containers paid for 250 maps built and dropped.
 fn containers_value(containers: &impl ContainerEntries) -> Value {
-    #[derive(serde::Serialize)]
-    struct Container<'a> {
-        name: &'a str,
-        ports: Vec<Port<'a>>,
+    let mut list = ContainersObject { text: String::new(), containers: Vec::new(), ports: Vec::new() };
+    for (name, ports) in containers.entries() {
+        let name = list.copy(name);
+        let first = list.ports.len();
+        for port in ports {
+            let port_name = port.name.map(|n| list.copy(n));
+            let protocol = list.copy(port.protocol);
+            list.ports.push((port_name, port.container_port, protocol));
+        }
+        list.containers.push((name, first..list.ports.len()));
     }
-    let list: Vec<Container<'_>> =
-        containers.entries().map(|(name, ports)| Container { name, ports: ports.collect() }).collect();
-    Value::from(Serde(list))
+    Value::from_object(list)
+}
+
+/// The pod's containers as [`containers_value`] hands them over: their strings in one buffer.
+#[derive(Debug)]
+struct ContainersObject {
+    text: String,
+    /// Each container's name, and the range of its ports in `ports`.
+    containers: Vec<(Range<usize>, Range<usize>)>,
+    /// Each port's name (if it has one), number and protocol.
+    ports: Vec<(Option<Range<usize>>, i64, Range<usize>)>,
+}
+
+impl ContainersObject {
+    fn copy(&mut self, part: &str) -> Range<usize> {
+        let start = self.text.len();
+        self.text.push_str(part);
+        start..self.text.len()
+    }
+}
+
+impl Object for ContainersObject {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Seq
+    }
+
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        #[derive(serde::Serialize)]
+        struct Container<'a> {
+            name: &'a str,
+            ports: Vec<Port<'a>>,
+        }
+        let (name, ports) = self.containers.get(key.as_usize()?)?;
+        let text = |range: &Range<usize>| &self.text[range.clone()];
+        let ports = self.ports[ports.clone()].iter().map(|(name, number, protocol)| Port {
+            name: name.as_ref().map(text),
+            container_port: *number,
+            protocol: text(protocol),
+        });
+        Some(Value::from(Serde(Container { name: text(name), ports: ports.collect() })))
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Seq(self.containers.len())
+    }
 }
 
 /// [`PodContext`] as a minijinja map: `text` holds the four strings at `fields` (in [`POD_FIELDS`] order).
@@ -637,8 +687,17 @@ impl ContainerEntries for Containers<'_, '_> {
     fn entries(&self) -> impl Iterator<Item = (&str, impl Iterator<Item = Port<'_>>)> {
         let containers = self.0.and_then(|list| list.as_array());
         containers.into_iter().flat_map(|list| list.iter()).map(|container| {
-            let name = container.get("name").and_then(|n| n.into_string()).unwrap_or("");
-            let ports = container.get("ports").and_then(|p| p.as_array());
+            // One pass over the container's fields for both (each `get` is a pass: a pod of 250 containers paid
+            // for two).
+            let (mut name, mut ports) = (None, None);
+            for (key, value) in container.as_object().iter().flat_map(|o| o.iter()) {
+                match key {
+                    "name" => name = value.into_string(),
+                    "ports" => ports = value.as_array(),
+                    _ => {}
+                }
+            }
+            let name = name.unwrap_or("");
             let ports = ports.into_iter().flat_map(|list| list.iter()).filter_map(|port| {
                 let text = |key: &str| port.get(key).and_then(|v| v.into_string());
                 Some(Port {

@@ -798,11 +798,19 @@ mod tests {
         r.add_leaf("{{ pod.containers | map(attribute='name') | join(',') }}").unwrap();
         r.add_leaf("{{ pod.containers[1].ports[0].containerPort }}/{{ pod.containers[1].ports[0].protocol }}").unwrap();
         r.add_leaf("{{ pod.containers[0].ports | selectattr('name', 'eq', 'http') | list | length }}").unwrap();
+        // A list as any other: from the end, its length, past its end, printed whole.
+        r.add_leaf("{{ pod.containers[-1].name }} {{ pod.containers | length }} {{ pod.containers[7] is defined }}")
+            .unwrap();
+        r.add_leaf("{{ pod.containers | first | tojson }}").unwrap();
         assert!(r.reads().containers() && !r.reads().labels());
         let (mut buf, mut ranges) = (Vec::new(), Vec::new());
         r.render(&pod(), &[], &mut buf, &mut ranges).unwrap();
         let slots: Vec<&[u8]> = ranges.iter().map(|r| &buf[r.clone()]).collect();
-        assert_eq!(slots, [b"\"web\"".as_slice(), b"\"web,worker\"", b"\"9090/UDP\"", b"1"]);
+        let first = br#""{\"name\": \"web\", \"ports\": [{\"name\": \"http\", \"containerPort\": 8080, \"protocol\": \"TCP\"}]}""#;
+        assert_eq!(
+            slots,
+            [b"\"web\"".as_slice(), b"\"web,worker\"", b"\"9090/UDP\"", b"1", b"\"worker 2 False\"", first.as_slice()]
+        );
     }
 
     /// Renders slot 0 for each pod through one cache: the outputs, and how many entries the cache then holds
