@@ -187,16 +187,27 @@ fn corpus() -> Case {
     }
 }
 
-/// The counted call. Its name is what `MEASURED` matches. `pad` iterations of a loop are added to it by
-/// `--self-test` only, to show that a slowdown trips the gate. With `parse_only`, each body is only parsed by
-/// simd-json into a tape, in place in the thread's buffers as the engine parses it (`--parse`: what the parser alone
-/// costs on the same bytes), and no answer is made.
+/// The counted call. Its name is what `MEASURED` matches, and callgrind counts every call of it: only the call to
+/// count goes through it (the warm-up calls [`answer_all`] itself; until 2026-11-29 it came through here too, and
+/// every count was of two calls, the first a cold one). `pad` iterations of a loop are added to it by `--self-test`
+/// only, to show that a slowdown trips the gate.
 #[inline(never)]
 fn measured(case: &Case, bodies: &mut [Vec<u8>], out: &mut Vec<u8>, pad: u64, parse_only: bool) -> Vec<Answer> {
+    MEASURED_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut sum = 0u64;
     for i in 0..pad {
         sum = black_box(sum.wrapping_add(i));
     }
+    answer_all(case, bodies, out, parse_only)
+}
+
+/// How many times the child entered [`measured`]: it says, and the parent refuses a count of any but one call.
+static MEASURED_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Answers each body of the case, one after another. With `parse_only`, each body is only parsed by simd-json into
+/// a tape, in place in the thread's buffers as the engine parses it (`--parse`: what the parser alone costs on the
+/// same bytes), and no answer is made.
+fn answer_all(case: &Case, bodies: &mut [Vec<u8>], out: &mut Vec<u8>, parse_only: bool) -> Vec<Answer> {
     let mut answers = Vec::with_capacity(bodies.len());
     for body in bodies {
         if parse_only {
@@ -231,7 +242,7 @@ fn run_case(name: &str, pad: u64, parse_only: bool) -> ExitCode {
         if let Some(at) = case.new_pod_at {
             bodies.iter_mut().for_each(|b| reviews::stamp(b, at, 1));
         }
-        measured(case, &mut bodies, out, 0, parse_only)
+        answer_all(case, &mut bodies, out, parse_only)
     };
     // The corpus is counted on its first pass (each pod new to the thread); the others warmed by one call.
     if name != "corpus" {
@@ -248,6 +259,7 @@ fn run_case(name: &str, pad: u64, parse_only: bool) -> ExitCode {
         assert!((case.expect)(answer), "{name}: {answer:?}");
     }
     println!("bytes {}", case.bodies.iter().map(Vec::len).sum::<usize>());
+    println!("measured-calls {}", MEASURED_CALLS.load(std::sync::atomic::Ordering::Relaxed));
     ExitCode::SUCCESS
 }
 
@@ -298,6 +310,10 @@ fn count_of(exe: &Path, name: &str, pad: u64, dir: &Path, parse_only: bool) -> R
         ));
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
+    let calls = stdout.lines().find_map(|l| l.strip_prefix("measured-calls ")).map(str::trim);
+    if calls != Some("1") {
+        return Err(format!("{name}: `{MEASURED}` was entered {calls:?} times; the count must be of one call"));
+    }
     let bytes = stdout.lines().find_map(|l| l.strip_prefix("bytes ")).and_then(|b| b.trim().parse().ok());
     let text = std::fs::read_to_string(&out_file).map_err(|e| format!("{}: {e}", out_file.display()))?;
     let instructions = text.lines().find_map(|l| l.strip_prefix("summary: ")).and_then(|s| s.trim().parse().ok());
