@@ -32,6 +32,8 @@ impl Seen {
 #[derive(Default)]
 pub(crate) struct Tags {
     seen: ArcSwap<Vec<Arc<Seen>>>,
+    /// The counter of the calls through tags past [`MAX_TAGS`], made by the first.
+    other: std::sync::OnceLock<Counter>,
 }
 
 impl Tags {
@@ -56,6 +58,9 @@ impl Tags {
             }
             seen
         });
-        Ok(added.unwrap_or_else(|| Arc::new(Seen { tag, requests: metrics.tag_requests(revision, "other") })))
+        Ok(added.unwrap_or_else(|| {
+            let requests = self.other.get_or_init(|| metrics.tag_requests(revision, "other")).clone();
+            Arc::new(Seen { tag, requests })
+        }))
     }
 }
