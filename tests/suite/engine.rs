@@ -894,3 +894,25 @@ fn json_errors_point_at_the_offending_byte() {
     let message = refusal(broken.as_bytes()).to_string();
     assert!(message.contains(&format!("at byte {at}")), "{message}");
 }
+
+/// A keyed list of more than 64 template items (the walk remembers which of the first 64 to add and finds the rest
+/// again): every missing item is added once, in the template's order, after the pod's own, whichever side of 64.
+#[test]
+fn a_long_keyed_list_adds_each_missing_item_once_in_order() {
+    let vars: Vec<String> = (0..70).map(|i| format!("      - {{name: E{i}, value: \"{i}\"}}\n")).collect();
+    let template = format!("pod: {{}}\ncontainerDefaults:\n  env:\n{}", vars.concat());
+    let engine = engine_from(&template);
+    let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app", "image": "a",
+        "env": [{"name": "E3", "value": "own"}, {"name": "E65", "value": "own"}]}]}});
+    check_properties(&engine, &pod);
+    let injected = apply(&pod, &patch_for(&engine, &pod).expect("a patch"));
+    let env = injected["spec"]["containers"][0]["env"].as_array().unwrap();
+    let names: Vec<&str> = env.iter().map(|e| e["name"].as_str().unwrap()).collect();
+    let expected: Vec<String> = ["E3", "E65"]
+        .map(str::to_owned)
+        .into_iter()
+        .chain((0..70).filter(|i| ![3, 65].contains(i)).map(|i| format!("E{i}")))
+        .collect();
+    assert_eq!(names, expected);
+    assert_eq!((env[0]["value"].as_str(), env[1]["value"].as_str()), (Some("own"), Some("own")), "the pod's own kept");
+}

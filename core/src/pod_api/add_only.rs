@@ -253,8 +253,10 @@ where
     /// Into the items the other side's `list` has, then the missing ones: the recursions address the other
     /// side's items by their original indices, which the additions (possibly in front) would shift.
     fn keyed_list(&mut self, t: T::List, merge_key: &'static str, list: E, field: &'m str) {
-        let mut missing = 0;
-        for item in T::items(t) {
+        // The items to add, by index: the first 64 remembered from the first pass (a list of 250 containers is
+        // searched once per item, not twice), any past them found again.
+        let (mut missing, mut remembered) = (0, 0u64);
+        for (i, item) in T::items(t).enumerate() {
             match find_item::<T, E>(item, list, merge_key, field) {
                 Some((_, existing)) if another_object::<T, E>(field, item, existing) => {}
                 Some((index, existing)) => {
@@ -262,7 +264,12 @@ where
                     self.present(T::item(item), existing, Place::ItemOf(field), None, None);
                     self.merger.leave(mark);
                 }
-                None if self.may_add(field, item, list) => missing += 1,
+                None if self.may_add(field, item, list) => {
+                    missing += 1;
+                    if i < 64 {
+                        remembered |= 1 << i;
+                    }
+                }
                 None => {}
             }
         }
@@ -270,8 +277,13 @@ where
             return;
         }
         let mut nth = 0;
-        for item in T::items(t) {
-            if find_item::<T, E>(item, list, merge_key, field).is_none() && self.may_add(field, item, list) {
+        for (i, item) in T::items(t).enumerate() {
+            let adds = if i < 64 {
+                remembered & (1 << i) != 0
+            } else {
+                find_item::<T, E>(item, list, merge_key, field).is_none() && self.may_add(field, item, list)
+            };
+            if adds {
                 self.merger.add_item(t, item, field, nth);
                 nth += 1;
             }
