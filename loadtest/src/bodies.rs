@@ -112,6 +112,17 @@ impl Body {
         &self.review
     }
 
+    /// The same review with its pod injected by `engine` (the answering engine: the built-in template), as the
+    /// validating webhook receives it after the mutating one's patch.
+    pub fn injected(&self, engine: &sidecar_injector_core::Engine) -> Result<Body, String> {
+        let mut review: Value = serde_json::from_slice(&self.review).map_err(|e| format!("{}: {e}", self.name))?;
+        let namespace = review["request"]["namespace"].as_str().unwrap_or("default").to_owned();
+        let pod = &mut review["request"]["object"];
+        sidecar_injector_core::offline::inject_document(engine, pod, &namespace)
+            .map_err(|e| format!("{}: not injected: {e}", self.name))?;
+        Ok(Body::new(self.name.clone(), &review))
+    }
+
     /// The review for request number `seq` of this run: its own uid, written to `uid`, and for a generated pod
     /// its own name.
     pub fn stamp(&self, run: u32, seq: u64, uid: &mut [u8; UID_LEN]) -> Bytes {
@@ -124,6 +135,40 @@ impl Body {
             review[at..at + 12].copy_from_slice(&uid[UID_LEN - 12..]);
         }
         review.freeze()
+    }
+}
+
+/// Which of the injector's webhooks the harness drives (`--webhook`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Webhook {
+    /// `/mutate`, with the bodies as loaded.
+    #[default]
+    Mutate,
+    /// `/validate`, with each body's pod injected first ([`Body::injected`]): what the validating webhook receives
+    /// for every pod the mutating one injected.
+    Validate,
+}
+
+impl Webhook {
+    /// The engine's answer to `body` as this webhook gives it.
+    pub fn answer(
+        self,
+        engine: &sidecar_injector_core::Engine,
+        body: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> Result<sidecar_injector_core::Outcome, sidecar_injector_core::ReviewError> {
+        match self {
+            Webhook::Mutate => engine.review(body, out),
+            Webhook::Validate => engine.validate(body, out),
+        }
+    }
+
+    /// `url` (a started injector's `/mutate` URL) at this webhook's path.
+    pub fn url(self, url: &str) -> String {
+        match (self, url.strip_suffix("/mutate")) {
+            (Webhook::Validate, Some(base)) => format!("{base}/validate"),
+            _ => url.to_owned(),
+        }
     }
 }
 
@@ -297,6 +342,27 @@ mod tests {
 
     fn corpus() -> PathBuf {
         default_corpus()
+    }
+
+    /// `--webhook validate`: each body's pod as the mutating webhook left it, which the validating one admits whole
+    /// (the floor's fixed answers are those: allowed, no patch), at `/validate`.
+    #[test]
+    fn validated_bodies_are_injected_and_complete() {
+        let engine = crate::stack_floor::answering_engine().unwrap();
+        let (bodies, _) = load(&BodySpec::Size(8_000), Naming::Unique, &corpus().join("pods"), &corpus()).unwrap();
+        let injected = bodies[0].injected(&engine).unwrap();
+        let names: Vec<&str> = (injected.pod["spec"]["containers"].as_array().unwrap().iter())
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"proxy") && injected.len() > bodies[0].len(), "{names:?}");
+        let mut buf = injected.unstamped().to_vec();
+        buf.reserve(sidecar_injector_core::PARSE_PADDING);
+        let outcome = Webhook::Validate.answer(&engine, &mut buf, &mut Vec::new()).unwrap();
+        assert_eq!(outcome.verdict, sidecar_injector_core::Verdict::Complete);
+        let fixed = crate::stack_floor::fixed_answers(&[injected], Webhook::Validate).unwrap();
+        assert!(!String::from_utf8_lossy(&fixed.answers()[0]).contains("patch"), "admitted as it is");
+        assert_eq!(Webhook::Validate.url("https://127.0.0.1:8443/mutate"), "https://127.0.0.1:8443/validate");
+        assert_eq!(Webhook::Mutate.url("https://127.0.0.1:8443/mutate"), "https://127.0.0.1:8443/mutate");
     }
 
     #[test]

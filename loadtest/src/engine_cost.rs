@@ -34,7 +34,12 @@ pub struct EngineCost {
 
 /// The engine's cost per review of `bodies` (in the drivers' order), run for about `duration` on a thread pinned to
 /// `cpus` (the servers' CPUs) when given.
-pub fn per_review(bodies: &[Body], duration: Duration, cpus: Option<Vec<usize>>) -> Result<EngineCost, String> {
+pub fn per_review(
+    bodies: &[Body],
+    duration: Duration,
+    cpus: Option<Vec<usize>>,
+    webhook: crate::bodies::Webhook,
+) -> Result<EngineCost, String> {
     let bodies: Vec<Vec<u8>> = {
         let mean = bodies.iter().map(Body::len).sum::<usize>() / bodies.len().max(1);
         let count = (STAMPED_BYTES / mean.max(1)).max(STAMPED_MIN).max(bodies.len());
@@ -54,7 +59,7 @@ pub fn per_review(bodies: &[Body], duration: Duration, cpus: Option<Vec<usize>>)
         let mut review = |body: &[u8]| -> Result<(), String> {
             buf.clear();
             buf.extend_from_slice(body);
-            engine.review(&mut buf, &mut out).map(drop).map_err(|e| format!("the engine refused a body: {e}"))
+            webhook.answer(&engine, &mut buf, &mut out).map(drop).map_err(|e| format!("the engine refused a body: {e}"))
         };
         // One pass unmeasured: the parser's buffers and the render cache as a running server has them.
         for body in &bodies {
@@ -87,6 +92,7 @@ pub fn per_review(bodies: &[Body], duration: Duration, cpus: Option<Vec<usize>>)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bodies::Webhook;
 
     #[test]
     fn the_engine_costs_something_and_less_on_small_bodies_than_on_large_ones() {
@@ -95,8 +101,8 @@ mod tests {
             let spec = crate::bodies::BodySpec::Size(size);
             crate::bodies::load(&spec, crate::bodies::Naming::Unique, &corpus.join("pods"), &corpus).unwrap().0
         };
-        let small = per_review(&load(2_000), Duration::from_millis(200), None).unwrap();
-        let large = per_review(&load(60_000), Duration::from_millis(200), None).unwrap();
+        let small = per_review(&load(2_000), Duration::from_millis(200), None, Webhook::Mutate).unwrap();
+        let large = per_review(&load(60_000), Duration::from_millis(200), None, Webhook::Mutate).unwrap();
         for cost in [small, large] {
             assert!(cost.cpu_us > 0.0 && cost.p50_us > 0.0 && cost.p99_us >= cost.p50_us, "{cost:?}");
         }

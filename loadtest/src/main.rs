@@ -181,6 +181,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "SPEC", default_value = "corpus")]
     pub bodies: bodies::BodySpec,
 
+    /// Which of the injector's webhooks to drive: mutate, or validate (each body's pod injected first, as the
+    /// validating webhook receives it; with --start, our server at /validate; the floor answers the validating
+    /// answer).
+    #[arg(long, value_enum, default_value_t = bodies::Webhook::Mutate)]
+    pub webhook: bodies::Webhook,
+
     /// With a size for --bodies: send the pod as a ReplicaSet creates it (`generateName`, no name yet, the same
     /// in every request), the usual case in a cluster, instead of a new pod name per request (pods created one by
     /// one; a template that reads the name renders its per-pod values every time, the built-in one reads it only

@@ -190,6 +190,13 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
     }
     let naming = if args.generate_name { bodies::Naming::Controller } else { bodies::Naming::Unique };
     let (bodies, skipped) = bodies::load(&args.bodies, naming, &pods, &corpus).map_err(|e| e.to_string())?;
+    let bodies = match args.webhook {
+        bodies::Webhook::Mutate => bodies,
+        bodies::Webhook::Validate => {
+            let engine = crate::stack_floor::answering_engine()?;
+            bodies.iter().map(|body| body.injected(&engine)).collect::<Result<Vec<_>, _>>()?
+        }
+    };
     for pod in &skipped {
         eprintln!("loadtest: left out {pod}");
     }
@@ -197,7 +204,7 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
     let mean_body_bytes = bodies.iter().map(|b| b.len()).sum::<usize>() / body_count;
     // The floor's answers are the injector's to these bodies, computed and checked before anything starts.
     let fixed = match args.start_floor {
-        true => Some(Arc::new(crate::stack_floor::fixed_answers(&bodies)?)),
+        true => Some(Arc::new(crate::stack_floor::fixed_answers(&bodies, args.webhook)?)),
         false => None,
     };
     let shared = Arc::new(Shared::new(bodies));
@@ -208,7 +215,7 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
     let engine = match accounts {
         true => {
             let cpus = server_cpus.map(cpu::cpu_list).transpose()?;
-            Some(crate::engine_cost::per_review(&shared.bodies, ENGINE_COST_DURATION, cpus)?)
+            Some(crate::engine_cost::per_review(&shared.bodies, ENGINE_COST_DURATION, cpus, args.webhook)?)
         }
         false => None,
     };
@@ -263,7 +270,7 @@ async fn run(args: &RunArgs, server_cpus: Option<&str>) -> Result<Report, String
         fixed: None,
     };
     let mut specs = vec![match (&injector, &args.url) {
-        (Some(l), _) => launched(Role::First, "sidecar-injector", l),
+        (Some(l), _) => Spec { url: args.webhook.url(&l.url), ..launched(Role::First, "sidecar-injector", l) },
         (None, Some(url)) => external(Role::First, "target", url, args.server_pid)?,
         // clap requires --url unless --start.
         (None, None) => return Err("give --url URL or --start".into()),

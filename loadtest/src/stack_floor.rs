@@ -108,9 +108,9 @@ pub fn answering_engine() -> Result<Engine, String> {
     Ok(Engine::new(set, &settings))
 }
 
-/// The injector's answers to `bodies` as loaded, from its own engine with the built-in template and `serve`'s
-/// default settings; each is checked as a correct answer to its body.
-pub fn fixed_answers(bodies: &[Body]) -> Result<FixedAnswers, String> {
+/// The injector's answers to `bodies` as loaded, by `webhook`, from its own engine with the built-in template and
+/// `serve`'s default settings; each is checked as a correct answer to its body.
+pub fn fixed_answers(bodies: &[Body], webhook: crate::bodies::Webhook) -> Result<FixedAnswers, String> {
     let engine = answering_engine()?;
     let mut answers = Vec::with_capacity(bodies.len());
     for body in bodies {
@@ -118,7 +118,7 @@ pub fn fixed_answers(bodies: &[Body]) -> Result<FixedAnswers, String> {
         let mut buf = Vec::with_capacity(review.len() + PARSE_PADDING);
         buf.extend_from_slice(review);
         let mut out = Vec::new();
-        engine.review(&mut buf, &mut out).map_err(|e| format!("the engine refused {}: {e}", body.name))?;
+        webhook.answer(&engine, &mut buf, &mut out).map_err(|e| format!("the engine refused {}: {e}", body.name))?;
         answers.push(Bytes::from(out));
     }
     let pods: Vec<(&str, &serde_json::Value)> = bodies.iter().map(|b| (b.name.as_str(), &b.pod)).collect();
@@ -379,7 +379,7 @@ mod tests {
         let engine = Engine::new(TemplateSet::builtin(&settings).unwrap(), &settings);
         for naming in [Naming::Unique, Naming::Controller] {
             let bodies = generated(2_000, naming);
-            let fixed = fixed_answers(&bodies).unwrap();
+            let fixed = fixed_answers(&bodies, crate::bodies::Webhook::Mutate).unwrap();
             let mut uid = [0u8; UID_LEN];
             for seq in [1, 77, 0xfff_ffff] {
                 let mut buf = bodies[0].stamp(9, seq, &mut uid).to_vec();
@@ -417,7 +417,7 @@ mod tests {
     #[test]
     fn answers_survive_the_file_one_per_line() {
         let bodies = generated(8_000, Naming::Unique);
-        let fixed = fixed_answers(&bodies).unwrap();
+        let fixed = fixed_answers(&bodies, crate::bodies::Webhook::Mutate).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("answers");
         write_answers(&path, fixed.answers()).unwrap();
