@@ -53,7 +53,7 @@ struct Case {
     new_pod_at: Option<usize>,
     /// Validation (`/validate`) rather than injection.
     validate: bool,
-    /// Injection as a server publishing Events answers it (`Engine::review_with_subject`).
+    /// Injection as a server publishing Events answers it (`Engine::answer_call` with `Call::subject`).
     with_subject: bool,
     /// Through a revision tag's webhook (`Engine::answer_call`): the tag written into the stamp.
     tag: Option<Tag>,
@@ -217,13 +217,12 @@ fn answer_all(case: &Case, bodies: &mut [Vec<u8>], out: &mut Vec<u8>, parse_only
         }
         out.clear();
         answers.push(match (case.validate, case.with_subject, &case.tag) {
-            (false, _, Some(tag)) => {
-                let call = Call { tag: Some(tag), subject: case.with_subject };
+            (true, _, _) => case.engine.validate(body, out),
+            (false, false, None) => case.engine.review(body, out),
+            (false, subject, tag) => {
+                let call = Call { tag: tag.as_ref(), subject };
                 case.engine.answer_call(body, out, Mode::Mutate, call)
             }
-            (true, _, _) => case.engine.validate(body, out),
-            (false, true, None) => case.engine.review_with_subject(body, out),
-            (false, false, None) => case.engine.review(body, out),
         });
     }
     answers

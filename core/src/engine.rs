@@ -41,7 +41,7 @@ pub struct Outcome {
     /// Why the pod was not injected, where the reason's own sentence is not the cause: a Job's pod left out because
     /// the Kubernetes version has no native sidecars, not by its template's `jobs` setting.
     pub because: Option<String>,
-    /// With [`Engine::review_with_subject`] only, for an outcome that [`Outcome::deserves_event`] of a review that
+    /// With [`Engine::answer_call`] and [`Call::subject`] only, for an outcome that [`Outcome::deserves_event`] of a review that
     /// is not a dry run: what a Kubernetes Event about it regards.
     pub subject: Option<Subject>,
 }
@@ -400,12 +400,6 @@ impl Engine {
         self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Mutate, Extras::None, None))
     }
 
-    /// [`Engine::review`], and for an outcome that [`Outcome::deserves_event`] its [`Subject`] (a few strings,
-    /// copied only then): for a server that publishes Events.
-    pub fn review_with_subject(&self, body: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Outcome, ReviewError> {
-        self.run(body, true, |engine, root, work| engine.answer(root, work, out, Mode::Mutate, Extras::Subject, None))
-    }
-
     /// Validates one `AdmissionReview` (`/validate`): the pod is allowed if injecting it again would add nothing;
     /// otherwise it is refused, or admitted with a warning, naming what is missing. Everything `review` skips is
     /// allowed. Same buffers and errors as [`Engine::review`].
@@ -443,7 +437,7 @@ impl Engine {
             let review = review::read(root)?;
             let mut outcome = Outcome::new(review.version, true);
             let pod = decision::decide(&review, &engine.keys)?;
-            let decision = engine.decide(&pod, work, &mut outcome, Mode::Mutate);
+            let decision = engine.decide(&pod, work, &mut outcome, Mode::Mutate, None);
             let patch = match decision {
                 Decision::Allow(verdict) | Decision::Deny { verdict, .. } => {
                     outcome.verdict = verdict;
@@ -525,10 +519,7 @@ impl Engine {
         let review = review::read(root)?;
         let mut outcome = Outcome::new(review.version, extras == Extras::Trace);
         let pod = decision::decide(&review, &self.keys)?;
-        let decision = self.decide(&pod, work, &mut outcome, mode);
-        if let (Some(tag), Decision::Patch { template, .. }) = (tag, &decision) {
-            template.write_tagged_stamp(tag, &mut work.stamp);
-        }
+        let decision = self.decide(&pod, work, &mut outcome, mode, tag);
         self.write(&review, decision, work, out, &mut outcome);
         // A dry run (`kubectl create --dry-run=server`, the apply-time preview) admits no pod: nothing to say.
         if extras == Extras::Subject
@@ -566,7 +557,7 @@ impl Engine {
             }
             return Ok(());
         }
-        let decision = self.decide(&pod, work, &mut outcome, Mode::Mutate);
+        let decision = self.decide(&pod, work, &mut outcome, Mode::Mutate, None);
         match (until, &decision) {
             (Stage::Decide | Stage::Render, _) => {}
             (Stage::Merge, Decision::Patch { template, pod, overridden }) => {
@@ -579,18 +570,26 @@ impl Engine {
     }
 
     /// Inject or skip: for a pod to inject, its template chosen and its injection prepared; for one the review's
-    /// rules skip, that skip. The one sequence a review, `uninject` and the per-stage probe all run.
+    /// rules skip, that skip. The one sequence a review, `uninject` and the per-stage probe all run. A call through
+    /// revision tag `tag` has the template's stamp with the tag from the start, so that every merge (the checks'
+    /// and the answer's) writes the one the pod gets.
     fn decide<'d>(
         &'d self,
         pod: &'d Result<PodView<'d, 'd>, SkipReason>,
         work: &mut Work,
         outcome: &mut Outcome,
         mode: Mode,
+        tag: Option<&Tag>,
     ) -> Decision<'d> {
         match pod {
             Err(reason) => Decision::Allow(Verdict::Skipped(*reason)),
             Ok(pod) => match self.choose(pod, work, outcome) {
-                Ok(template) => self.prepare(template, pod, work, outcome, mode),
+                Ok(template) => {
+                    if let Some(tag) = tag {
+                        template.write_tagged_stamp(tag, &mut work.stamp);
+                    }
+                    self.prepare(template, pod, work, outcome, mode)
+                }
                 Err(decision) => decision,
             },
         }

@@ -259,9 +259,8 @@ async fn survey(
 /// caller who may not list webhook configurations): the namespaces labelled with a tag are then of an unknown
 /// revision. An API server that cannot be reached is an error, as for every other call.
 async fn revision_tags(cluster: &Cluster) -> Result<std::collections::BTreeMap<String, String>, CliError> {
-    let kind = "mutatingwebhookconfigurations";
-    match cluster.webhook_configurations_labelled(kind, status::tags::TAG_LABEL).await {
-        Ok(configurations) => Ok(status::tags::pointed(&configurations)),
+    match cluster.revision_tags().await {
+        Ok(tags) => Ok(tags),
         Err(e @ ClusterError::Api { .. }) => {
             super::stderr(format_args!("sidecar-injector: revision tags not read: {}\n", status::chain(&e)));
             Ok(Default::default())

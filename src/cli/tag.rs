@@ -8,7 +8,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
 use super::CliError;
-use crate::status::tags::{self, CONFIGURATION, TAG_LABEL};
+use crate::status::tags::{self, CONFIGURATION, RESOURCES};
 use crate::status::{self, Cluster, ClusterError};
 use sidecar_injector_core::Tag;
 use sidecar_injector_core::settings::Keys;
@@ -97,9 +97,6 @@ fn parse_tag(text: &str) -> Result<Tag, String> {
     Tag::new(text)
 }
 
-/// The two kinds of webhook configuration a tag is made of, by resource name.
-const KINDS: [&str; 2] = ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"];
-
 /// Runs `tag`.
 pub fn run(args: &TagArgs) -> Result<(), CliError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -129,13 +126,13 @@ async fn set(
 ) -> Result<(), CliError> {
     let name = tags::configuration_name(tag);
     let mut derived = Vec::new();
-    for kind in KINDS {
+    for kind in RESOURCES {
         let Some(configuration) = cluster.webhook_configuration(kind, CONFIGURATION).await.map_err(config)? else {
             return Err(CliError::Refused(format!("no {kind}/{CONFIGURATION}: is the injector installed?")));
         };
         derived.push(tags::derive(tag, revision, &configuration, keys).map_err(|e| CliError::Refused(e.to_string()))?);
     }
-    let existing = cluster.webhook_configuration(KINDS[0], &name).await.map_err(config)?;
+    let existing = cluster.webhook_configuration(RESOURCES[0], &name).await.map_err(config)?;
     let pointed = existing.as_ref().map(|e| tags::pointed(std::slice::from_ref(e)));
     let before = pointed.as_ref().and_then(|p| p.get(tag.as_str())).cloned();
     if let Some(before) = before.as_ref().filter(|before| *before != revision)
@@ -149,7 +146,7 @@ async fn set(
     }
     // The validating configuration first: while the two differ, the old revision's validation of a pod the new
     // one injected admits it (another version's stamp), and the new one's validation of the old one's likewise.
-    for (kind, object) in KINDS.iter().rev().zip(derived.iter().rev()) {
+    for (kind, object) in RESOURCES.iter().rev().zip(derived.iter().rev()) {
         cluster.apply_webhook_configuration(kind, object).await.map_err(config)?;
     }
     let namespaces = cluster.namespaces_labelled(&keys.rev, tag.as_str()).await.map_err(config)?;
@@ -175,9 +172,8 @@ async fn set(
 }
 
 async fn list(cluster: &Cluster, keys: &Keys, output: ListOutput) -> Result<(), CliError> {
-    let configurations = cluster.webhook_configurations_labelled(KINDS[0], TAG_LABEL).await.map_err(config)?;
     let mut rows = Vec::new();
-    for (tag, revision) in tags::pointed(&configurations) {
+    for (tag, revision) in cluster.revision_tags().await.map_err(config)? {
         let namespaces = cluster.namespaces_labelled(&keys.rev, &tag).await.map_err(config)?;
         rows.push(json!({"tag": tag, "revision": revision, "namespaces": namespaces}));
     }
@@ -215,7 +211,7 @@ async fn remove(cluster: &Cluster, keys: &Keys, tag: &Tag, force: bool) -> Resul
         )));
     }
     let mut removed = false;
-    for kind in KINDS {
+    for kind in RESOURCES {
         removed |= cluster.delete_webhook_configuration(kind, &name).await.map_err(config)?;
     }
     if !removed {

@@ -49,7 +49,7 @@ pub(crate) struct Notice {
 }
 
 impl Notice {
-    /// The notice an outcome with a subject deserves ([`sidecar_injector_core::Engine::review_with_subject`]).
+    /// The notice an outcome with a subject deserves ([`sidecar_injector_core::Engine::answer_call`] with `Call::subject`).
     pub(crate) fn of(outcome: &mut Outcome) -> Option<Notice> {
         let subject = outcome.subject.take()?;
         let template = outcome.template.as_deref().map(|id| format!("template {} version {}", id.name, id.version));

@@ -306,6 +306,13 @@ impl Cluster {
         Ok(list["items"].as_array().cloned().unwrap_or_default())
     }
 
+    /// The cluster's revision tags, each with the revision it points to ([`super::tags::pointed`]).
+    pub async fn revision_tags(&self) -> Result<std::collections::BTreeMap<String, String>, ClusterError> {
+        let [mutating, _] = super::tags::RESOURCES;
+        let configurations = self.webhook_configurations_labelled(mutating, super::tags::TAG_LABEL).await?;
+        Ok(super::tags::pointed(&configurations))
+    }
+
     /// Creates or updates the webhook configuration `object` of `kind` (a server-side apply that owns it whole).
     pub async fn apply_webhook_configuration(
         &self,

@@ -16,6 +16,9 @@ use sidecar_injector_core::settings::Keys;
 /// The webhook configurations (of each kind) that hold the revisions' webhooks (manifests/base, the revision
 /// components, the chart).
 pub const CONFIGURATION: &str = "sidecar-injector";
+/// The two kinds of webhook configuration a tag is made of, by resource name: the mutating one first (its labels
+/// are what [`pointed`] reads).
+pub const RESOURCES: [&str; 2] = ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"];
 /// Who applies a tag's webhook configurations (server-side apply's field manager).
 pub const FIELD_MANAGER: &str = "sidecar-injector-tag";
 /// The label that marks a tag's webhook configuration, with the tag as its value.

@@ -168,3 +168,30 @@ async fn a_revision_counts_a_bounded_number_of_tags_and_serves_the_rest() {
     assert_eq!(series, 64 + 1, "64 tags and `other`: {metrics}");
     assert_eq!(counter(&metrics, r#"sidecar_injector_tag_requests_total{revision="default",tag="other"}"#), 3.0);
 }
+
+/// The tag is in the stamp from the first merge on: a pod whose annotations the untagged stamp brings to exactly the
+/// API server's total (256 KiB, keys and values) is injected, and through a tag, whose stamp is 13 bytes longer,
+/// it is not, as the API server would refuse it.
+#[test]
+fn the_annotation_budget_is_judged_with_the_tags_stamp() {
+    const TOTAL: usize = 256 * 1024;
+    let engine = common::builtin();
+    let pod = |filler: usize| {
+        json!({"metadata": {"name": "web", "annotations": {"filler": "x".repeat(filler)}},
+               "spec": {"containers": [{"name": "app", "image": "shop:1"}]}})
+    };
+    let annotation_bytes = |pod: &Value| -> usize {
+        let annotations = pod["metadata"]["annotations"].as_object().unwrap();
+        annotations.iter().map(|(k, v)| k.len() + v.as_str().unwrap().len()).sum()
+    };
+    let probe = pod(200_000);
+    let injected = apply(&probe, &call(&engine, &probe, Mode::Mutate, None).1.unwrap());
+    let at_the_limit = pod(200_000 + TOTAL - annotation_bytes(&injected));
+
+    let (outcome, patch) = call(&engine, &at_the_limit, Mode::Mutate, None);
+    assert!(matches!(outcome.verdict, Verdict::Injected { .. }), "{:?}", outcome.verdict);
+    assert_eq!(annotation_bytes(&apply(&at_the_limit, &patch.unwrap())), TOTAL);
+    let (outcome, patch) = call(&engine, &at_the_limit, Mode::Mutate, Some(&Tag::new("prod").unwrap()));
+    assert_eq!(patch, None, "{:?}", outcome.verdict);
+    assert_eq!(outcome.verdict, Verdict::Skipped(SkipReason::PodConflict), "{:?}", outcome.message);
+}
