@@ -1894,6 +1894,13 @@ fn our_patch(cluster: &Cluster) -> String {
     String::from_utf8(patch).unwrap()
 }
 
+/// `TIMED_FLOOR_BUSY_US`: microseconds of CPU the floor spends on each call before it answers (0 unless set), to
+/// ask how much of the gap between ours and the floor the API server's clock shows is our CPU time per call.
+fn floor_busy_ns() -> u64 {
+    std::env::var("TIMED_FLOOR_BUSY_US")
+        .map_or(0, |us| us.parse::<u64>().expect("TIMED_FLOOR_BUSY_US is a number") * 1000)
+}
+
 /// Deploys the floor ([`FLOOR`]) answering `patch`; its webhook configurations are returned, not applied.
 fn deploy_the_floor(cluster: &Cluster, patch: &str) -> Value {
     let loadtest = Path::new(BINARY).with_file_name("loadtest");
@@ -1946,7 +1953,8 @@ fn deploy_the_floor(cluster: &Cluster, patch: &str) -> Value {
                 format!("--tls-key={tls}/tls.key"),
                 "--allow-all",
                 "--patch=/etc/stack-floor/patch.json",
-                format!("--unless-body-contains={STATUS_KEY}")
+                format!("--unless-body-contains={STATUS_KEY}"),
+                format!("--busy-ns={}", floor_busy_ns())
             ]),
         ),
         ("ports", serde_json::json!([{"name": "https", "containerPort": 8443, "protocol": "TCP"}])),
@@ -2105,9 +2113,10 @@ fn the_api_server_times_our_webhooks_beside_a_do_nothing_one() {
     let mean_ms = |(seconds, count): (f64, f64)| 1000.0 * seconds / count;
     let [inject, validate, floor_patch, floor_validate, floor_nothing, _] = timed.map(mean_ms);
     eprintln!(
-        "as the API server timed them, {n} pods for each, interleaved: {} {inject:.3} ms a call ({} calls), the \
-         floor answering our patch {floor_patch:.3} ms ({}): {:.2}x; {} {validate:.3} ms ({}), the floor validating \
+        "as the API server timed them, {n} pods for each, interleaved (the floor busy {} µs a call): {} {inject:.3} \
+         ms a call ({} calls), the floor answering our patch {floor_patch:.3} ms ({}): {:.2}x; {} {validate:.3} ms ({}), the floor validating \
          {floor_validate:.3} ms ({}): {:.2}x; the do-nothing floor {floor_nothing:.3} ms ({}), {} / it: {:.2}x",
+        floor_busy_ns() / 1000,
         OUR_WEBHOOKS[0],
         calls[0],
         calls[2],

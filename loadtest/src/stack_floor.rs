@@ -252,7 +252,11 @@ async fn serve(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcc
 async fn answer(request: Request<Incoming>, answering: Arc<Answering>) -> Result<Response<Full<Bytes>>, Infallible> {
     let found = request.uri().path() == &*answering.path;
     if let Some(allow) = &answering.allow {
-        return Ok(match (found, request.into_body().collect().await) {
+        let body = request.into_body().collect().await;
+        if !answering.busy.is_zero() && busy(answering.busy).is_err() {
+            return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, "the thread's CPU clock cannot be read"));
+        }
+        return Ok(match (found, body) {
             (false, _) => plain(StatusCode::NOT_FOUND, "not found"),
             (true, Err(_)) => plain(StatusCode::BAD_REQUEST, "bad request: could not read the body"),
             (true, Ok(body)) => match allowed(&body.to_bytes(), allow) {
