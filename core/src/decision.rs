@@ -113,9 +113,6 @@ impl SkipReason {
     }
 }
 
-/// The annotation the kubelet sets on mirror pods.
-const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
-
 /// Decides whether this request is a pod to inject into, before choosing a template: the pod, or why it is
 /// skipped; an error for a pod whose echoed values the API server would refuse ([`PodView::beyond_api_limits`]).
 pub(crate) fn decide<'t, 'i>(
@@ -148,7 +145,7 @@ fn skip_or_view<'t, 'i>(review: &Review<'t, 'i>, keys: &'i Keys) -> Result<PodVi
         return Err(SkipReason::NoObject);
     };
     let pod = PodView::new(object, review.namespace, &keys.prefix);
-    if pod.annotation(MIRROR_ANNOTATION).is_some() {
+    if pod.mirror() {
         return Err(SkipReason::MirrorPod);
     }
     if [pod.annotation(&keys.inject), pod.label(&keys.inject)].into_iter().flatten().any(is_false) {

@@ -9,7 +9,7 @@ use simd_json::prelude::ValueIntoString;
 use simd_json::{Buffers, Tape};
 
 use crate::decision::{self, SkipReason};
-use crate::patch::Pointer;
+use crate::patch::{Pointer, Tee};
 use crate::pod::PodView;
 use crate::review::{self, ApiVersion, Review, ReviewError};
 use crate::settings::{Keys, Policy, Settings, Validation};
@@ -253,6 +253,10 @@ pub(crate) struct Work {
     path: Pointer,
     /// Patch bytes waiting for base64 encoding.
     staged: Vec<u8>,
+    /// The response's patch as base64, when a check's merge wrote it (`Work::merge_for_response`), and the
+    /// scratch of its encoding.
+    encoded: Vec<u8>,
+    encoding: Vec<u8>,
     /// Recently rendered pod contexts.
     leaf_cache: LeafCache,
     /// The last per-pod values judged whole and found valid (`Template::check_rendered`), and the template they
@@ -277,6 +281,19 @@ impl Work {
         staged.clear();
         let slots = Rendered { buf: rendered, ranges, stamp: (!stamp.is_empty()).then_some(stamp) };
         merge::merge(template, overridden, pod, slots, path, staged, observer)
+    }
+
+    /// [`Work::merge`], which also writes the patch as the response sends it, base64-encoded, into `encoded`: for a
+    /// check that reads the patch, so that the response need not merge again.
+    fn merge_for_response(&mut self, template: &Template, overridden: bool, pod: &PodView<'_, '_>) -> usize {
+        let Work { rendered, ranges, path, staged, encoded, encoding, stamp, .. } = self;
+        staged.clear();
+        encoded.clear();
+        let slots = Rendered { buf: rendered, ranges, stamp: (!stamp.is_empty()).then_some(stamp) };
+        let mut base64 = crate::patch::Base64Sink::new(encoded, encoding);
+        let ops = merge::merge(template, overridden, pod, slots, path, &mut Tee(staged, &mut base64), &mut ());
+        base64.finish();
+        ops
     }
 }
 
@@ -313,7 +330,9 @@ enum Decision<'d> {
     Allow(Verdict),
     /// Admitted with the patch that merges the template into the pod: written straight into the response, as
     /// base64, so its verdict (injected, or already injected) is known once it is written.
-    Patch { template: Selection<'d>, pod: &'d PodView<'d, 'd>, overridden: bool },
+    /// `staged` is the number of operations of the patch when a check already wrote it as the response sends it
+    /// (`Work::merge_for_response`: a pod near the annotations' total), rather than merging again.
+    Patch { template: Selection<'d>, pod: &'d PodView<'d, 'd>, overridden: bool, staged: Option<usize> },
     /// Refused with this status code; the message is the outcome's.
     Deny { verdict: Verdict, code: u16 },
 }
@@ -443,7 +462,7 @@ impl Engine {
                     outcome.verdict = verdict;
                     None
                 }
-                Decision::Patch { template, pod, overridden } => {
+                Decision::Patch { template, pod, overridden, .. } => {
                     let mut injected = crate::uninject::Injected::new();
                     outcome.verdict = match work.merge(&template, overridden, pod, &mut injected) {
                         0 => Verdict::Skipped(SkipReason::AlreadyInjected),
@@ -560,7 +579,7 @@ impl Engine {
         let decision = self.decide(&pod, work, &mut outcome, Mode::Mutate, None);
         match (until, &decision) {
             (Stage::Decide | Stage::Render, _) => {}
-            (Stage::Merge, Decision::Patch { template, pod, overridden }) => {
+            (Stage::Merge, Decision::Patch { template, pod, overridden, .. }) => {
                 work.merge(template, *overridden, pod, &mut ());
             }
             (Stage::Merge, _) => {}
@@ -723,17 +742,19 @@ impl Engine {
             return self.fail(failure, outcome);
         }
         let counted_whole = validation::annotations_copied_from_fields(self.settings.kubernetes_version);
+        let mut staged = None;
         if judged_whole(&template, pod) || (pod.large_annotations() && counted_whole) {
             if let Some(failure) = self.pod_conflict_failure(&template, pod, overridden, work) {
                 return self.fail(failure, outcome);
             }
-        } else if pod.large_annotations()
-            && let Some(failure) = self.annotations_failure(&template, pod, overridden, work)
-        {
-            return self.fail(failure, outcome);
+        } else if pod.large_annotations() {
+            match self.annotations_failure(&template, pod, overridden, work) {
+                Ok(ops) => staged = Some(ops),
+                Err(failure) => return self.fail(failure, outcome),
+            }
         }
         match mode {
-            Mode::Mutate => Decision::Patch { template, pod, overridden },
+            Mode::Mutate => Decision::Patch { template, pod, overridden, staged },
             Mode::Validate => self.judge(&template, pod, overridden, work, outcome),
         }
     }
@@ -757,18 +778,22 @@ impl Engine {
                 response::deny(out, code, outcome.message.as_deref().unwrap_or_default());
                 verdict
             }
-            Decision::Patch { template, pod, overridden } => {
+            Decision::Patch { template, pod, overridden, staged } => {
                 response::allow(out);
-                if let Some(trace) = &mut outcome.trace
-                    && work.merge(&template, overridden, pod, &mut ()) > 0
-                {
-                    trace.patch = Some(work.staged.clone());
+                if let Some(trace) = &mut outcome.trace {
+                    let ops = staged.unwrap_or_else(|| work.merge(&template, overridden, pod, &mut ()));
+                    trace.patch = (ops > 0).then(|| work.staged.clone());
                 }
-                let Work { rendered, ranges, path, staged, stamp, .. } = work;
-                let slots = Rendered { buf: rendered, ranges, stamp: (!stamp.is_empty()).then_some(stamp) };
-                let ops = response::patch(out, staged, |sink| {
-                    merge::merge(&template, overridden, pod, slots, path, sink, &mut ())
-                });
+                let ops = match staged {
+                    Some(ops) => response::encoded_patch(out, &work.encoded, ops),
+                    None => {
+                        let Work { rendered, ranges, path, staged, stamp, .. } = work;
+                        let slots = Rendered { buf: rendered, ranges, stamp: (!stamp.is_empty()).then_some(stamp) };
+                        response::patch(out, staged, |sink| {
+                            merge::merge(&template, overridden, pod, slots, path, sink, &mut ())
+                        })
+                    }
+                };
                 match ops {
                     0 => Verdict::Skipped(SkipReason::AlreadyInjected),
                     ops => Verdict::Injected { ops },
@@ -967,7 +992,8 @@ impl Engine {
     /// A pod whose annotations are close to the API server's total ([`PodView::large_annotations`]) with the
     /// template's added may be over it: the pod's bytes (counted as it was read) and the patch's added up, as the
     /// API server counts them, rather than the pod judged whole (which costs 20 times a review of its size). Over
-    /// the total is the sidecar's doing (the pod's own were within it, or the review was refused unread).
+    /// the total is the sidecar's doing (the pod's own were within it, or the review was refused unread). Within
+    /// it, the patch is left encoded in `work` and its number of operations returned: the response sends it as is.
     #[cold]
     fn annotations_failure(
         &self,
@@ -975,14 +1001,17 @@ impl Engine {
         pod: &PodView<'_, '_>,
         overridden: bool,
         work: &mut Work,
-    ) -> Option<Failure> {
-        if work.merge(template, overridden, pod, &mut ()) == 0 {
-            return None;
+    ) -> Result<usize, Failure> {
+        let ops = work.merge_for_response(template, overridden, pod);
+        if ops == 0 {
+            return Ok(0);
         }
         // Our own patch: it parses (the suite holds every patch to RFC 6902).
-        let added = crate::patch::annotation_bytes_added(&work.staged).ok()?;
-        let problem = validation::annotations_size(pod.annotation_bytes() + added, self.settings.kubernetes_version)?;
-        Some(self.conflict(template, pod, &problem))
+        let Ok(added) = crate::patch::annotation_bytes_added(&work.staged) else { return Ok(ops) };
+        match validation::annotations_size(pod.annotation_bytes() + added, self.settings.kubernetes_version) {
+            Some(problem) => Err(self.conflict(template, pod, &problem)),
+            None => Ok(ops),
+        }
     }
 
     /// The failure of a pod the API server would refuse with the sidecar merged in, for `problem`.

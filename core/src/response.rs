@@ -49,6 +49,17 @@ pub(crate) fn patch(
     ops
 }
 
+/// [`patch`] for a patch a check already encoded: `encoded` (its base64, by a [`Base64Sink`]), of `ops` operations
+/// (none: nothing appended).
+pub(crate) fn encoded_patch(out: &mut Vec<u8>, encoded: &[u8], ops: usize) -> usize {
+    if ops > 0 {
+        out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
+        out.extend_from_slice(encoded);
+        out.push(b'"');
+    }
+    ops
+}
+
 /// Ends the response, with `warnings` if there are any and `auditAnnotations` if given (a JSON object of strings).
 pub(crate) fn close(out: &mut Vec<u8>, warnings: &[String], audit: Option<&str>) {
     if let Some(audit) = audit {

@@ -9,7 +9,7 @@ mod apply;
 mod sink;
 
 pub(crate) use apply::{ApplyError, annotation_bytes_added, apply, apply_ops};
-pub(crate) use sink::{Base64Sink, Fragment, Sink};
+pub(crate) use sink::{Base64Sink, Fragment, Sink, Tee};
 
 /// A JSON Pointer under construction, as JSON-escaped text. `push_*` returns the previous length so the caller
 /// can `truncate` back after visiting a child.

@@ -95,6 +95,21 @@ impl Sink for Base64Sink<'_> {
     }
 }
 
+/// Writes the same patch to two sinks: a check that reads it as JSON and the response that sends it, from one merge.
+pub(crate) struct Tee<'a, A, B>(pub &'a mut A, pub &'a mut B);
+
+impl<A: Sink, B: Sink> Sink for Tee<'_, A, B> {
+    fn raw(&mut self, bytes: &[u8]) {
+        self.0.raw(bytes);
+        self.1.raw(bytes);
+    }
+
+    fn fragment(&mut self, fragment: &Fragment) {
+        self.0.fragment(fragment);
+        self.1.fragment(fragment);
+    }
+}
+
 /// Appends the standard base64 of `bytes` (padded if its length is not a multiple of 3).
 fn encode_into(out: &mut Vec<u8>, bytes: &[u8]) {
     if bytes.is_empty() {
@@ -118,22 +133,18 @@ mod tests {
         (any::<bool>(), proptest::collection::vec(any::<u8>(), 0..12))
     }
 
-    /// The pieces through both sinks: (base64 sink's output, plain sink's output).
+    /// The pieces through both sinks at once, by a [`Tee`] (as a check's merge writes them): (base64 sink's
+    /// output, plain sink's output).
     fn encode_pieces(pieces: &[(bool, Vec<u8>)]) -> (Vec<u8>, Vec<u8>) {
         let fragments: Vec<Option<Fragment>> =
             pieces.iter().map(|(is_static, bytes)| is_static.then(|| Fragment::new(bytes.clone()))).collect();
         let (mut out, mut staged, mut plain) = (b"prefix:".to_vec(), b"stale".to_vec(), Vec::new());
         let mut sink = Base64Sink::new(&mut out, &mut staged);
+        let mut both = Tee(&mut plain, &mut sink);
         for ((_, bytes), fragment) in pieces.iter().zip(&fragments) {
             match fragment {
-                Some(f) => {
-                    sink.fragment(f);
-                    plain.fragment(f);
-                }
-                None => {
-                    sink.raw(bytes);
-                    plain.raw(bytes);
-                }
+                Some(f) => both.fragment(f),
+                None => both.raw(bytes),
             }
         }
         sink.finish();

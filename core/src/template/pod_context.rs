@@ -135,7 +135,8 @@ impl<M: StrEntries, C: ContainerEntries> PodContext<'_, M, C> {
 
     /// The context as minijinja sees it: one owned copy of its strings, read on demand, each read noted; of the
     /// maps and the containers, only those in `reads` (the others empty: a renderer never reads them).
-    pub(crate) fn to_object(&self, reads: Reads) -> Arc<PodObject> {
+    /// `containers` is the pod's containers as [`encode_containers`] writes them, when `reads` has them.
+    pub(crate) fn to_object(&self, reads: Reads, containers: Option<&[u8]>) -> Arc<PodObject> {
         let mut text = String::with_capacity(self.scalars().iter().map(|s| s.len()).sum());
         let mut copy = |part: &str| {
             let start = text.len();
@@ -149,46 +150,51 @@ impl<M: StrEntries, C: ContainerEntries> PodContext<'_, M, C> {
             fields,
             labels: map(reads.labels(), &self.labels),
             annotations: map(reads.annotations(), &self.annotations),
-            containers: if reads.containers() { containers_value(&self.containers) } else { Value::from(()) },
+            containers: match containers.filter(|_| reads.containers()).and_then(ContainersObject::new) {
+                Some(list) => Value::from_object(list),
+                None => Value::from(()),
+            },
             read: AtomicU8::new(0),
         })
     }
 }
 
-/// `pod.containers`: a list of `{name, ports}`, copied from the pod at once (one pass over its containers) and made
-/// a minijinja value one container at a time, as a render reads it: the default-container annotation reads
-/// `pod.containers[0].name`, and a pod of 250 containers paid for 250 maps built and dropped.
-fn containers_value(containers: &impl ContainerEntries) -> Value {
-    let mut list = ContainersObject { text: String::new(), containers: Vec::new(), ports: Vec::new() };
-    for (name, ports) in containers.entries() {
-        let name = list.copy(name);
-        let first = list.ports.len();
-        for port in ports {
-            let port_name = port.name.map(|n| list.copy(n));
-            let protocol = list.copy(port.protocol);
-            list.ports.push((port_name, port.container_port, protocol));
-        }
-        list.containers.push((name, first..list.ports.len()));
-    }
-    Value::from_object(list)
-}
-
-/// The pod's containers as [`containers_value`] hands them over: their strings in one buffer.
+/// `pod.containers`: a list of `{name, ports}`, from the containers as [`encode_containers`] wrote them for the
+/// render cache (one walk over the pod's containers on the tape serves both), made a minijinja value one container
+/// at a time, as a render reads it: the default-container annotation reads `pod.containers[0].name`, and a pod of
+/// 250 containers paid for 250 maps built and dropped.
 #[derive(Debug)]
 struct ContainersObject {
-    text: String,
-    /// Each container's name, and the range of its ports in `ports`.
-    containers: Vec<(Range<usize>, Range<usize>)>,
-    /// Each port's name (if it has one), number and protocol.
-    ports: Vec<(Option<Range<usize>>, i64, Range<usize>)>,
+    encoded: Vec<u8>,
+    /// Where each container starts in `encoded`.
+    starts: Vec<usize>,
 }
 
 impl ContainersObject {
-    fn copy(&mut self, part: &str) -> Range<usize> {
-        let start = self.text.len();
-        self.text.push_str(part);
-        start..self.text.len()
+    /// `None` only for bytes [`encode_containers`] did not write.
+    fn new(encoded: &[u8]) -> Option<Self> {
+        let mut starts = Vec::new();
+        let mut records = Records(encoded);
+        while !records.end() {
+            starts.push(encoded.len() - records.0.len());
+            read_container(&mut records, |_| {})?;
+        }
+        Some(ContainersObject { encoded: encoded.to_vec(), starts })
     }
+}
+
+/// Reads one container as [`encode_containers`] wrote it: its name, each of its ports handed to `port`.
+fn read_container<'a>(records: &mut Records<'a>, mut port: impl FnMut(Port<'a>)) -> Option<&'a str> {
+    let name = records.str()?;
+    while !records.end() {
+        let port_name = match records.byte()? {
+            1 => Some(records.str()?),
+            _ => None,
+        };
+        let container_port = i64::from_le_bytes(records.take(8)?.try_into().ok()?);
+        port(Port { name: port_name, container_port, protocol: records.str()? });
+    }
+    Some(name)
 }
 
 impl Object for ContainersObject {
@@ -202,18 +208,14 @@ impl Object for ContainersObject {
             name: &'a str,
             ports: Vec<Port<'a>>,
         }
-        let (name, ports) = self.containers.get(key.as_usize()?)?;
-        let text = |range: &Range<usize>| &self.text[range.clone()];
-        let ports = self.ports[ports.clone()].iter().map(|(name, number, protocol)| Port {
-            name: name.as_ref().map(text),
-            container_port: *number,
-            protocol: text(protocol),
-        });
-        Some(Value::from(Serde(Container { name: text(name), ports: ports.collect() })))
+        let start = *self.starts.get(key.as_usize()?)?;
+        let mut ports = Vec::new();
+        let name = read_container(&mut Records(self.encoded.get(start..)?), |port| ports.push(port))?;
+        Some(Value::from(Serde(Container { name, ports })))
     }
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
-        Enumerator::Seq(self.containers.len())
+        Enumerator::Seq(self.starts.len())
     }
 }
 
@@ -576,6 +578,20 @@ impl<'a> Records<'a> {
 
     fn byte(&mut self) -> Option<u8> {
         self.take(1).map(|b| b[0])
+    }
+
+    /// The end of a map or a list ([`put_end`]), taken if it is next.
+    fn end(&mut self) -> bool {
+        let end = self.0.starts_with(&u64::MAX.to_le_bytes());
+        if end {
+            self.0 = &self.0[8..];
+        }
+        end
+    }
+
+    /// A string ([`put_str`]).
+    fn str(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.bytes()?).ok()
     }
 
     fn u64(&mut self) -> Option<u64> {

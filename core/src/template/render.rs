@@ -271,7 +271,8 @@ impl Renderer {
             return Ok(());
         }
         let (base, first) = (buf.len(), ranges.len());
-        let seen = self.render_noting_reads(pod, overrides, buf, ranges)?;
+        let containers = self.reads.containers().then_some(cache.containers.as_slice());
+        let seen = self.render_noting_reads(pod, containers, overrides, buf, ranges)?;
         match seen {
             Some(seen) => cache.dependencies.record(&seen, pod, &cache.containers),
             None => cache.dependencies.clear(),
@@ -289,14 +290,26 @@ impl Renderer {
         buf: &mut Vec<u8>,
         ranges: &mut Vec<Range<usize>>,
     ) -> Result<(), RenderError> {
-        self.render_noting_reads(pod, overrides, buf, ranges).map(drop)
+        let containers = self.encoded_containers(pod);
+        self.render_noting_reads(pod, containers.as_deref(), overrides, buf, ranges).map(drop)
+    }
+
+    /// The pod's containers as [`encode_containers`] writes them, when this renderer's leaves read them.
+    fn encoded_containers<M: StrEntries, C: ContainerEntries>(&self, pod: &PodContext<'_, M, C>) -> Option<Vec<u8>> {
+        self.reads.containers().then(|| {
+            let mut encoded = Vec::new();
+            encode_containers(&pod.containers, &mut encoded);
+            encoded
+        })
     }
 
     /// [`Renderer::render`], which also returns the pod as the leaves saw it, with what they read of it noted;
-    /// `None` when no leaf was evaluated (so none read anything).
+    /// `None` when no leaf was evaluated (so none read anything). `containers` is the pod's containers as
+    /// [`encode_containers`] writes them, when this renderer reads them.
     fn render_noting_reads<M: StrEntries, C: ContainerEntries>(
         &self,
         pod: &PodContext<'_, M, C>,
+        containers: Option<&[u8]>,
         overrides: &Overrides,
         buf: &mut Vec<u8>,
         ranges: &mut Vec<Range<usize>>,
@@ -311,7 +324,7 @@ impl Renderer {
         // An evaluation only when some leaf needs one: the override-only leaves without an override of theirs were
         // rendered at load.
         let evaluation = (!self.pod_slots.is_empty() || overridden).then(|| {
-            let seen = pod.to_object(self.reads);
+            let seen = pod.to_object(self.reads, containers);
             let values = self.values_with(overrides);
             let ctx = minijinja::context! { pod => Value::from_dyn_object(seen.clone()), values => values };
             (seen, ctx)
@@ -388,7 +401,7 @@ impl Renderer {
         pod: &PodContext<'_, M, C>,
     ) -> Vec<RenderError> {
         let ctx = minijinja::context! {
-            pod => Value::from_dyn_object(pod.to_object(self.reads)),
+            pod => Value::from_dyn_object(pod.to_object(self.reads, self.encoded_containers(pod).as_deref())),
             values => self.values.clone(),
         };
         self.failures(&ctx).collect()
