@@ -1897,8 +1897,17 @@ fn our_patch(cluster: &Cluster) -> String {
 /// `TIMED_FLOOR_BUSY_US`: microseconds of CPU the floor spends on each call before it answers (0 unless set), to
 /// ask how much of the gap between ours and the floor the API server's clock shows is our CPU time per call.
 fn floor_busy_ns() -> u64 {
-    std::env::var("TIMED_FLOOR_BUSY_US")
-        .map_or(0, |us| us.parse::<u64>().expect("TIMED_FLOOR_BUSY_US is a number") * 1000)
+    floor_knob("TIMED_FLOOR_BUSY_US") * 1000
+}
+
+/// `TIMED_FLOOR_TOUCH_KIB`: KiB of memory the floor writes and reads back on each call (0 unless set), to ask how
+/// much of that gap is the memory our call touches, cold again after the node's other work between calls.
+fn floor_touch_kib() -> u64 {
+    floor_knob("TIMED_FLOOR_TOUCH_KIB")
+}
+
+fn floor_knob(name: &str) -> u64 {
+    std::env::var(name).map_or(0, |value| value.parse().unwrap_or_else(|_| panic!("{name} is a number")))
 }
 
 /// Deploys the floor ([`FLOOR`]) answering `patch`; its webhook configurations are returned, not applied.
@@ -1954,7 +1963,8 @@ fn deploy_the_floor(cluster: &Cluster, patch: &str) -> Value {
                 "--allow-all",
                 "--patch=/etc/stack-floor/patch.json",
                 format!("--unless-body-contains={STATUS_KEY}"),
-                format!("--busy-ns={}", floor_busy_ns())
+                format!("--busy-ns={}", floor_busy_ns()),
+                format!("--touch-kib={}", floor_touch_kib())
             ]),
         ),
         ("ports", serde_json::json!([{"name": "https", "containerPort": 8443, "protocol": "TCP"}])),
@@ -2011,6 +2021,13 @@ fn deploy_the_floor(cluster: &Cluster, patch: &str) -> Value {
         config
     });
     serde_json::json!({"apiVersion": "v1", "kind": "List", "items": configs})
+}
+
+/// What our replicas timed so far of the reviews they answered, in all: (seconds, calls).
+fn our_own_clock(cluster: &Cluster) -> (f64, f64) {
+    let replicas = replica_metrics(cluster);
+    let total = |family: &str| replicas.iter().map(|(_, page)| metric_sum(page, family)).sum::<f64>();
+    (total("sidecar_injector_request_duration_seconds_sum"), total("sidecar_injector_request_duration_seconds_count"))
 }
 
 /// The sum and count of a histogram of the API server's `/metrics`, over its series with every one of `labels`.
@@ -2104,7 +2121,12 @@ fn the_api_server_times_our_webhooks_beside_a_do_nothing_one() {
     let pods = (0..n)
         .flat_map(|i| TIMED[..3].iter().map(move |namespace| timed_pod(namespace, &format!("all-{i}"))))
         .collect();
+    let ours_before = our_own_clock(&cluster);
     let timed = time_pods(&cluster, pods);
+    let (inside_seconds, inside_calls) = {
+        let after = our_own_clock(&cluster);
+        (after.0 - ours_before.0, after.1 - ours_before.1)
+    };
     let calls = timed.map(|(_, count)| count);
     let n_calls = n as f64;
     assert!(calls[0] >= n_calls && calls[1] == n_calls, "our calls for {n} pods each: {calls:?}");
@@ -2113,10 +2135,11 @@ fn the_api_server_times_our_webhooks_beside_a_do_nothing_one() {
     let mean_ms = |(seconds, count): (f64, f64)| 1000.0 * seconds / count;
     let [inject, validate, floor_patch, floor_validate, floor_nothing, _] = timed.map(mean_ms);
     eprintln!(
-        "as the API server timed them, {n} pods for each, interleaved (the floor busy {} µs a call): {} {inject:.3} \
-         ms a call ({} calls), the floor answering our patch {floor_patch:.3} ms ({}): {:.2}x; {} {validate:.3} ms ({}), the floor validating \
+        "as the API server timed them, {n} pods for each, interleaved (the floor busy {} µs and touching {} KiB a \
+         call): {} {inject:.3} ms a call ({} calls), the floor answering our patch {floor_patch:.3} ms ({}): {:.2}x; {} {validate:.3} ms ({}), the floor validating \
          {floor_validate:.3} ms ({}): {:.2}x; the do-nothing floor {floor_nothing:.3} ms ({}), {} / it: {:.2}x",
         floor_busy_ns() / 1000,
+        floor_touch_kib(),
         OUR_WEBHOOKS[0],
         calls[0],
         calls[2],
@@ -2128,6 +2151,12 @@ fn the_api_server_times_our_webhooks_beside_a_do_nothing_one() {
         calls[4],
         OUR_WEBHOOKS[0],
         inject / floor_nothing
+    );
+
+    eprintln!(
+        "our replicas' own clock over the same calls (sidecar_injector_request_duration_seconds, from the request \
+         to the answer written): {:.3} ms a call ({inside_calls} calls)",
+        1000.0 * inside_seconds / inside_calls
     );
 
     let mut creations = Vec::new();
