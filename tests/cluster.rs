@@ -2023,11 +2023,18 @@ fn deploy_the_floor(cluster: &Cluster, patch: &str) -> Value {
     serde_json::json!({"apiVersion": "v1", "kind": "List", "items": configs})
 }
 
-/// What our replicas timed so far of the reviews they answered, in all: (seconds, calls).
-fn our_own_clock(cluster: &Cluster) -> (f64, f64) {
+/// What our replicas timed so far of the reviews each of our webhooks answered ([`OUR_WEBHOOKS`] order: `mutate`,
+/// `validate`), each as (seconds, calls).
+fn our_own_clock(cluster: &Cluster) -> [(f64, f64); 2] {
     let replicas = replica_metrics(cluster);
-    let total = |family: &str| replicas.iter().map(|(_, page)| metric_sum(page, family)).sum::<f64>();
-    (total("sidecar_injector_request_duration_seconds_sum"), total("sidecar_injector_request_duration_seconds_count"))
+    ["mutate", "validate"].map(|webhook| {
+        let label = format!("webhook=\"{webhook}\"");
+        let total = |family: &str| replicas.iter().map(|(_, page)| metric_sum_of(page, family, &[&label])).sum::<f64>();
+        (
+            total("sidecar_injector_request_duration_seconds_sum"),
+            total("sidecar_injector_request_duration_seconds_count"),
+        )
+    })
 }
 
 /// The sum and count of a histogram of the API server's `/metrics`, over its series with every one of `labels`.
@@ -2123,9 +2130,9 @@ fn the_api_server_times_our_webhooks_beside_a_do_nothing_one() {
         .collect();
     let ours_before = our_own_clock(&cluster);
     let timed = time_pods(&cluster, pods);
-    let (inside_seconds, inside_calls) = {
+    let inside = {
         let after = our_own_clock(&cluster);
-        (after.0 - ours_before.0, after.1 - ours_before.1)
+        [0, 1].map(|i| (after[i].0 - ours_before[i].0, after[i].1 - ours_before[i].1))
     };
     let calls = timed.map(|(_, count)| count);
     let n_calls = n as f64;
@@ -2153,10 +2160,14 @@ fn the_api_server_times_our_webhooks_beside_a_do_nothing_one() {
         inject / floor_nothing
     );
 
+    let [(mutate_seconds, mutate_calls), (validate_seconds, validate_calls)] = inside;
     eprintln!(
-        "our replicas' own clock over the same calls (sidecar_injector_request_duration_seconds, from the request \
-         to the answer written): {:.3} ms a call ({inside_calls} calls)",
-        1000.0 * inside_seconds / inside_calls
+        "our replicas' own clock over the same calls (sidecar_injector_request_duration_seconds, from the request's \
+         head to the answer written): {} {:.3} ms a call ({mutate_calls} calls), {} {:.3} ms ({validate_calls})",
+        OUR_WEBHOOKS[0],
+        1000.0 * mutate_seconds / mutate_calls,
+        OUR_WEBHOOKS[1],
+        1000.0 * validate_seconds / validate_calls
     );
 
     let mut creations = Vec::new();

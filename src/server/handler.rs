@@ -18,7 +18,7 @@ use super::budget::{BODY_BUDGET_WAIT, Reserved, held_for};
 use super::conn::{Answering, RequestGuard};
 use super::tags::Seen;
 use super::telemetry::{ErrorReason, RevisionMetrics};
-use super::{Revision, Shared};
+use super::{Endpoint, Revision, Shared};
 use sidecar_injector_core::{Call, Mode, Outcome, ReviewError, Verdict};
 
 type Answer = Response<Content>;
@@ -108,7 +108,7 @@ pub(crate) async fn handle(
     let _in_flight = shared.metrics.in_flight();
     let version = req.version();
     let (head, mut body) = req.into_parts();
-    let mut answer = respond(&shared, &head, &mut body).await;
+    let (webhook, mut answer) = respond(&shared, &head, &mut body).await;
     // From the shutdown signal on, each HTTP/1.1 answer closes its connection: the client opens the next one, which
     // reaches a replica that stays, and no request is ever sent on a connection at the moment it is closed (as
     // closing an idle one would risk). HTTP/2 connections get a GOAWAY instead (`conn`).
@@ -119,7 +119,7 @@ pub(crate) async fn handle(
     if version <= Version::HTTP_11 && (aged || shared.shutting_down.load(std::sync::atomic::Ordering::Relaxed)) {
         answer.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
     }
-    shared.metrics.duration(start.elapsed());
+    shared.metrics.duration(webhook, start.elapsed());
     let answering = request.answering(answer.body().bytes.len());
     Ok(answer.map(|content| {
         let rest = Bytes::from_owner(Sending { content, _answering: answering });
@@ -127,22 +127,18 @@ pub(crate) async fn handle(
     }))
 }
 
-/// The three webhooks a server answers, for each revision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Endpoint {
-    /// Inject (`--path`, `/mutate`).
-    Mutate,
-    /// Check that injection is complete (`--validate-path`, `/validate`).
-    Validate,
-    /// Warn about a workload whose pods would not be injected (`--preview-path`, `/preview`).
-    Preview,
-}
-
-/// The answer to a request; `body` is read as far as it needs to be, and left to the caller (see [`AnswerBody`]).
-async fn respond(shared: &Shared, req: &hyper::http::request::Parts, body: &mut Incoming) -> Answer {
+/// The webhook the request's path names, and the answer to the request; `body` is read as far as it needs to be,
+/// and left to the caller (see [`AnswerBody`]).
+async fn respond(
+    shared: &Shared,
+    req: &hyper::http::request::Parts,
+    body: &mut Incoming,
+) -> (Option<Endpoint>, Answer) {
     let config = &shared.config;
     let deadline = deadline(req.uri.query(), config.request_timeout);
-    let accepted = shared.route(req.uri.path()).ok_or_else(|| {
+    let routed = shared.route(req.uri.path());
+    let webhook = routed.as_ref().map(|(_, endpoint, _)| *endpoint);
+    let accepted = routed.ok_or_else(|| {
         let (mutate, validate, preview) = (&config.path, &config.validate_path, &config.preview_path);
         let mut paths = format!("POST {mutate}, POST {validate} and POST {preview}");
         if let [_, _, ..] = &*shared.revisions {
@@ -178,10 +174,11 @@ async fn respond(shared: &Shared, req: &hyper::http::request::Parts, body: &mut 
             }
         }
     };
-    match tokio::time::timeout(deadline, work).await {
+    let answer = match tokio::time::timeout(deadline, work).await {
         Ok(answer) => answer,
         Err(_) => refuse(shared, &Refusal::Timeout(deadline)),
-    }
+    };
+    (webhook, answer)
 }
 
 /// Reads and drops up to `max` bytes of a body that will not be used.

@@ -259,15 +259,26 @@ pub(crate) fn plain_text<B>(body: B) -> hyper::Response<B> {
     answer
 }
 
+/// The three webhooks a server answers, for each revision: what a request's path names ([`Shared::route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    /// Inject (`--path`, `/mutate`).
+    Mutate,
+    /// Check that injection is complete (`--validate-path`, `/validate`).
+    Validate,
+    /// Warn about a workload whose pods would not be injected (`--preview-path`, `/preview`).
+    Preview,
+}
+
 impl Shared {
     /// The revision a request's path names, which webhook, and the revision tag it came through:
     /// `<base>[/REVISION][/tag/TAG]`, the bare paths the first revision's. `None` for a path of no revision.
-    pub(crate) fn route<'p>(&self, path: &'p str) -> Option<(&Revision, handler::Endpoint, Option<&'p str>)> {
+    pub(crate) fn route<'p>(&self, path: &'p str) -> Option<(&Revision, Endpoint, Option<&'p str>)> {
         let config = &self.config;
         for (base, endpoint) in [
-            (&config.path, handler::Endpoint::Mutate),
-            (&config.validate_path, handler::Endpoint::Validate),
-            (&config.preview_path, handler::Endpoint::Preview),
+            (&config.path, Endpoint::Mutate),
+            (&config.validate_path, Endpoint::Validate),
+            (&config.preview_path, Endpoint::Preview),
         ] {
             let Some(rest) = path.strip_prefix(base.as_str()) else { continue };
             let rest = if rest.is_empty() { None } else { Some(rest.strip_prefix('/')?) };

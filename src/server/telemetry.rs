@@ -11,6 +11,8 @@ use metrics_exporter_prometheus::{LabelSet, Matcher, PrometheusBuilder, Promethe
 
 use sidecar_injector_core::{SkipReason, TemplateId};
 
+use super::Endpoint;
+
 /// Why a request got an error status (the `reason` label of `result="error"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
@@ -97,6 +99,16 @@ pub(crate) enum EventResult {
 /// At most one warning line per this interval summarises the connection errors counted since the previous one.
 pub(crate) const CONNECTION_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
+/// The `webhook` label of a request's duration: the webhook its path names, or `other`.
+fn webhook_label(webhook: Option<Endpoint>) -> &'static str {
+    match webhook {
+        Some(Endpoint::Mutate) => "mutate",
+        Some(Endpoint::Validate) => "validate",
+        Some(Endpoint::Preview) => "preview",
+        None => "other",
+    }
+}
+
 /// Buckets of the request duration, in seconds: from 10 µs (a cached answer) to 1 s (something is very wrong).
 const DURATION_BUCKETS: [f64; 12] = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 1e-1, 1.0];
 
@@ -163,7 +175,8 @@ struct Handles {
     recorder: metrics_exporter_prometheus::PrometheusRecorder,
     prometheus: PrometheusHandle,
     errors: Vec<(ErrorReason, Counter)>,
-    duration: Histogram,
+    /// Per webhook ([`webhook_label`] order: mutate, validate, preview, then requests that named none).
+    duration: [Histogram; 4],
     body_bytes: Histogram,
     in_flight: Gauge,
     inflight_body_bytes: Gauge,
@@ -450,7 +463,8 @@ impl Metrics {
             recorder: PrometheusBuilder::new().build_recorder(),
             prometheus,
             errors: per_reason(REQUESTS.name, "error", ErrorReason::ALL, ErrorReason::as_str),
-            duration: metrics::histogram!(DURATION.name),
+            duration: [Some(Endpoint::Mutate), Some(Endpoint::Validate), Some(Endpoint::Preview), None]
+                .map(|webhook| metrics::histogram!(DURATION.name, "webhook" => webhook_label(webhook))),
             body_bytes: metrics::histogram!(BODY.name),
             in_flight: metrics::gauge!(IN_FLIGHT.name),
             inflight_body_bytes: metrics::gauge!(INFLIGHT_BODY_BYTES.name),
@@ -491,8 +505,15 @@ impl Metrics {
         count(&self.0.errors, reason);
     }
 
-    pub(crate) fn duration(&self, elapsed: Duration) {
-        self.0.duration.record(elapsed.as_secs_f64());
+    /// One request of `webhook` (`None`: a path that names no webhook) took `elapsed`.
+    pub(crate) fn duration(&self, webhook: Option<Endpoint>, elapsed: Duration) {
+        let index = match webhook {
+            Some(Endpoint::Mutate) => 0,
+            Some(Endpoint::Validate) => 1,
+            Some(Endpoint::Preview) => 2,
+            None => 3,
+        };
+        self.0.duration[index].record(elapsed.as_secs_f64());
     }
 
     pub(crate) fn body_bytes(&self, bytes: usize) {

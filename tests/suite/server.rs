@@ -266,7 +266,12 @@ async fn metrics_move_after_requests() {
     let (status, metrics) = admin_get(server.metrics, "/metrics").await;
     assert_eq!(status, 200);
     assert!(counter(&metrics, injected) >= before + 3.0, "{metrics}");
-    assert!(metrics.contains("sidecar_injector_request_duration_seconds_bucket{le=\"0.00001\"}"), "{metrics}");
+    // Each request timed under the webhook its path names: three reviews of /mutate, none of /validate.
+    let timed = |webhook: &str| {
+        counter(&metrics, &format!("sidecar_injector_request_duration_seconds_count{{webhook=\"{webhook}\"}}"))
+    };
+    assert!(timed("mutate") >= 3.0 && timed("validate") == 0.0, "{metrics}");
+    assert!(metrics.contains(r#"sidecar_injector_request_duration_seconds_bucket{webhook="mutate",le="0.00001"}"#));
     assert!(counter(&metrics, r#"sidecar_injector_tls_handshakes_total{result="ok"}"#) >= 1.0);
     assert_eq!(admin_get(server.metrics, "/healthz").await, (200, "ok\n".to_owned()));
 }
