@@ -9,7 +9,7 @@ use simd_json::prelude::ValueIntoString;
 use simd_json::{Buffers, Tape};
 
 use crate::decision::{self, SkipReason};
-use crate::patch::{Pointer, Tee};
+use crate::patch::{Base64Sink, Pointer, Tee};
 use crate::pod::PodView;
 use crate::review::{self, ApiVersion, Review, ReviewError};
 use crate::settings::{Keys, Policy, Settings, Validation};
@@ -290,7 +290,7 @@ impl Work {
         staged.clear();
         encoded.clear();
         let slots = Rendered { buf: rendered, ranges, stamp: (!stamp.is_empty()).then_some(stamp) };
-        let mut base64 = crate::patch::Base64Sink::new(encoded, encoding);
+        let mut base64 = Base64Sink::new(encoded, encoding);
         let ops = merge::merge(template, overridden, pod, slots, path, &mut Tee(staged, &mut base64), &mut ());
         base64.finish();
         ops
@@ -330,9 +330,9 @@ enum Decision<'d> {
     Allow(Verdict),
     /// Admitted with the patch that merges the template into the pod: written straight into the response, as
     /// base64, so its verdict (injected, or already injected) is known once it is written.
-    /// `staged` is the number of operations of the patch when a check already wrote it as the response sends it
+    /// `written` is the number of operations of the patch when a check already wrote it as the response sends it
     /// (`Work::merge_for_response`: a pod near the annotations' total), rather than merging again.
-    Patch { template: Selection<'d>, pod: &'d PodView<'d, 'd>, overridden: bool, staged: Option<usize> },
+    Patch { template: Selection<'d>, pod: &'d PodView<'d, 'd>, overridden: bool, written: Option<usize> },
     /// Refused with this status code; the message is the outcome's.
     Deny { verdict: Verdict, code: u16 },
 }
@@ -742,19 +742,19 @@ impl Engine {
             return self.fail(failure, outcome);
         }
         let counted_whole = validation::annotations_copied_from_fields(self.settings.kubernetes_version);
-        let mut staged = None;
+        let mut written = None;
         if judged_whole(&template, pod) || (pod.large_annotations() && counted_whole) {
             if let Some(failure) = self.pod_conflict_failure(&template, pod, overridden, work) {
                 return self.fail(failure, outcome);
             }
         } else if pod.large_annotations() {
             match self.annotations_failure(&template, pod, overridden, work) {
-                Ok(ops) => staged = Some(ops),
+                Ok(ops) => written = Some(ops),
                 Err(failure) => return self.fail(failure, outcome),
             }
         }
         match mode {
-            Mode::Mutate => Decision::Patch { template, pod, overridden, staged },
+            Mode::Mutate => Decision::Patch { template, pod, overridden, written },
             Mode::Validate => self.judge(&template, pod, overridden, work, outcome),
         }
     }
@@ -778,13 +778,13 @@ impl Engine {
                 response::deny(out, code, outcome.message.as_deref().unwrap_or_default());
                 verdict
             }
-            Decision::Patch { template, pod, overridden, staged } => {
+            Decision::Patch { template, pod, overridden, written } => {
                 response::allow(out);
                 if let Some(trace) = &mut outcome.trace {
-                    let ops = staged.unwrap_or_else(|| work.merge(&template, overridden, pod, &mut ()));
+                    let ops = written.unwrap_or_else(|| work.merge(&template, overridden, pod, &mut ()));
                     trace.patch = (ops > 0).then(|| work.staged.clone());
                 }
-                let ops = match staged {
+                let ops = match written {
                     Some(ops) => response::encoded_patch(out, &work.encoded, ops),
                     None => {
                         let Work { rendered, ranges, path, staged, stamp, .. } = work;

@@ -253,11 +253,8 @@ async fn answer(request: Request<Incoming>, answering: Arc<Answering>) -> Result
     let found = request.uri().path() == &*answering.path;
     if let Some(allow) = &answering.allow {
         let body = request.into_body().collect().await;
-        if answering.touch_bytes > 0 {
-            std::hint::black_box(touch(answering.touch_bytes));
-        }
-        if !answering.busy.is_zero() && busy(answering.busy).is_err() {
-            return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, "the thread's CPU clock cannot be read"));
+        if let Some(failed) = spend(&answering) {
+            return Ok(failed);
         }
         return Ok(match (found, body) {
             (false, _) => plain(StatusCode::NOT_FOUND, "not found"),
@@ -275,17 +272,24 @@ async fn answer(request: Request<Incoming>, answering: Arc<Answering>) -> Result
             return Ok(plain(StatusCode::BAD_REQUEST, "bad request: could not read the body"));
         }
     }
-    if answering.touch_bytes > 0 {
-        std::hint::black_box(touch(answering.touch_bytes));
-    }
-    if !answering.busy.is_zero() && busy(answering.busy).is_err() {
-        return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, "the thread's CPU clock cannot be read"));
+    if let Some(failed) = spend(&answering) {
+        return Ok(failed);
     }
     Ok(match (found, chosen) {
         (false, _) => plain(StatusCode::NOT_FOUND, "not found"),
         (true, None) => plain(StatusCode::BAD_REQUEST, "bad request: no such body in x-loadtest-body"),
         (true, Some(answer)) => json(answer.clone()),
     })
+}
+
+/// What the floor is asked to spend on each request once its body is read: `--touch-kib` of memory, `--busy-ns` of
+/// CPU. Returns the answer to send instead when the thread's CPU clock cannot be read.
+fn spend(answering: &Answering) -> Option<Response<Full<Bytes>>> {
+    if answering.touch_bytes > 0 {
+        std::hint::black_box(touch(answering.touch_bytes));
+    }
+    let failed = !answering.busy.is_zero() && busy(answering.busy).is_err();
+    failed.then(|| plain(StatusCode::INTERNAL_SERVER_ERROR, "the thread's CPU clock cannot be read"))
 }
 
 /// `--allow-all`'s patch (`--patch`, base64-encoded once), and the text that withholds it (`--unless-body-contains`).

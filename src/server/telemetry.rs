@@ -99,6 +99,10 @@ pub(crate) enum EventResult {
 /// At most one warning line per this interval summarises the connection errors counted since the previous one.
 pub(crate) const CONNECTION_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
+/// The webhooks a request's duration is timed under: each a server answers, then requests whose path names none.
+const TIMED_WEBHOOKS: [Option<Endpoint>; 4] =
+    [Some(Endpoint::Mutate), Some(Endpoint::Validate), Some(Endpoint::Preview), None];
+
 /// The `webhook` label of a request's duration: the webhook its path names, or `other`.
 fn webhook_label(webhook: Option<Endpoint>) -> &'static str {
     match webhook {
@@ -175,7 +179,7 @@ struct Handles {
     recorder: metrics_exporter_prometheus::PrometheusRecorder,
     prometheus: PrometheusHandle,
     errors: Vec<(ErrorReason, Counter)>,
-    /// Per webhook ([`webhook_label`] order: mutate, validate, preview, then requests that named none).
+    /// Per webhook, in [`TIMED_WEBHOOKS`] order.
     duration: [Histogram; 4],
     body_bytes: Histogram,
     in_flight: Gauge,
@@ -463,7 +467,7 @@ impl Metrics {
             recorder: PrometheusBuilder::new().build_recorder(),
             prometheus,
             errors: per_reason(REQUESTS.name, "error", ErrorReason::ALL, ErrorReason::as_str),
-            duration: [Some(Endpoint::Mutate), Some(Endpoint::Validate), Some(Endpoint::Preview), None]
+            duration: TIMED_WEBHOOKS
                 .map(|webhook| metrics::histogram!(DURATION.name, "webhook" => webhook_label(webhook))),
             body_bytes: metrics::histogram!(BODY.name),
             in_flight: metrics::gauge!(IN_FLIGHT.name),
@@ -507,12 +511,8 @@ impl Metrics {
 
     /// One request of `webhook` (`None`: a path that names no webhook) took `elapsed`.
     pub(crate) fn duration(&self, webhook: Option<Endpoint>, elapsed: Duration) {
-        let index = match webhook {
-            Some(Endpoint::Mutate) => 0,
-            Some(Endpoint::Validate) => 1,
-            Some(Endpoint::Preview) => 2,
-            None => 3,
-        };
+        // Every value of `webhook` is in the table.
+        let index = TIMED_WEBHOOKS.iter().position(|w| *w == webhook).unwrap_or(TIMED_WEBHOOKS.len() - 1);
         self.0.duration[index].record(elapsed.as_secs_f64());
     }
 
