@@ -5,16 +5,16 @@
 # Then deploy it (README, "Deploy"):
 #   sidecar-injector certs --image sidecar-injector:dev --out my-injector && kubectl apply -k my-injector
 
-# Build: the dist profile (fat LTO, one codegen unit) of the injector only, not the load harness. Without a Docker
-# engine, manifests/image.sh builds the same image with buildah (it reads USER, ENTRYPOINT, CMD, EXPOSE and LABEL
-# from this stage's last lines).
+# Build: the dist profile (fat LTO, one codegen unit), profile-guided: manifests/pgo-build.sh builds it
+# instrumented, serves the load harness's reviews with it and builds it again with what that recorded (the load
+# harness is built to drive it, and left out of the image). Without a Docker engine, manifests/image.sh builds the
+# same image with buildah (it reads USER, ENTRYPOINT, CMD, EXPOSE and LABEL from this stage's last lines).
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --profile dist --locked --package sidecar-injector --bin sidecar-injector \
-    && cp target/dist/sidecar-injector /sidecar-injector
+    manifests/pgo-build.sh --profile dist --out /sidecar-injector
 
 # Run: glibc and libgcc (the `cc` flavour of distroless; mimalloc and aws-lc are linked in), nothing else.
 FROM gcr.io/distroless/cc-debian12:nonroot

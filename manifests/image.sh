@@ -4,10 +4,11 @@
 #
 #   manifests/image.sh [--tag NAME:TAG] [--out FILE] [--binary PATH]
 #
-# The image is the one the Dockerfile builds: the same binary (`cargo build --profile dist --locked`), and the user,
-# entrypoint, command, ports and labels read from the Dockerfile's last stage, so the two cannot drift. Instead of
-# distroless it carries only the shared libraries the binary links (glibc, libgcc), at the paths it loads them
-# from. Nothing in it writes to its root filesystem. --binary uses a binary already built (the tests pass theirs).
+# The image is the one the Dockerfile builds: the same binary (`manifests/pgo-build.sh`: the dist profile,
+# profile-guided), and the user, entrypoint, command, ports and labels read from the Dockerfile's last stage, so
+# the two cannot drift. Instead of distroless it carries only the shared libraries the binary links (glibc, libgcc),
+# at the paths it loads them from. Nothing in it writes to its root filesystem. --binary uses a binary already
+# built (the tests pass theirs).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -27,8 +28,8 @@ out=${out:-sidecar-injector-image.tar}
 command -v buildah >/dev/null || { echo "image.sh: buildah is not installed (apt-get install buildah)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || echo "image.sh: not root: buildah needs rootless setup (subuids) or sudo" >&2
 if [ -z "$binary" ]; then
-  cargo build --profile dist --locked --package sidecar-injector --bin sidecar-injector
-  binary=target/dist/sidecar-injector
+  binary=target/pgo/sidecar-injector
+  manifests/pgo-build.sh --profile dist --out "$binary" >/dev/null
 fi
 [ -x "$binary" ] || { echo "image.sh: $binary is not an executable" >&2; exit 1; }
 

@@ -29,6 +29,13 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/cluster.sh");
 const APISERVER_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/apiserver.sh");
 const BINARY: &str = env!("CARGO_BIN_EXE_sidecar-injector");
+
+/// The binary the injector's image carries: the test's own, unless `CLUSTER_IMAGE_BINARY` names another (the
+/// profile-guided build the image ships, `manifests/pgo-build.sh`, which CI deploys). The commands the README runs
+/// on the host (`sidecar-injector certs`) are the test's own either way.
+fn image_binary() -> PathBuf {
+    std::env::var_os("CLUSTER_IMAGE_BINARY").map_or_else(|| PathBuf::from(BINARY), PathBuf::from)
+}
 /// The Kubernetes release of the cluster (`apiserver.sh release`: `E2E_KUBERNETES`, the newest unless told).
 fn release() -> KubeVersion {
     static RELEASE: std::sync::OnceLock<KubeVersion> = std::sync::OnceLock::new();
@@ -159,7 +166,7 @@ impl Cluster {
         assert!(output.status.success(), "cluster.sh build failed:\n{}", text(&output));
         let cluster = Cluster::up(dir);
         let archive = dir.join("image.tar");
-        build_image(IMAGE, Path::new(BINARY), &archive);
+        build_image(IMAGE, &image_binary(), &archive);
         check_image_matches_the_dockerfile(&image_config(&archive));
         cluster.import(&archive);
         let deploy = readme_block("deploy");
@@ -1088,7 +1095,7 @@ fn check_certificate_rotation(cluster: &Cluster) {
 fn check_upgrade_in_place(cluster: &Cluster, archive_dir: &Path) {
     // The new release's image: the same binary under a new tag, built and imported as the first.
     let archive = archive_dir.join("image-next.tar");
-    build_image(NEXT_IMAGE, Path::new(BINARY), &archive);
+    build_image(NEXT_IMAGE, &image_binary(), &archive);
     cluster.import(&archive);
     // The new release's manifests, where the README's commands find them.
     let next = cluster.work.join("manifests-next");

@@ -819,7 +819,10 @@ fn the_dockerfile_matches_the_deployment_and_its_context_holds_the_sources() {
     assert!(stages[1].contains("distroless"), "the final image is distroless: {}", stages[1]);
     let copies: Vec<&str> = dockerfile.lines().filter(|l| l.starts_with("COPY --from")).collect();
     assert_eq!(copies, ["COPY --from=build /sidecar-injector /sidecar-injector"], "the binary only");
-    assert!(dockerfile.contains("--bin sidecar-injector") && dockerfile.contains("--locked"));
+    // The binary is manifests/pgo-build.sh's (profile-guided), built from the lock file.
+    assert!(dockerfile.contains("manifests/pgo-build.sh --profile dist --out /sidecar-injector"));
+    let pgo_build = std::fs::read_to_string(root().join("manifests/pgo-build.sh")).unwrap();
+    assert!(pgo_build.contains("--bin sidecar-injector") && pgo_build.contains("--locked"));
     assert!(dockerfile.contains(r#"ENTRYPOINT ["/sidecar-injector"]"#));
 
     // The Rust image is at least the crate's rust-version.
@@ -837,17 +840,34 @@ fn the_dockerfile_matches_the_deployment_and_its_context_holds_the_sources() {
     assert_eq!(user, format!("{uid}:{uid}"));
 
     // .dockerignore leaves in what cargo reads to build the binary (the workspace's members and targets, and the
-    // built-in template compiled into it).
-    let ignored: Vec<String> = std::fs::read_to_string(root().join(".dockerignore"))
+    // built-in template compiled into it) and what the profile-guided build trains with (the script, the load
+    // harness's pods and review), and leaves out the rest of the tests and manifests.
+    let patterns: Vec<(bool, String)> = std::fs::read_to_string(root().join(".dockerignore"))
         .unwrap()
         .lines()
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|l| l.trim_start_matches("**/").trim_end_matches('/').to_owned())
+        .map(|l| {
+            let (kept, pattern) = l.strip_prefix('!').map_or((false, l), |rest| (true, rest));
+            (kept, pattern.trim_start_matches("**/").trim_end_matches('/').to_owned())
+        })
         .collect();
-    for needed in ["Cargo.toml", "Cargo.lock", "src", "templates", "benches", "loadtest/Cargo.toml", "loadtest/src"] {
+    // As Docker reads it: the last pattern that matches decides; `DIR/*` matches what is inside DIR.
+    let excluded = |path: &str| {
+        let matches = |pattern: &str| match pattern.strip_suffix("/*") {
+            Some(dir) => path.starts_with(&format!("{dir}/")),
+            None => path == pattern || path.starts_with(&format!("{pattern}/")),
+        };
+        patterns.iter().rev().find(|(_, pattern)| matches(pattern)).is_some_and(|(kept, _)| !kept)
+    };
+    let needed = ["Cargo.toml", "Cargo.lock", "src", "templates", "benches", "loadtest/Cargo.toml", "loadtest/src"];
+    let trained_with =
+        ["manifests/pgo-build.sh", "tests/corpus/pods", "tests/corpus/reviews/apiserver-1.20-pod-create.json"];
+    for needed in needed.into_iter().chain(trained_with) {
         assert!(root().join(needed).exists(), "{needed}");
-        let excluded = ignored.iter().any(|pattern| needed == pattern || needed.starts_with(&format!("{pattern}/")));
-        assert!(!excluded, ".dockerignore leaves out {needed}, which the build needs");
+        assert!(!excluded(needed), ".dockerignore leaves out {needed}, which the build needs");
+    }
+    for left_out in ["manifests/base", "tests/e2e", ".git"] {
+        assert!(excluded(left_out), ".dockerignore lets {left_out} into the build context");
     }
 }
 
