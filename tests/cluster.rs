@@ -36,6 +36,7 @@ const BINARY: &str = env!("CARGO_BIN_EXE_sidecar-injector");
 fn image_binary() -> PathBuf {
     std::env::var_os("CLUSTER_IMAGE_BINARY").map_or_else(|| PathBuf::from(BINARY), PathBuf::from)
 }
+
 /// The Kubernetes release of the cluster (`apiserver.sh release`: `E2E_KUBERNETES`, the newest unless told).
 fn release() -> KubeVersion {
     static RELEASE: std::sync::OnceLock<KubeVersion> = std::sync::OnceLock::new();
