@@ -99,19 +99,14 @@ pub(crate) enum EventResult {
 /// At most one warning line per this interval summarises the connection errors counted since the previous one.
 pub(crate) const CONNECTION_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// The webhooks a request's duration is timed under: each a server answers, then requests whose path names none.
-const TIMED_WEBHOOKS: [Option<Endpoint>; 4] =
-    [Some(Endpoint::Mutate), Some(Endpoint::Validate), Some(Endpoint::Preview), None];
-
-/// The `webhook` label of a request's duration: the webhook its path names, or `other`.
-fn webhook_label(webhook: Option<Endpoint>) -> &'static str {
-    match webhook {
-        Some(Endpoint::Mutate) => "mutate",
-        Some(Endpoint::Validate) => "validate",
-        Some(Endpoint::Preview) => "preview",
-        None => "other",
-    }
-}
+/// The webhooks a request's duration is timed under, with their `webhook` label: each a server answers, then
+/// `other` for requests whose path names none.
+const TIMED_WEBHOOKS: [(Option<Endpoint>, &str); 4] = [
+    (Some(Endpoint::Mutate), "mutate"),
+    (Some(Endpoint::Validate), "validate"),
+    (Some(Endpoint::Preview), "preview"),
+    (None, "other"),
+];
 
 /// Buckets of the request duration, in seconds: from 10 µs (a cached answer) to 1 s (something is very wrong).
 const DURATION_BUCKETS: [f64; 12] = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 1e-1, 1.0];
@@ -467,8 +462,7 @@ impl Metrics {
             recorder: PrometheusBuilder::new().build_recorder(),
             prometheus,
             errors: per_reason(REQUESTS.name, "error", ErrorReason::ALL, ErrorReason::as_str),
-            duration: TIMED_WEBHOOKS
-                .map(|webhook| metrics::histogram!(DURATION.name, "webhook" => webhook_label(webhook))),
+            duration: TIMED_WEBHOOKS.map(|(_, label)| metrics::histogram!(DURATION.name, "webhook" => label)),
             body_bytes: metrics::histogram!(BODY.name),
             in_flight: metrics::gauge!(IN_FLIGHT.name),
             inflight_body_bytes: metrics::gauge!(INFLIGHT_BODY_BYTES.name),
@@ -512,7 +506,7 @@ impl Metrics {
     /// One request of `webhook` (`None`: a path that names no webhook) took `elapsed`.
     pub(crate) fn duration(&self, webhook: Option<Endpoint>, elapsed: Duration) {
         // Every value of `webhook` is in the table.
-        let index = TIMED_WEBHOOKS.iter().position(|w| *w == webhook).unwrap_or(TIMED_WEBHOOKS.len() - 1);
+        let index = TIMED_WEBHOOKS.iter().position(|(w, _)| *w == webhook).unwrap_or(TIMED_WEBHOOKS.len() - 1);
         self.0.duration[index].record(elapsed.as_secs_f64());
     }
 
